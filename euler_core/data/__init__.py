@@ -1,0 +1,1 @@
+"""Token data: llm.c-format shards on disk and the batch loaders that read them."""
