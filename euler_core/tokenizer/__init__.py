@@ -9,6 +9,11 @@ Every tokenizer offers the same small surface, which training, checkpoints and g
     to_checkpoint(directory) -> dict   writes what it needs beside a checkpoint, returns JSON metadata
 
 `tokenizer_from_checkpoint(directory, meta)` is the inverse of `to_checkpoint`.
+
+The byte-level BPE tokenizer (exact against tiktoken with GPT-2's ranks, trainable here) lives in
+`bpe.py` (readable reference), `fast.py` (numba fast path), `train.py` (training), `gpt2.py`
+(GPT-2's ranks) and `default.py` (the cached small vocabulary `euler train` uses by default).
+Nothing heavy is imported here: numba and regex load when a BPE tokenizer is first used.
 """
 
 from __future__ import annotations
@@ -42,4 +47,35 @@ def tokenizer_from_checkpoint(directory: str | Path, meta: dict):
     kind = meta.get("kind")
     if kind == "bytes":
         return ByteTokenizer()
-    raise ValueError(f"checkpoint {directory}: unknown tokenizer kind {kind!r} (known: 'bytes')")
+    if kind == "bpe":
+        from .bpe import BPETokenizer
+
+        return BPETokenizer.from_checkpoint(directory, meta)
+    raise ValueError(f"checkpoint {directory}: unknown tokenizer kind {kind!r} (known: 'bytes', 'bpe')")
+
+
+def load_tokenizer(spec: str | Path, fast: bool | None = None):
+    """A tokenizer by name or file, as the CLI's `--tokenizer` takes it.
+
+    "gpt2": GPT-2's own ranks (see gpt2.py for where they are found); "bytes": `ByteTokenizer`;
+    otherwise the path of a `.tiktoken` file (with its `.json` sidecar when there is one).
+    """
+    if str(spec) == "gpt2":
+        from .gpt2 import gpt2_tokenizer
+
+        return gpt2_tokenizer(fast=fast)
+    if str(spec) == "bytes":
+        return ByteTokenizer()
+    from .bpe import BPETokenizer
+
+    return BPETokenizer.load(spec, fast=fast)
+
+
+def default_tokenizer(text: str, vocab_size: int, cache_dir: str | Path | None = None):
+    """The BPE tokenizer `euler train` uses by default: trained on `text`, cached on disk.
+
+    See default.py. Returns a `BPETokenizer` with `<|endoftext|>` as its last id.
+    """
+    from .default import default_tokenizer as _default
+
+    return _default(text, vocab_size, cache_dir=cache_dir)

@@ -1,0 +1,50 @@
+"""crossentropy, naive: log-softmax over the valid columns, per position.
+
+    lse[b,t]    = logsumexp_v logits[b,t,v]          over v < n_valid
+    losses[b,t] = lse[b,t] - logits[b,t,target]      (0 where target = -1)
+
+Backward: d lse / d logits_v = softmax_v, and d logits_target / d logits_v = [v == target], so
+
+    dlogits[b,t,v] = dlosses[b,t] * (softmax[b,t,v] - [v == target])
+
+zero in the padded columns (v >= n_valid) and at ignored positions. float32 logits are reduced in
+float32, float64 in float64; the losses come back in that dtype.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._out import into
+
+
+@dataclass
+class Saved:
+    logits: np.ndarray   # (B,T,Vp)
+    targets: np.ndarray  # (B,T)
+    lse: np.ndarray      # (B,T) logsumexp over the valid columns
+    n_valid: int
+
+
+def forward(inputs, attrs, out=None):
+    logits, targets = inputs["logits"], inputs["targets"]
+    V = attrs["n_valid"] or logits.shape[-1]
+    z = logits[..., :V]                                        # (B,T,V) the real vocabulary
+    m = z.max(axis=-1, keepdims=True)                          # (B,T,1)
+    lse = m[..., 0] + np.log(np.exp(z - m).sum(axis=-1))       # (B,T)
+    valid = targets >= 0                                       # (B,T)
+    safe = np.where(valid, targets, 0)                         # (B,T) any index where ignored
+    picked = np.take_along_axis(z, safe[..., None], axis=-1)[..., 0]  # (B,T) logit of the target
+    losses = np.where(valid, lse - picked, 0.0).astype(logits.dtype)
+    return into(out, losses), Saved(logits, targets, lse, V)
+
+
+def backward(saved, dlosses, grads):
+    logits, targets, V = saved.logits, saved.targets, saved.n_valid
+    valid = targets >= 0
+    probs = np.exp(logits[..., :V] - saved.lse[..., None])     # (B,T,V) softmax
+    b, t = np.nonzero(valid)
+    probs[b, t, targets[b, t]] -= 1.0                          # minus the one-hot target
+    dlogits = np.zeros_like(logits)                            # (B,T,Vp) padded columns stay 0
+    dlogits[..., :V] = probs * (dlosses * valid)[..., None]    # ignored rows get 0
+    return {"logits": into(grads.get("logits"), dlogits)}

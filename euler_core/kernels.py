@@ -1,0 +1,190 @@
+"""Selecting kernels: the `--backend` string, resolved to one variant per op, and the dispatcher
+that validates inputs before a variant sees them.
+
+Selection strings (CLI and Python API alike):
+
+    naive                                       every op from one backend
+    numba,attention=naive                       a default backend plus per-op overrides
+    attention=triton:flash,matmul=cupy_raw:cublas   a variant by name
+    (ops nobody named come from the default backend, or from naive when there is no default)
+
+When the default backend offers no variant of an op, that op falls back to naive and the selection
+says so (`Kernels.notes`). An override that names a backend without the op is an error.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+from .device import device_of, to_device
+from .ops import OPS
+from .registry import Registry, Variant, get_registry
+
+FALLBACK_BACKEND = "naive"
+
+
+class SelectionError(ValueError):
+    """A --backend string that names an unknown op, backend or variant, or one unusable here."""
+
+
+@dataclass
+class Selection:
+    """The parsed string: a default backend (or None) and per-op overrides 'backend[:variant]'."""
+
+    default: str | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> "Selection":
+        sel = cls()
+        for token in (t.strip() for t in (text or "").split(",")):
+            if not token:
+                continue
+            if "=" in token:
+                op, _, choice = (s.strip() for s in token.partition("="))
+                if op not in OPS:
+                    raise SelectionError(f"unknown op {op!r} in --backend {text!r}; ops: {', '.join(OPS)}")
+                if not choice:
+                    raise SelectionError(f"--backend {text!r}: op {op} names no backend")
+                if op in sel.overrides:
+                    raise SelectionError(f"--backend {text!r}: op {op} is named twice")
+                sel.overrides[op] = choice
+            else:
+                if sel.default is not None:
+                    raise SelectionError(f"--backend {text!r}: two default backends ({sel.default}, {token}); "
+                                         "name one, then op=backend overrides")
+                sel.default = token
+        return sel
+
+
+class Kernel:
+    """One op bound to one variant: validates, moves arrays to the variant's device, then calls it."""
+
+    def __init__(self, variant: Variant):
+        self.variant = variant
+        self.spec = OPS[variant.op]
+        self.device = variant.device
+        self.impl = variant.load()
+
+    def __repr__(self):
+        return f"Kernel({self.spec.name} -> {self.variant.qualname} on {self.device})"
+
+    def _check(self, inputs: dict):
+        for name, a in inputs.items():
+            if a is None:
+                continue
+            if self.variant.contiguous and not a.flags.c_contiguous:
+                raise ValueError(f"{self.spec.name}: variant {self.variant.qualname} needs input '{name}' "
+                                 "C-contiguous; pass a contiguous copy (ascontiguousarray)")
+            dt = str(a.dtype)
+            if dt.startswith("float") or dt == "bfloat16":
+                if dt not in self.variant.dtypes:
+                    raise TypeError(f"{self.spec.name}: variant {self.variant.qualname} does not take dtype {dt} "
+                                    f"(input '{name}'); it takes {', '.join(self.variant.dtypes)}")
+
+    def forward(self, inputs: dict, attrs: dict | None = None, out=None):
+        """(output, saved) of the op; `out` is an optional preallocated output buffer."""
+        attrs = self.spec.fill_attrs(attrs)
+        self.spec.validate(inputs, attrs)
+        self._check(inputs)
+        inputs = {k: to_device(v, self.device) for k, v in inputs.items()}
+        if out is not None:
+            shape = self.spec.output_shape(inputs, attrs)
+            if tuple(out.shape) != shape:
+                raise ValueError(f"{self.spec.name}: out must have shape {shape}, got {tuple(out.shape)}")
+            if device_of(out) != self.device:
+                raise ValueError(f"{self.spec.name}: out lives on {device_of(out)}, variant runs on {self.device}")
+        return self.impl.forward(inputs, attrs, out)
+
+    def backward(self, saved, grad_output, grads: dict):
+        """Gradients of the differentiable inputs. Parameter buffers in `grads` are accumulated into;
+        they may live on another device than the variant (they are then updated through a copy)."""
+        missing = [p for p in self.spec.params if p not in grads and p not in self.spec.optional]
+        remote = {k: g for k, g in grads.items() if g is not None and device_of(g) != self.device}
+        local = {k: (to_device(g, self.device) if k in remote else g) for k, g in grads.items()}
+        if missing:
+            raise ValueError(f"{self.spec.name}: backward needs gradient buffers for parameters {missing}")
+        result = self.impl.backward(saved, to_device(grad_output, self.device), local)
+        for k, g in remote.items():  # copy accumulated parameter gradients back where they live
+            g[...] = to_device(local[k], device_of(g))
+            result[k] = g
+        return result
+
+
+class Kernels:
+    """One Kernel per op, resolved from a selection string; `kernels["layernorm"]` is a Kernel."""
+
+    def __init__(self, text: str = FALLBACK_BACKEND, dtype: str | None = None, registry: Registry | None = None):
+        self.text = text
+        self.registry = registry or get_registry()
+        self.notes: list[str] = []
+        selection = Selection.parse(text)
+        self.variants: dict[str, Variant] = {op: self._resolve(op, selection, dtype) for op in OPS}
+        self._kernels: dict[str, Kernel] = {}
+        devices = sorted({v.device for v in self.variants.values()})
+        if len(devices) > 1:
+            where = "; ".join(d + ": " + ", ".join(op for op, v in self.variants.items() if v.device == d)
+                              for d in devices)
+            warnings.warn(f"--backend {text!r} mixes devices ({where}): "
+                          "activations are copied between host and GPU at every boundary, every step",
+                          stacklevel=2)
+
+    def _resolve(self, op: str, sel: Selection, dtype: str | None) -> Variant:
+        if op in sel.overrides:
+            choice = sel.overrides[op]
+            backend_name, _, variant_name = choice.partition(":")
+            backend = self._backend(backend_name)
+            if variant_name:
+                variant = self.registry.find(choice, op)
+            else:
+                if not backend.variants_of(op):
+                    offering = sorted({v.backend for v in self.registry.variants(op)})
+                    raise SelectionError(f"backend {backend_name} offers no variant of op {op}; "
+                                         f"backends that do: {', '.join(offering)}")
+                variant = self._first_usable(backend.variants_of(op), op, dtype)
+            return self._usable(variant, dtype)
+        backend_name = sel.default or FALLBACK_BACKEND
+        backend = self._backend(backend_name)
+        candidates = backend.variants_of(op)
+        if not candidates:
+            self.notes.append(f"{op}: backend {backend_name} has no variant; falling back to {FALLBACK_BACKEND}")
+            candidates = self._backend(FALLBACK_BACKEND).variants_of(op)
+        return self._usable(self._first_usable(candidates, op, dtype), dtype)
+
+    def _backend(self, name: str):
+        try:
+            return self.registry.backend(name)
+        except ValueError as e:
+            raise SelectionError(f"{e}; ops: {', '.join(OPS)}") from None
+
+    @staticmethod
+    def _first_usable(candidates: list[Variant], op: str, dtype: str | None) -> Variant:
+        """The first variant (in the backend's order) that can run here and takes `dtype`."""
+        for v in candidates:
+            if v.unavailable_reason() is None and (dtype is None or dtype in v.dtypes):
+                return v
+        return candidates[0]  # unusable: _usable() says why
+
+    @staticmethod
+    def _usable(variant: Variant, dtype: str | None) -> Variant:
+        reason = variant.unavailable_reason()
+        if reason:
+            raise SelectionError(f"variant {variant.qualname} of op {variant.op} cannot run here: {reason}")
+        if dtype is not None and dtype not in variant.dtypes:
+            raise SelectionError(f"variant {variant.qualname} of op {variant.op} does not take {dtype}; "
+                                 f"it takes {', '.join(variant.dtypes)}")
+        return variant
+
+    def __getitem__(self, op: str) -> Kernel:
+        if op not in self._kernels:
+            self._kernels[op] = Kernel(self.variants[op])
+        return self._kernels[op]
+
+    @property
+    def device(self) -> str:
+        """Where the model's parameters live: the device of the matmul variant (most of the work)."""
+        return self.variants["matmul"].device
+
+    def describe(self) -> list[str]:
+        return [f"{op:<13} {v.qualname:<24} {v.device}" for op, v in self.variants.items()]
