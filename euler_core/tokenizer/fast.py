@@ -1,0 +1,311 @@
+"""The fast path of byte-level BPE encoding: GPT-2's pre-split and the merges, compiled with numba.
+
+Same algorithm as bpe.py (the reference), step for step; what differs is only how it runs:
+
+* The pre-split is a hand-written scanner over the UTF-8 bytes instead of the `regex` module. It
+  implements exactly GPT-2's pattern (see `_piece_end`), with the character classes \\p{L},
+  \\p{N} and \\s read from a table of all 1,114,112 code points that is built *with the `regex`
+  module itself* (so the two paths cannot disagree about what a letter is).
+* Tokens are looked up in open-addressing hash tables held in NumPy arrays: one from a byte string
+  to its id (the "whole piece is a token" shortcut) and one from a pair of ids to the id of their
+  concatenation (the merge step), instead of dicts keyed by bytes.
+
+Only the "gpt2" pattern has a scanner; `FastBPE` raises ValueError for any other, and the caller
+(`BPETokenizer`) falls back to the reference path. numba is imported here, so this module is
+imported only when a BPE tokenizer first encodes.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numba import njit
+
+# character classes in the table
+OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
+
+
+@lru_cache(maxsize=None)
+def char_classes() -> np.ndarray:
+    """uint8[0x110000]: the class of every code point under the `regex` module's \\p{L}, \\p{N}, \\s."""
+    import regex
+
+    table = np.zeros(0x110000, dtype=np.uint8)
+    codepoints = np.arange(0x110000, dtype=np.uint32)
+    codepoints[0xD800:0xE000] = 0x21  # surrogates never reach the scanner (UTF-8 cannot hold them)
+    text = codepoints.astype("<u4").tobytes().decode("utf-32-le")
+    for cls, expr in ((SPACE, r"\s+"), (NUMBER, r"\p{N}+"), (LETTER, r"\p{L}+")):
+        for m in regex.finditer(expr, text):
+            table[m.start():m.end()] = cls
+    table[0xD800:0xE000] = OTHER
+    return table
+
+
+# ---- the pre-split scanner ------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _decode(buf, i):
+    """(code point, its length in bytes) at byte offset i of valid UTF-8."""
+    b0 = np.int64(buf[i])
+    if b0 < 0x80:
+        return b0, 1
+    if b0 < 0xE0:
+        return ((b0 & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F), 2
+    if b0 < 0xF0:
+        return ((b0 & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F), 3
+    return (((b0 & 0x07) << 18) | ((np.int64(buf[i + 1]) & 0x3F) << 12) | ((np.int64(buf[i + 2]) & 0x3F) << 6)
+            | (np.int64(buf[i + 3]) & 0x3F)), 4
+
+
+@njit(cache=True, inline="always")
+def _run_end(buf, n, i, cls, k):
+    """The end of the run of class-k characters starting at byte i."""
+    while i < n:
+        c, l = _decode(buf, i)
+        if cls[c] != k:
+            break
+        i += l
+    return i
+
+
+@njit(cache=True)
+def _piece_end(buf, n, i, cls):
+    """The end of the pre-split piece that starts at byte i: GPT-2's pattern, alternative by alternative.
+
+        '(?:[sdmt]|ll|ve|re) | ?\\p{L}++ | ?\\p{N}++ | ?[^\\s\\p{L}\\p{N}]++ | \\s++$ | \\s+(?!\\S) | \\s
+    """
+    c, l = _decode(buf, i)
+    if c == 39:  # an apostrophe: a contraction, if one follows (case-sensitive, as in GPT-2)
+        if i + 1 < n:
+            c1 = buf[i + 1]
+            if c1 == 115 or c1 == 100 or c1 == 109 or c1 == 116:  # s d m t
+                return i + 2
+            if i + 2 < n:
+                c2 = buf[i + 2]
+                if (c1 == 108 and c2 == 108) or (c1 == 118 and c2 == 101) or (c1 == 114 and c2 == 101):  # ll ve re
+                    return i + 3
+    k = cls[c]
+    if c == 32 and i + 1 < n:  # " ?X+": a space joins the letter, number or other run after it
+        c1, l1 = _decode(buf, i + 1)
+        k1 = cls[c1]
+        if k1 != SPACE:
+            return _run_end(buf, n, i + 1 + l1, cls, k1)
+    if k != SPACE:
+        return _run_end(buf, n, i + l, cls, k)
+    # whitespace: the whole run if it ends the text, else all but its last character (which goes
+    # with the word after it, or stands alone), else (a run of one) that one character
+    last = i
+    j = i
+    while j < n:
+        c, l = _decode(buf, j)
+        if cls[c] != SPACE:
+            break
+        last = j
+        j += l
+    if j == n:
+        return n
+    if last > i:
+        return last
+    return j
+
+
+@njit(cache=True)
+def split_offsets(buf, cls):
+    """Byte offsets of the pieces of `buf`: piece p is buf[starts[p]:starts[p + 1]]."""
+    n = buf.shape[0]
+    starts = np.empty(n + 1, dtype=np.int64)
+    count = 0
+    i = 0
+    while i < n:
+        starts[count] = i
+        count += 1
+        i = _piece_end(buf, n, i, cls)
+    starts[count] = n
+    return starts[:count + 1]
+
+
+# ---- hash tables in arrays ------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _hash_bytes(buf, start, end):
+    """FNV-1a, 64-bit."""
+    h = np.uint64(14695981039346656037)
+    for i in range(start, end):
+        h = (h ^ np.uint64(buf[i])) * np.uint64(1099511628211)
+    return h
+
+
+@njit(cache=True, inline="always")
+def _hash_int(key):
+    return (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(key) >> np.uint64(29))
+
+
+@njit(cache=True)
+def _build_token_table(data, offsets, mask):
+    """Slots (index of the token, -1 empty) for the byte strings data[offsets[t]:offsets[t+1]]."""
+    slots = np.full(mask + 1, -1, dtype=np.int32)
+    for t in range(offsets.shape[0] - 1):
+        s = _hash_bytes(data, offsets[t], offsets[t + 1]) & np.uint64(mask)
+        while slots[s] != -1:
+            s = (s + np.uint64(1)) & np.uint64(mask)
+        slots[s] = t
+    return slots
+
+
+@njit(cache=True, inline="always")
+def _lookup_bytes(slots, mask, data, offsets, buf, start, end):
+    """The index of the token equal to buf[start:end], or -1."""
+    length = end - start
+    s = _hash_bytes(buf, start, end) & np.uint64(mask)
+    while True:
+        t = slots[s]
+        if t == -1:
+            return -1
+        o = offsets[t]
+        if offsets[t + 1] - o == length:
+            same = True
+            for k in range(length):
+                if data[o + k] != buf[start + k]:
+                    same = False
+                    break
+            if same:
+                return t
+        s = (s + np.uint64(1)) & np.uint64(mask)
+
+
+@njit(cache=True)
+def _build_pair_table(keys_in, values_in, mask):
+    keys = np.full(mask + 1, -1, dtype=np.int64)
+    values = np.empty(mask + 1, dtype=np.int64)
+    for j in range(keys_in.shape[0]):
+        s = _hash_int(keys_in[j]) & np.uint64(mask)
+        while keys[s] != -1 and keys[s] != keys_in[j]:
+            s = (s + np.uint64(1)) & np.uint64(mask)
+        keys[s] = keys_in[j]
+        values[s] = values_in[j]
+    return keys, values
+
+
+@njit(cache=True, inline="always")
+def _lookup_pair(keys, values, mask, key):
+    s = _hash_int(key) & np.uint64(mask)
+    while True:
+        k = keys[s]
+        if k == key:
+            return values[s]
+        if k == -1:
+            return -1
+        s = (s + np.uint64(1)) & np.uint64(mask)
+
+
+# ---- encoding -------------------------------------------------------------------------------------
+
+PAIR_SHIFT = 32  # pair key = (a << 32) | b
+
+
+@njit(cache=True)
+def _merge_piece(buf, start, end, byte_ids, pkeys, pvalues, pmask, parts, pranks, out, count):
+    """BPE on buf[start:end] from single bytes: merge the lowest-rank adjacent pair, leftmost first."""
+    m = end - start
+    for k in range(m):
+        parts[k] = byte_ids[buf[start + k]]
+    for k in range(m - 1):
+        pranks[k] = _lookup_pair(pkeys, pvalues, pmask, (parts[k] << PAIR_SHIFT) | parts[k + 1])
+    while m > 1:
+        best = -1
+        bi = -1
+        for k in range(m - 1):
+            r = pranks[k]
+            if r != -1 and (best == -1 or r < best):
+                best = r
+                bi = k
+        if bi == -1:
+            break
+        parts[bi] = best
+        for k in range(bi + 1, m - 1):
+            parts[k] = parts[k + 1]
+        for k in range(bi + 1, m - 2):
+            pranks[k] = pranks[k + 1]
+        m -= 1
+        if bi > 0:
+            pranks[bi - 1] = _lookup_pair(pkeys, pvalues, pmask, (parts[bi - 1] << PAIR_SHIFT) | parts[bi])
+        if bi < m - 1:
+            pranks[bi] = _lookup_pair(pkeys, pvalues, pmask, (parts[bi] << PAIR_SHIFT) | parts[bi + 1])
+    for k in range(m):
+        out[count + k] = parts[k]
+    return count + m
+
+
+@njit(cache=True)
+def _encode(buf, cls, data, offsets, ids, slots, smask, byte_ids, pkeys, pvalues, pmask):
+    n = buf.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    parts = np.empty(64, dtype=np.int64)
+    pranks = np.empty(64, dtype=np.int64)
+    count = 0
+    i = 0
+    while i < n:
+        j = _piece_end(buf, n, i, cls)
+        t = _lookup_bytes(slots, smask, data, offsets, buf, i, j)
+        if t != -1:
+            out[count] = ids[t]
+            count += 1
+        else:
+            if j - i > parts.shape[0]:
+                parts = np.empty(2 * (j - i), dtype=np.int64)
+                pranks = np.empty(2 * (j - i), dtype=np.int64)
+            count = _merge_piece(buf, i, j, byte_ids, pkeys, pvalues, pmask, parts, pranks, out, count)
+        i = j
+    return out[:count]
+
+
+def _table_mask(n: int) -> int:
+    size = 1
+    while size < 2 * n + 16:
+        size *= 2
+    return size - 1
+
+
+class FastBPE:
+    """Encode with given mergeable ranks (bytes -> id) through the numba path. gpt2 pattern only."""
+
+    def __init__(self, ranks: dict[bytes, int], pattern: str = "gpt2"):
+        if pattern != "gpt2":
+            raise ValueError(f"fast BPE path: no scanner for pattern {pattern!r}")
+        tokens = sorted(ranks.items(), key=lambda kv: kv[1])
+        self.ids = np.array([r for _, r in tokens], dtype=np.int64)
+        lengths = np.array([len(t) for t, _ in tokens], dtype=np.int64)
+        self.offsets = np.zeros(len(tokens) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.offsets[1:])
+        self.data = np.frombuffer(b"".join(t for t, _ in tokens), dtype=np.uint8)
+        self.smask = _table_mask(len(tokens))
+        self.slots = _build_token_table(self.data, self.offsets, self.smask)
+        self.byte_ids = np.array([ranks[bytes([b])] for b in range(256)], dtype=np.int64)
+        # pair (a, b) -> id of a+b, for every token that splits into two tokens (each split point):
+        # the merge loop only ever joins two tokens, so this is every merge it can make
+        keys, values = [], []
+        for token, rank in tokens:
+            for k in range(1, len(token)):
+                a, b = ranks.get(token[:k]), ranks.get(token[k:])
+                if a is not None and b is not None:
+                    keys.append((a << PAIR_SHIFT) | b)
+                    values.append(rank)
+        self.pmask = _table_mask(len(keys))
+        self.pkeys, self.pvalues = _build_pair_table(np.array(keys, dtype=np.int64), np.array(values, dtype=np.int64),
+                                                     self.pmask)
+        self.cls = char_classes()
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids (int64 array) of `text`, special-token strings treated as plain text."""
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+        return self.encode_bytes(raw)
+
+    def encode_bytes(self, raw: bytes) -> np.ndarray:
+        """Token ids of valid UTF-8 bytes."""
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        return _encode(buf, self.cls, self.data, self.offsets, self.ids, self.slots, self.smask, self.byte_ids,
+                       self.pkeys, self.pvalues, self.pmask)
