@@ -172,6 +172,19 @@ class BPETokenizer:
             return np.asarray(self.encode_ordinary_reference(text), dtype=np.int64)
         return fast.encode(text)
 
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Encode arbitrary bytes, valid UTF-8 or not (`decode_bytes` inverts it exactly).
+
+        Bytes that are not valid UTF-8 take part in the pre-split as punctuation (they are read as
+        the lone surrogates of Python's 'surrogateescape' scheme), so valid text in between splits
+        as usual. Reference path; special tokens are not recognised.
+        """
+        text = bytes(data).decode("utf-8", errors="surrogateescape")
+        out: list[int] = []
+        for piece in self._regex.findall(text):
+            out.extend(bpe_merge(piece.encode("utf-8", errors="surrogateescape"), self.mergeable_ranks))
+        return out
+
     def _special_regex(self, specials):
         import regex
 

@@ -1,0 +1,121 @@
+"""GPT-2's tokenizer against tiktoken: identical ids on real corpora and on random Unicode text.
+
+tiktoken is built here from the same ranks file (no download); our fast path (numba) and our
+reference path (regex + dict) must both agree with it exactly, and decode(encode(s)) == s.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokenizer_corpus import require_gpt2_ranks, stdlib_text
+
+tiktoken = pytest.importorskip("tiktoken")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    from euler_core.tokenizer.gpt2 import gpt2_tokenizer
+
+    return gpt2_tokenizer(require_gpt2_ranks())
+
+
+@pytest.fixture(scope="module")
+def reference_enc(gpt2):
+    from euler_core.tokenizer.pattern import GPT2_PATTERN
+
+    return tiktoken.Encoding("gpt2-local", pat_str=GPT2_PATTERN, mergeable_ranks=gpt2.mergeable_ranks,
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+def test_known_ids(gpt2):
+    assert gpt2.encode("Hello world") == [15496, 995]
+    assert gpt2.n_vocab == 50257 and gpt2.eot_token == 50256
+    assert gpt2.encode("<|endoftext|>", allowed_special="all") == [50256]
+
+
+def test_whole_corpus_matches_tiktoken(gpt2, reference_enc):
+    text = stdlib_text(4_500_000)
+    assert len(text.encode("utf-8")) >= 4_000_000
+    expected = reference_enc.encode_ordinary(text)
+    fast = gpt2.encode_ordinary(text)
+    assert fast == expected
+    assert gpt2.decode(fast) == text
+    # the readable path on a slice (it is slower, and the fast path is checked against it below too)
+    part = text[:400_000]
+    assert gpt2.encode_ordinary_reference(part) == reference_enc.encode_ordinary(part)
+
+
+def test_every_code_point_in_context(gpt2, reference_enc):
+    """Each code point between letters, digits and spaces: the character tables agree with tiktoken's."""
+    rng = random.Random(0)
+    cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    rng.shuffle(cps)
+    chunk = 2000
+    for k in range(0, len(cps), chunk):
+        text = "".join(f"a{chr(c)}b 1{chr(c)} {chr(c)}{chr(c)}  {chr(c)}x" for c in cps[k:k + chunk])
+        assert gpt2.encode_ordinary(text) == reference_enc.encode_ordinary(text), f"chunk {k}"
+
+
+FRAGMENTS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "don't", "I'm", "'", "''",
+             " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n", "\u00a0", "\u3000", "\u2028", "\x0b", "\x0c",
+             "\x1c", "\x85", "0", "42", "3.14", "1,000", "٣", "Ⅻ", "½", "hello", "World", "ABC", "é", "e\u0301",
+             "a\u0308\u0304", "日本語", "中文", "한국어", "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "\u200d", "\ufeff", "!", "?!",
+             "...", "—", "«", "»", "$", "€", "<|endoftext|>", "\x00", "\U0010ffff", "\U000e0001", "\u0378", "ǅ"]
+
+text_strategy = st.one_of(
+    st.text(max_size=200),
+    st.lists(st.sampled_from(FRAGMENTS), max_size=60).map("".join),
+    st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=5)), max_size=40).map("".join),
+)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text_strategy)
+def test_random_text_matches_tiktoken(gpt2, reference_enc, s):
+    expected = reference_enc.encode_ordinary(s)
+    assert gpt2.encode_ordinary(s) == expected
+    assert gpt2.encode_ordinary_reference(s) == expected
+    assert gpt2.encode(s, allowed_special="all") == reference_enc.encode(s, allowed_special="all")
+    assert gpt2.decode(expected) == s
+    assert gpt2.decode_bytes(expected) == s.encode("utf-8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50256), max_size=30))
+def test_decode_of_any_ids_matches_tiktoken(gpt2, reference_enc, ids):
+    """Token sequences that cut characters apart decode with U+FFFD exactly as tiktoken's."""
+    assert gpt2.decode(ids) == reference_enc.decode(ids)
+    assert gpt2.decode_bytes(ids) == reference_enc.decode_bytes(ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=100))
+def test_encode_bytes_is_exactly_inverted(gpt2, data):
+    assert gpt2.decode_bytes(gpt2.encode_bytes(data)) == data
+
+
+def test_special_token_rules_as_tiktoken(gpt2, reference_enc):
+    s = "a <|endoftext|> b<|endoftext|>\n\n<|endoftext|>  "
+    with pytest.raises(ValueError, match="disallowed special token"):
+        gpt2.encode(s)
+    for kwargs in ({"allowed_special": "all"}, {"allowed_special": {"<|endoftext|>"}}, {"disallowed_special": ()}):
+        assert gpt2.encode(s, **kwargs) == reference_enc.encode(s, **kwargs), kwargs
+    assert gpt2.encode_ordinary(s) == reference_enc.encode_ordinary(s)
+    with pytest.raises(ValueError, match="does not have"):
+        gpt2.encode(s, allowed_special={"<|im_start|>"})
+
+
+def test_lone_surrogates_replaced_as_tiktoken(gpt2, reference_enc):
+    s = "ab\ud800cd \udfff"
+    assert gpt2.encode(s) == reference_enc.encode(s)
+    assert gpt2.encode_ordinary(s) == reference_enc.encode_ordinary(s)
+
+
+def test_long_pieces(gpt2, reference_enc):
+    for s in [" " * 5000 + "x", "=" * 3000, "ab" * 4000, "\n" * 100 + "  \t", "9" * 1000, "x" * 70]:
+        assert gpt2.encode_ordinary(s) == reference_enc.encode_ordinary(s)
