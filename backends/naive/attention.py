@@ -14,6 +14,7 @@ Masked entries have P = 0, so dS = 0 there: the mask needs no special case in th
 Memory is O(B * NH * T^2): this is the version to read, not the one to train long contexts with.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,7 @@ def merge_heads(y):
 def forward(inputs, attrs, out=None):
     q, k, v = split_heads(inputs["qkv"], attrs["n_head"])  # (B,NH,T,HS) each
     T, HS = q.shape[2], q.shape[3]
-    scale = 1.0 / np.sqrt(HS)
+    scale = 1.0 / math.sqrt(HS)  # a Python float: keeps float32 arrays float32
     S = (q @ k.swapaxes(-1, -2)) * scale               # (B,NH,T,T)
     future = np.triu(np.ones((T, T), dtype=bool), k=1)  # (T,T) True above the diagonal
     S[..., future] = -np.inf
@@ -60,7 +61,7 @@ def forward(inputs, attrs, out=None):
 def backward(saved, dout, grads):
     q, k, v, P = saved.q, saved.k, saved.v, saved.P
     B, NH, T, HS = q.shape
-    scale = 1.0 / np.sqrt(HS)
+    scale = 1.0 / math.sqrt(HS)  # a Python float: keeps float32 arrays float32
     dy = dout.reshape(B, T, NH, HS).transpose(0, 2, 1, 3)  # (B,NH,T,HS)
     dv = P.swapaxes(-1, -2) @ dy                           # (B,NH,T,HS)
     dP = dy @ v.swapaxes(-1, -2)                           # (B,NH,T,T)

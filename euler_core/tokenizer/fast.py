@@ -309,3 +309,335 @@ class FastBPE:
         buf = np.frombuffer(raw, dtype=np.uint8)
         return _encode(buf, self.cls, self.data, self.offsets, self.ids, self.slots, self.smask, self.byte_ids,
                        self.pkeys, self.pvalues, self.pmask)
+
+
+# ---- training: counting pieces --------------------------------------------------------------------
+
+@njit(cache=True)
+def split_offsets_lines(buf, cls, ends):
+    """Like `split_offsets`, with each line (ending at the offsets `ends`) pre-split on its own."""
+    n = buf.shape[0]
+    starts = np.empty(n + 1, dtype=np.int64)
+    count = 0
+    i = 0
+    for e in ends:
+        while i < e:
+            starts[count] = i
+            count += 1
+            i = _piece_end(buf, e, i, cls)
+    starts[count] = n
+    return starts[:count + 1]
+
+
+@njit(cache=True)
+def _count_spans(buf, offsets):
+    """Distinct byte strings among the pieces buf[offsets[p]:offsets[p+1]]: ((start, end) pairs, counts)."""
+    npieces = offsets.shape[0] - 1
+    mask = 1
+    while mask < 2 * npieces + 16:
+        mask *= 2
+    mask -= 1
+    slots = np.full(mask + 1, -1, dtype=np.int64)
+    first = np.empty(npieces, dtype=np.int64)
+    counts = np.zeros(npieces, dtype=np.int64)
+    ndistinct = 0
+    for p in range(npieces):
+        a, b = offsets[p], offsets[p + 1]
+        s = _hash_bytes(buf, a, b) & np.uint64(mask)
+        while True:
+            d = slots[s]
+            if d == -1:
+                slots[s] = ndistinct
+                first[ndistinct] = p
+                counts[ndistinct] = 1
+                ndistinct += 1
+                break
+            q = first[d]
+            qa = offsets[q]
+            if offsets[q + 1] - qa == b - a:
+                same = True
+                for k in range(b - a):
+                    if buf[qa + k] != buf[a + k]:
+                        same = False
+                        break
+                if same:
+                    counts[d] += 1
+                    break
+            s = (s + np.uint64(1)) & np.uint64(mask)
+    spans = np.empty(2 * ndistinct, dtype=np.int64)
+    for d in range(ndistinct):
+        spans[2 * d] = offsets[first[d]]
+        spans[2 * d + 1] = offsets[first[d] + 1]
+    return spans, counts[:ndistinct]
+
+
+def _count_pieces(buf, cls):
+    return _count_spans(buf, split_offsets(buf, cls))
+
+
+def _count_pieces_lines(buf, cls, ends):
+    return _count_spans(buf, split_offsets_lines(buf, cls, ends))
+
+
+# ---- training: the merge loop ---------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _grow(arr, need):
+    if need <= arr.shape[0]:
+        return arr
+    size = arr.shape[0] * 2
+    while size < need:
+        size *= 2
+    new = np.empty(size, dtype=arr.dtype)
+    new[:arr.shape[0]] = arr
+    return new
+
+
+@njit(cache=True, inline="always")
+def _better(c1, k1, c2, k2):
+    """Heap order: the higher count first; between equal counts, the smaller pair key."""
+    return c1 > c2 or (c1 == c2 and k1 < k2)
+
+
+@njit(cache=True)
+def _heap_push(hc, hk, hp, size, c, k, p):
+    i = size
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _better(c, k, hc[parent], hk[parent]):
+            break
+        hc[i], hk[i], hp[i] = hc[parent], hk[parent], hp[parent]
+        i = parent
+    hc[i], hk[i], hp[i] = c, k, p
+
+
+@njit(cache=True)
+def _heap_pop(hc, hk, hp, size):
+    """Remove the top (caller has read it); `size` is the size before the pop."""
+    size -= 1
+    c, k, p = hc[size], hk[size], hp[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and _better(hc[child + 1], hk[child + 1], hc[child], hk[child]):
+            child += 1
+        if not _better(hc[child], hk[child], c, k):
+            break
+        hc[i], hk[i], hp[i] = hc[child], hk[child], hp[child]
+        i = child
+    hc[i], hk[i], hp[i] = c, k, p
+
+
+@njit(cache=True, nogil=True)
+def _train_merges(syms, wstart, wlen, wcount, tok_data, tok_off, n_tok, n_target, progress):
+    """The BPE merge loop (see train.py). Mutates syms/wlen; returns (merges (m, 3): a, b, new id,
+    token bytes, token offsets, number of tokens). progress[0] is kept at the number of merges."""
+    nwords = wstart.shape[0]
+    # token bytes -> id, for recognising a merge that yields an existing token
+    tmask = 1
+    while tmask < 2 * n_target + 16:
+        tmask *= 2
+    tmask -= 1
+    tslots = np.full(tmask + 1, -1, dtype=np.int32)
+    tok_off = _grow(tok_off, n_target + 1)
+    for t in range(n_tok):
+        s = _hash_bytes(tok_data, tok_off[t], tok_off[t + 1]) & np.uint64(tmask)
+        while tslots[s] != -1:
+            s = (s + np.uint64(1)) & np.uint64(tmask)
+        tslots[s] = t
+    # pairs: dense arrays indexed by pair number, found through an open-addressing table
+    cap = 1024
+    pa = np.empty(cap, dtype=np.int64)
+    pb = np.empty(cap, dtype=np.int64)
+    pcount = np.zeros(cap, dtype=np.int64)
+    phead = np.empty(cap, dtype=np.int64)     # first node of the pair's word list
+    plastw = np.empty(cap, dtype=np.int64)    # word of the last node added (skip repeats)
+    ptouched = np.zeros(cap, dtype=np.int64)  # merge step that last touched it
+    npairs = 0
+    pmask = 2047
+    pslots = np.full(pmask + 1, -1, dtype=np.int64)
+    node_word = np.empty(1024, dtype=np.int64)
+    node_next = np.empty(1024, dtype=np.int64)
+    nnodes = 0
+    wstamp = np.zeros(nwords, dtype=np.int64)
+    touched = np.empty(1024, dtype=np.int64)
+    merges = np.empty((max(n_target - n_tok, 1), 3), dtype=np.int64)
+    nmerges = 0
+
+    # phase 1: count every adjacent pair of every word
+    for w in range(nwords):
+        st = wstart[w]
+        for k in range(wlen[w] - 1):
+            x, y = syms[st + k], syms[st + k + 1]
+            key = (x << 32) | y
+            s = _hash_int(key) & np.uint64(pmask)
+            while pslots[s] != -1 and not (pa[pslots[s]] == x and pb[pslots[s]] == y):
+                s = (s + np.uint64(1)) & np.uint64(pmask)
+            q = pslots[s]
+            if q == -1:
+                q = npairs
+                npairs += 1
+                if npairs > pa.shape[0]:
+                    pa, pb, pcount = _grow(pa, npairs), _grow(pb, npairs), _grow(pcount, npairs)
+                    phead, plastw, ptouched = _grow(phead, npairs), _grow(plastw, npairs), _grow(ptouched, npairs)
+                pa[q], pb[q], pcount[q], phead[q], plastw[q], ptouched[q] = x, y, 0, -1, -1, 0
+                pslots[s] = q
+                if 2 * npairs > pmask:  # rehash at half full
+                    pmask = 2 * pmask + 1
+                    pslots = np.full(pmask + 1, -1, dtype=np.int64)
+                    for r in range(npairs):
+                        s2 = _hash_int((pa[r] << 32) | pb[r]) & np.uint64(pmask)
+                        while pslots[s2] != -1:
+                            s2 = (s2 + np.uint64(1)) & np.uint64(pmask)
+                        pslots[s2] = r
+            pcount[q] += wcount[w]
+            if plastw[q] != w:
+                nnodes += 1
+                if nnodes > node_word.shape[0]:
+                    node_word, node_next = _grow(node_word, nnodes), _grow(node_next, nnodes)
+                node_word[nnodes - 1] = w
+                node_next[nnodes - 1] = phead[q]
+                phead[q] = nnodes - 1
+                plastw[q] = w
+
+    hcap = npairs + 1024
+    hc = np.empty(hcap, dtype=np.int64)
+    hk = np.empty(hcap, dtype=np.int64)
+    hp = np.empty(hcap, dtype=np.int64)
+    hsize = 0
+    for q in range(npairs):
+        if pcount[q] > 0:
+            _heap_push(hc, hk, hp, hsize, pcount[q], (pa[q] << 32) | pb[q], q)
+            hsize += 1
+
+    # phase 2: merge
+    it = 0
+    while n_tok < n_target and hsize > 0:
+        c, p = hc[0], hp[0]
+        _heap_pop(hc, hk, hp, hsize)
+        hsize -= 1
+        if c != pcount[p]:  # stale entry: its count has fallen since it was pushed
+            if pcount[p] > 0:
+                _heap_push(hc, hk, hp, hsize, pcount[p], (pa[p] << 32) | pb[p], p)
+                hsize += 1
+            continue
+        a, b = pa[p], pb[p]
+        it += 1
+        # the new token's bytes, and whether they are already a token
+        la = tok_off[a + 1] - tok_off[a]
+        lb = tok_off[b + 1] - tok_off[b]
+        end = tok_off[n_tok]
+        tok_data = _grow(tok_data, end + la + lb)
+        tok_data[end:end + la] = tok_data[tok_off[a]:tok_off[a] + la]
+        tok_data[end + la:end + la + lb] = tok_data[tok_off[b]:tok_off[b] + lb]
+        s = _hash_bytes(tok_data, end, end + la + lb) & np.uint64(tmask)
+        new = -1
+        while tslots[s] != -1:
+            t = tslots[s]
+            if tok_off[t + 1] - tok_off[t] == la + lb:
+                same = True
+                for k in range(la + lb):
+                    if tok_data[tok_off[t] + k] != tok_data[end + k]:
+                        same = False
+                        break
+                if same:
+                    new = t
+                    break
+            s = (s + np.uint64(1)) & np.uint64(tmask)
+        if new == -1:
+            new = n_tok
+            tslots[s] = new
+            tok_off[n_tok + 1] = end + la + lb
+            n_tok += 1
+        if nmerges == merges.shape[0]:
+            bigger = np.empty((2 * nmerges, 3), dtype=np.int64)
+            bigger[:nmerges] = merges
+            merges = bigger
+        merges[nmerges, 0], merges[nmerges, 1], merges[nmerges, 2] = a, b, new
+        nmerges += 1
+
+        ntouched = 0
+        node = phead[p]
+        while node != -1:
+            w = node_word[node]
+            node = node_next[node]
+            if wstamp[w] == it:
+                continue
+            wstamp[w] = it
+            st = wstart[w]
+            L = wlen[w]
+            found = False
+            for k in range(L - 1):
+                if syms[st + k] == a and syms[st + k + 1] == b:
+                    found = True
+                    break
+            if not found:
+                continue
+            cnt = wcount[w]
+            for k in range(L - 1):  # take the word's pairs out ...
+                x, y = syms[st + k], syms[st + k + 1]
+                s = _hash_int((x << 32) | y) & np.uint64(pmask)
+                while not (pa[pslots[s]] == x and pb[pslots[s]] == y):
+                    s = (s + np.uint64(1)) & np.uint64(pmask)
+                pcount[pslots[s]] -= cnt
+            out = st  # ... merge left to right, in place ...
+            k = 0
+            while k < L:
+                if k < L - 1 and syms[st + k] == a and syms[st + k + 1] == b:
+                    syms[out] = new
+                    k += 2
+                else:
+                    syms[out] = syms[st + k]
+                    k += 1
+                out += 1
+            L = out - st
+            wlen[w] = L
+            for k in range(L - 1):  # ... and put its pairs back
+                x, y = syms[st + k], syms[st + k + 1]
+                key = (x << 32) | y
+                s = _hash_int(key) & np.uint64(pmask)
+                while pslots[s] != -1 and not (pa[pslots[s]] == x and pb[pslots[s]] == y):
+                    s = (s + np.uint64(1)) & np.uint64(pmask)
+                q = pslots[s]
+                if q == -1:
+                    q = npairs
+                    npairs += 1
+                    if npairs > pa.shape[0]:
+                        pa, pb, pcount = _grow(pa, npairs), _grow(pb, npairs), _grow(pcount, npairs)
+                        phead, plastw, ptouched = _grow(phead, npairs), _grow(plastw, npairs), _grow(ptouched, npairs)
+                    pa[q], pb[q], pcount[q], phead[q], plastw[q], ptouched[q] = x, y, 0, -1, -1, 0
+                    pslots[s] = q
+                    if 2 * npairs > pmask:
+                        pmask = 2 * pmask + 1
+                        pslots = np.full(pmask + 1, -1, dtype=np.int64)
+                        for r in range(npairs):
+                            s2 = _hash_int((pa[r] << 32) | pb[r]) & np.uint64(pmask)
+                            while pslots[s2] != -1:
+                                s2 = (s2 + np.uint64(1)) & np.uint64(pmask)
+                            pslots[s2] = r
+                pcount[q] += cnt
+                if x == new or y == new:
+                    if plastw[q] != w:
+                        nnodes += 1
+                        if nnodes > node_word.shape[0]:
+                            node_word, node_next = _grow(node_word, nnodes), _grow(node_next, nnodes)
+                        node_word[nnodes - 1] = w
+                        node_next[nnodes - 1] = phead[q]
+                        phead[q] = nnodes - 1
+                        plastw[q] = w
+                    if ptouched[q] != it:
+                        ptouched[q] = it
+                        ntouched += 1
+                        touched = _grow(touched, ntouched)
+                        touched[ntouched - 1] = q
+        for j in range(ntouched):
+            q = touched[j]
+            if pcount[q] > 0:
+                if hsize == hc.shape[0]:
+                    hc, hk, hp = _grow(hc, hsize + 1), _grow(hk, hsize + 1), _grow(hp, hsize + 1)
+                _heap_push(hc, hk, hp, hsize, pcount[q], (pa[q] << 32) | pb[q], q)
+                hsize += 1
+        progress[0] = nmerges
+    return merges[:nmerges], tok_data[:tok_off[n_tok]], tok_off[:n_tok + 1], n_tok

@@ -1,0 +1,142 @@
+"""The `euler` command: a thin layer over the Python API.
+
+    euler train        pretrain a GPT (no arguments: a small model on the embedded default corpus)
+    euler generate     sample from a checkpoint
+    euler backends     list every backend and variant, its device, dtypes and availability
+    euler conformance  run the conformance suite on a backend
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+
+TRAIN_HELP = {
+    "preset": "model preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, baby, small, micro)",
+    "n_layer": "override the preset's number of layers", "n_head": "override the preset's heads",
+    "n_embd": "override the preset's channels",
+    "backend": "kernel selection, e.g. naive, numba, or numba,attention=naive",
+    "dtype": "float32 or float64",
+    "train_data": "glob of llm.c .bin training shards (default: the embedded corpus)",
+    "val_data": "glob of validation shards", "tokenizer": "tokenizer of the shards, for samples: gpt2 or a path",
+    "vocab_size": "vocabulary size of the shards when no tokenizer is given",
+    "batch_size": "sequences per micro-batch (B)", "seq_len": "tokens per sequence (T; default: block size)",
+    "total_batch": "tokens per optimizer step (gradient accumulation; default B*T)",
+    "steps": "optimizer steps", "lr": "peak learning rate", "min_lr_frac": "final lr as a fraction of the peak",
+    "warmup": "warmup steps", "weight_decay": "AdamW weight decay (2-D weights only)",
+    "grad_clip": "clip the global gradient norm to this (0: off)",
+    "eval_every": "steps between validation losses (0: never)", "eval_batches": "batches per validation",
+    "sample_every": "steps between samples (0: only at the end)", "sample_tokens": "tokens per sample",
+    "sample_prompt": "prompt of the samples", "checkpoint_every": "steps between checkpoints",
+    "out": "run directory (default runs/<date-time>)", "seed": "random seed (weights and batches)",
+}
+
+
+def _add_train(sub) -> None:
+    from .train import TrainConfig
+    p = sub.add_parser("train", help="pretrain a GPT", description="Pretrain a GPT. With no arguments: a small "
+                       "model on the embedded default corpus, on the CPU, in a few minutes, then a sample.")
+    for f in fields(TrainConfig):
+        if f.name == "progress":
+            continue
+        kind = {"int | None": int, "str | None": str, "float": float, "int": int, "str": str}[str(f.type)]
+        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None,
+                       help=f"{TRAIN_HELP[f.name]} (default: {f.default})")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_train)
+
+
+def _train(args) -> int:
+    from .train import TrainConfig, train
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+             if f.name != "progress" and getattr(args, f.name) is not None}
+    if args.resume and args.out is None:
+        raise ValueError("--resume needs --out RUN_DIR (the run to continue)")
+    cfg = TrainConfig(**given, progress=not args.no_progress)
+    summary = train(cfg, resume=args.resume)
+    print(f"\nfinished {summary['steps']} steps: val loss {summary['first_val_loss']:.3f} -> {summary['val_loss']:.3f}, "
+          f"{summary['tokens_per_s']:,.0f} tokens/s; checkpoint {summary.get('checkpoint')}")
+    if "sample" in summary:
+        print("sample:\n" + summary["sample"])
+    return 0
+
+
+def _add_generate(sub) -> None:
+    p = sub.add_parser("generate", help="sample text from a checkpoint")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory (its latest)")
+    p.add_argument("--prompt", default="\n", help="text to continue")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--backend", default="naive", help="kernel selection")
+    p.set_defaults(func=_generate)
+
+
+def _generate(args) -> int:
+    from .checkpoint import load_checkpoint
+    from .generate import generate
+    from .model import GPT
+    from .tokenizer import tokenizer_from_checkpoint
+    ckpt = load_checkpoint(args.checkpoint, with_optimizer=False)
+    if "tokenizer" not in ckpt.meta:
+        raise ValueError(f"checkpoint {ckpt.path} records no tokenizer: cannot turn a prompt into tokens")
+    tokenizer = tokenizer_from_checkpoint(ckpt.path, ckpt.meta["tokenizer"])
+    model = GPT(ckpt.config, args.backend, dtype=ckpt.meta.get("dtype", "float32"), seed=None)
+    model.load_parameters(ckpt.params)
+    ids = generate(model, tokenizer.encode(args.prompt), args.max_new_tokens, args.temperature, args.top_k,
+                   args.top_p, args.seed, stop_token=tokenizer.eot_token)
+    print(args.prompt + tokenizer.decode(ids))
+    return 0
+
+
+def _add_backends(sub) -> None:
+    p = sub.add_parser("backends", help="list backends, their variants and whether they run here")
+    p.set_defaults(func=_backends)
+
+
+def _backends(args) -> int:
+    from .ops import OPS
+    from .registry import get_registry
+    registry = get_registry()
+    print(f"{'backend':<10} {'op':<13} {'variant':<12} {'device':<6} {'dtypes':<28} available here")
+    for backend in registry.backends.values():
+        for op in OPS:
+            variants = backend.variants_of(op)
+            if not variants:
+                print(f"{backend.name:<10} {op:<13} {'-':<12} {'':<6} {'':<28} (no variant: falls back to naive)")
+            for v in variants:
+                reason = v.unavailable_reason()
+                print(f"{backend.name:<10} {op:<13} {v.name:<12} {v.device:<6} {','.join(v.dtypes):<28} "
+                      f"{'yes' if reason is None else 'no: ' + reason}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="euler", description="NanoEuler: GPT-2 training with hand-written "
+                                     "kernels on pluggable backends.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(sub)
+    _add_generate(sub)
+    _add_backends(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"euler {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("euler: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

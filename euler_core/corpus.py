@@ -1,0 +1,40 @@
+"""The embedded default corpus: the Python standard library's own source, which every machine with
+Python has, so `euler train` needs no download.
+
+The files are taken in sorted order from the standard library's top level and its packages (tests,
+site-packages and generated files left out) until `max_bytes` is reached, so the same Python
+version always yields the same text.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3",
+             "ensurepip", "pydoc_data", "turtledemo"}
+
+
+def stdlib_files() -> list[Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = [p for p in root.rglob("*.py")
+             if not SKIP_DIRS.intersection(p.relative_to(root).parts[:-1])
+             and not p.relative_to(root).parts[0].startswith("config-") and "test" not in p.name]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def default_corpus(max_bytes: int = 3_000_000) -> str:
+    """About `max_bytes` of Python source from the standard library, files separated by a blank line."""
+    parts, size = [], 0
+    for path in stdlib_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        parts.append(text)
+        size += len(text.encode("utf-8"))
+        if size >= max_bytes:
+            break
+    if not parts:
+        raise RuntimeError(f"no Python source found under {sysconfig.get_paths()['stdlib']} for the default corpus")
+    return "\n\n".join(parts)
