@@ -1,0 +1,110 @@
+"""Array helpers of the suite: dtypes it can make here, host/device moves, comparisons that explain.
+
+Everything is compared on the host in float64. A comparison that fails says how many elements are
+off, where the worst one is, what it was and what it should have been.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from euler_core.device import to_device
+
+
+class CheckFailed(AssertionError):
+    """A check found the variant wrong; the message says how."""
+
+
+class CheckSkipped(Exception):
+    """A check cannot run here (the reason is the message); reported as SKIP, never as PASS."""
+
+
+def dtype_unavailable_reason(dtype: str, device: str) -> str | None:
+    """None when arrays of `dtype` can be made on `device` here, else why not."""
+    if dtype == "bfloat16":
+        if device == "cuda":
+            return "CuPy has no bfloat16 arrays"
+        if importlib.util.find_spec("ml_dtypes") is None:
+            return "bfloat16 on the CPU needs ml_dtypes (pip install ml_dtypes)"
+    if dtype not in ("float64", "float32", "float16", "bfloat16"):
+        return f"{dtype} is not a storage dtype"
+    return None
+
+
+def np_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def is_float(a) -> bool:
+    return hasattr(a, "dtype") and (np.issubdtype(np.dtype(a.dtype), np.floating) or str(a.dtype) == "bfloat16")
+
+
+def host(a):
+    """A NumPy copy-or-view of a NumPy or CuPy array (None stays None)."""
+    return None if a is None else np.asarray(to_device(a, "cpu"))
+
+
+def host64(a):
+    return None if a is None else host(a).astype(np.float64)
+
+
+def snapshot(arrays: dict) -> dict:
+    """Host copies of every array in `arrays` (for the inputs-unchanged check)."""
+    return {k: (host(v).copy() if hasattr(v, "dtype") else v) for k, v in arrays.items()}
+
+
+def same_bits(a, b) -> bool:
+    a, b = host(a), host(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return a.tobytes() == b.tobytes()
+
+
+def _fmt_index(idx, shape):
+    return str(tuple(int(i) for i in np.unravel_index(idx, shape))) if shape else "()"
+
+
+def compare(name: str, got, ref, tol, what="the float64 naive reference") -> None:
+    """Raise CheckFailed unless |got - ref| <= rtol |ref| + atol rms(ref) everywhere (see tolerances)."""
+    g = host64(got)
+    r = np.asarray(ref, dtype=np.float64)
+    if g.shape != r.shape:
+        raise CheckFailed(f"{name}: shape {g.shape}, expected {r.shape}")
+    if g.size == 0:
+        return
+    scale = max(float(np.sqrt(np.mean(r * r))), 1e-300)
+    allowed = tol.rtol * np.abs(r) + tol.atol * scale
+    err = np.abs(g - r)
+    bad = ~(err <= allowed)  # NaN in got counts as bad
+    if bad.any():
+        ratio = np.where(np.isfinite(err), err / allowed, np.inf)
+        worst = int(np.argmax(np.where(bad, ratio, -1.0)))
+        raise CheckFailed(
+            f"{name} differs from {what} at {int(bad.sum())} of {g.size} elements ({tol}): "
+            f"worst at {_fmt_index(worst, g.shape)}: got {g.flat[worst]!r}, expected {r.flat[worst]!r} "
+            f"(|err| {err.flat[worst]:.3g}, allowed {allowed.flat[worst]:.3g}; max |err| overall "
+            f"{np.nanmax(err) if np.isfinite(err).any() else float('nan'):.3g}, rms(ref) {scale:.3g})")
+
+
+def expect_finite(name: str, a) -> None:
+    h = host64(a)
+    bad = ~np.isfinite(h)
+    if bad.any():
+        first = int(np.argmax(bad.reshape(-1)))
+        raise CheckFailed(f"{name} has {int(bad.sum())} NaN/Inf of {h.size} elements, first at "
+                          f"{_fmt_index(first, h.shape)} ({h.flat[first]!r})")
+
+
+def expect_written(name: str, a) -> None:
+    """`a` was poisoned with NaN before the call: every element must have been written."""
+    h = host64(a)
+    left = np.isnan(h)
+    if left.any():
+        first = int(np.argmax(left.reshape(-1)))
+        raise CheckFailed(f"{name} was passed filled with NaN and {int(left.sum())} of {h.size} elements "
+                          f"were never written, first at {_fmt_index(first, h.shape)}")

@@ -1,0 +1,252 @@
+"""The named shapes every variant is run at, the bad inputs it must reject, and the small shapes of
+the finite-difference check.
+
+Each case has a short name that is its test id and its `--case` value. The shapes are awkward on
+purpose: T=1, T not a multiple of any block size (17), C not a multiple of 32 (20, 36), B=1, primes,
+a longer T where it is cheap (128, 257), a padded vocabulary (n_valid < V), matmul without bias,
+|x| up to 10 for GELU, logits of a hundred for cross-entropy. They are small enough that the whole
+suite for the naive backend runs in well under a minute on two cores.
+
+A case may `transform` the float64 example inputs (before they are rounded to the tested dtype) to
+reach values `OpSpec.example` does not make, and may override attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    dims: dict
+    attrs: dict = field(default_factory=dict)
+    transform: Callable | None = None  # (inputs, rng) -> inputs, on the float64 example
+    note: str = ""
+
+
+def _gelu_extreme(inputs, rng):
+    x = inputs["x"]
+    x = rng.uniform(-10.0, 10.0, size=x.shape)     # tails where tanh saturates
+    x.flat[:4] = (-10.0, 10.0, -1e-3, 1e-3)[: x.size]  # both saturated ends and near zero
+    x[x == 0] = 0.25
+    return {**inputs, "x": x}
+
+
+def _large_logits(inputs, rng):
+    logits = inputs["logits"] * (100.0 / 3.0)      # |logits| ~ 100: exp() overflows unless shifted
+    return {**inputs, "logits": logits}
+
+
+def _all_ignored(inputs, rng):
+    return {**inputs, "targets": np.full_like(inputs["targets"], -1)}
+
+
+def _repeated_tokens(inputs, rng):
+    tokens = inputs["tokens"].copy()
+    tokens[...] = rng.integers(0, 2, size=tokens.shape)  # only tokens 0 and 1: heavy scatter-add collisions
+    return {**inputs, "tokens": tokens}
+
+
+C = Case
+CASES: dict[str, list[Case]] = {
+    "embedding": [
+        C("small", {"B": 2, "T": 5, "C": 8, "V": 11}),
+        C("T1", {"B": 1, "T": 1, "C": 20, "V": 7}),
+        C("T17-C36", {"B": 2, "T": 17, "C": 36, "V": 50, "maxT": 24}),
+        C("prime", {"B": 3, "T": 13, "C": 37, "V": 31}),
+        C("repeated-tokens", {"B": 4, "T": 9, "C": 20, "V": 5}, transform=_repeated_tokens),
+        C("T128", {"B": 1, "T": 128, "C": 48, "V": 97}),
+    ],
+    "layernorm": [
+        C("small", {"N": 4, "C": 8}),
+        C("T1", {"N": 1, "C": 20}),
+        C("T17-C36", {"N": 17, "C": 36}),
+        C("prime", {"N": 13, "C": 37}),
+        C("C768", {"N": 8, "C": 768}),
+        C("T257", {"N": 257, "C": 20}),
+    ],
+    "matmul": [
+        C("small", {"N": 4, "K": 8, "M": 6}),
+        C("T1", {"N": 1, "K": 20, "M": 36}),
+        C("T17-K36-M20", {"N": 17, "K": 36, "M": 20}),
+        C("prime-nobias", {"N": 13, "K": 37, "M": 11, "bias": False}),
+        C("T1-nobias", {"N": 1, "K": 5, "M": 3, "bias": False}),
+        C("N128-K65-M96", {"N": 128, "K": 65, "M": 96}),
+        C("K768-M2304", {"N": 16, "K": 768, "M": 2304}, note="GPT-2 124M's qkv projection"),
+    ],
+    "attention": [
+        C("small", {"B": 2, "T": 4, "C": 8, "NH": 2}),
+        C("T1", {"B": 1, "T": 1, "C": 8, "NH": 2}),
+        C("T17-C36-NH3", {"B": 2, "T": 17, "C": 36, "NH": 3}),
+        C("prime-HS5", {"B": 1, "T": 13, "C": 20, "NH": 4}),
+        C("NH1", {"B": 2, "T": 5, "C": 24, "NH": 1}),
+        C("T128", {"B": 1, "T": 128, "C": 32, "NH": 2}),
+        C("T257", {"B": 1, "T": 257, "C": 16, "NH": 2}),
+        C("HS64", {"B": 1, "T": 64, "C": 768, "NH": 12}, note="GPT-2 124M's heads"),
+    ],
+    "gelu": [
+        C("small", {"N": 4, "C": 8}),
+        C("T1", {"N": 1, "C": 20}),
+        C("prime", {"N": 17, "C": 37}),
+        C("T257-C65", {"N": 257, "C": 65}),
+        C("extreme", {"N": 16, "C": 36}, transform=_gelu_extreme, note="|x| up to 10"),
+    ],
+    "residual": [
+        C("small", {"N": 4, "C": 8}),
+        C("T1", {"N": 1, "C": 20}),
+        C("prime", {"N": 17, "C": 37}),
+        C("T128-C65", {"N": 128, "C": 65}),
+    ],
+    "crossentropy": [
+        C("small", {"B": 2, "T": 4, "V": 10}),
+        C("T1", {"B": 1, "T": 1, "V": 7}),
+        C("T17-V36", {"B": 2, "T": 17, "V": 36}),
+        C("padded-vocab", {"B": 2, "T": 5, "V": 64, "n_valid": 50}, note="n_valid < V"),
+        C("large-logits", {"B": 2, "T": 9, "V": 37}, transform=_large_logits, note="|logits| ~ 100"),
+        C("all-ignored", {"B": 1, "T": 3, "V": 5}, transform=_all_ignored, note="every target -1"),
+        C("V257", {"B": 1, "T": 33, "V": 257, "n_valid": 251}),
+    ],
+    "adamw": [
+        C("small", {"N": 8}),
+        C("N1", {"N": 1}),
+        C("prime", {"N": 1009}),
+        C("N4099", {"N": 4099}),
+        C("step1-nodecay", {"N": 37}, attrs={"step": 1, "weight_decay": 0.0}),
+        C("clipped", {"N": 64}, attrs={"grad_scale": 0.25, "lr": 3e-2, "step": 100}),
+    ],
+}
+
+#: small shapes for the finite-difference check of each op (every input element is perturbed)
+GRADCHECK_DIMS: dict[str, dict] = {
+    "embedding": {"B": 2, "T": 3, "C": 4, "V": 3},
+    "layernorm": {"N": 3, "C": 5},
+    "matmul": {"N": 3, "K": 4, "M": 5},
+    "attention": {"B": 2, "T": 3, "C": 4, "NH": 2},
+    "gelu": {"N": 3, "C": 7},
+    "residual": {"N": 2, "C": 3},
+    "crossentropy": {"B": 2, "T": 3, "V": 6, "n_valid": 5},
+}
+
+
+def case_names(op: str) -> list[str]:
+    return [c.name for c in CASES[op]]
+
+
+def get_case(op: str, name: str) -> Case:
+    for c in CASES[op]:
+        if c.name == name:
+            return c
+    raise ValueError(f"op {op} has no conformance case {name!r}; its cases: {', '.join(case_names(op))}")
+
+
+# ---- bad inputs --------------------------------------------------------------------------------
+# Each entry: (name, make) where make(inputs, attrs) -> (inputs, attrs) breaks one thing of a valid
+# float32 example. The dispatcher (euler_core.kernels.Kernel) must raise ValueError or TypeError
+# whose message names the op, before the variant sees the arrays.
+def _set(name, value_fn):
+    def make(inputs, attrs):
+        return {**inputs, name: value_fn(inputs)}, attrs
+    return make
+
+
+def _attr(**changes):
+    def make(inputs, attrs):
+        return inputs, {**attrs, **changes}
+    return make
+
+
+def _drop(name):
+    def make(inputs, attrs):
+        return {k: v for k, v in inputs.items() if k != name}, attrs
+    return make
+
+
+def _float64(name):
+    return _set(name, lambda i: i[name].astype(np.float64))
+
+
+BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
+    "embedding": [
+        ("tokens-rank-1", _set("tokens", lambda i: i["tokens"].reshape(-1))),
+        ("tokens-float", _set("tokens", lambda i: i["tokens"].astype(np.float32))),
+        ("wte-int", _set("wte", lambda i: i["wte"].astype(np.int32))),
+        ("wte-rank-3", _set("wte", lambda i: i["wte"][None])),
+        ("token-too-large", _set("tokens", lambda i: np.full_like(i["tokens"], i["wte"].shape[0]))),
+        ("token-negative", _set("tokens", lambda i: np.full_like(i["tokens"], -1))),
+        ("wpe-channels", _set("wpe", lambda i: i["wpe"][:, :-1].copy())),
+        ("T-beyond-wpe", _set("wpe", lambda i: i["wpe"][:1].copy())),
+        ("dtype-mismatch", _float64("wpe")),
+        ("missing-input", _drop("wpe")),
+    ],
+    "layernorm": [
+        ("x-rank-3", _set("x", lambda i: i["x"][None])),
+        ("weight-shape", _set("weight", lambda i: i["weight"][:-1].copy())),
+        ("bias-rank-2", _set("bias", lambda i: i["bias"][None])),
+        ("x-int", _set("x", lambda i: i["x"].astype(np.int64))),
+        ("dtype-mismatch", _float64("weight")),
+        ("not-an-array", _set("x", lambda i: i["x"].tolist())),
+        ("eps-zero", _attr(eps=0.0)),
+        ("unknown-attr", _attr(epsilon=1e-5)),
+    ],
+    "matmul": [
+        ("K-mismatch", _set("weight", lambda i: i["weight"][:, :-1].copy())),
+        ("bias-shape", _set("bias", lambda i: i["bias"][:-1].copy())),
+        ("x-rank-3", _set("x", lambda i: i["x"][None])),
+        ("x-int", _set("x", lambda i: i["x"].astype(np.int32))),
+        ("dtype-mismatch", _float64("weight")),
+    ],
+    "attention": [
+        ("qkv-rank-2", _set("qkv", lambda i: i["qkv"][0])),
+        ("n_head-not-dividing-C", _attr(n_head=5)),
+        ("n_head-zero", _attr(n_head=0)),
+        ("qkv-not-3C", _set("qkv", lambda i: i["qkv"][..., :-1].copy())),
+        ("qkv-int", _set("qkv", lambda i: i["qkv"].astype(np.int32))),
+        ("n_head-missing", lambda inputs, attrs: (inputs, {k: v for k, v in attrs.items() if k != "n_head"})),
+    ],
+    "gelu": [
+        ("x-int", _set("x", lambda i: i["x"].astype(np.int32))),
+        ("not-an-array", _set("x", lambda i: i["x"].tolist())),
+        ("unknown-input", lambda inputs, attrs: ({**inputs, "y": inputs["x"]}, attrs)),
+    ],
+    "residual": [
+        ("shape-mismatch", _set("b", lambda i: i["b"][:, :-1].copy())),
+        ("dtype-mismatch", _float64("b")),
+        ("a-int", _set("a", lambda i: i["a"].astype(np.int32))),
+    ],
+    "crossentropy": [
+        ("targets-shape", _set("targets", lambda i: i["targets"][:, :-1].copy())),
+        ("targets-float", _set("targets", lambda i: i["targets"].astype(np.float32))),
+        ("target-too-large", _set("targets", lambda i: np.full_like(i["targets"], i["logits"].shape[-1]))),
+        ("target-below-minus-1", _set("targets", lambda i: np.full_like(i["targets"], -2))),
+        ("target-in-padding", lambda inputs, attrs: (
+            {**inputs, "targets": np.full_like(inputs["targets"], inputs["logits"].shape[-1] - 1)},
+            {**attrs, "n_valid": inputs["logits"].shape[-1] - 1})),
+        ("n_valid-too-large", _attr(n_valid=10 ** 6)),
+        ("logits-rank-2", _set("logits", lambda i: i["logits"][0])),
+        ("logits-int", _set("logits", lambda i: i["logits"].astype(np.int32))),
+    ],
+    "adamw": [
+        ("grad-shape", _set("grad", lambda i: i["grad"][:-1].copy())),
+        ("m-dtype", _float64("m")),
+        ("v-int", _set("v", lambda i: i["v"].astype(np.int32))),
+        ("step-zero", _attr(step=0)),
+        ("beta1-one", _attr(beta1=1.0)),
+        ("lr-missing", lambda inputs, attrs: (inputs, {k: v for k, v in attrs.items() if k != "lr"})),
+    ],
+}
+
+#: the valid example that BAD_INPUTS break (float32, or the variant's first dtype)
+BAD_INPUT_DIMS: dict[str, dict] = {
+    "embedding": {"B": 2, "T": 3, "C": 4, "V": 5},
+    "layernorm": {"N": 3, "C": 4},
+    "matmul": {"N": 3, "K": 4, "M": 5},
+    "attention": {"B": 1, "T": 3, "C": 6, "NH": 2},
+    "gelu": {"N": 2, "C": 3},
+    "residual": {"N": 2, "C": 3},
+    "crossentropy": {"B": 2, "T": 3, "V": 6},
+    "adamw": {"N": 5},
+}
