@@ -122,3 +122,22 @@ def test_special_token_collisions():
     del ranks[b"a"]
     with pytest.raises(ValueError, match="not byte-level"):
         BPETokenizer(ranks)
+
+
+def test_default_tokenizer_is_cached(tmp_path, monkeypatch):
+    from euler_core.tokenizer import default_tokenizer, tokenizer_from_checkpoint
+
+    text = stdlib_text(200_000, skip=300)
+    monkeypatch.setenv("EULER_CACHE_DIR", str(tmp_path / "cache"))
+    first = default_tokenizer(text, 512)
+    files = sorted((tmp_path / "cache" / "tokenizers").iterdir())
+    assert sorted(f.suffix for f in files) == [".json", ".tiktoken"]
+    second = default_tokenizer(text, 512)
+    assert second.mergeable_ranks == first.mergeable_ranks and second.n_vocab == 512
+    other = default_tokenizer(text + "x", 512)  # another corpus, another cache entry
+    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 4
+    assert other.n_vocab == 512
+    # a checkpoint carries the tokenizer along
+    meta = first.to_checkpoint(tmp_path / "ckpt")
+    again = tokenizer_from_checkpoint(tmp_path / "ckpt", meta)
+    assert again.encode_ordinary(text[:5000]) == first.encode_ordinary(text[:5000]) and again.eot_token == 511
