@@ -136,7 +136,10 @@ class Kernels:
             backend_name, _, variant_name = choice.partition(":")
             backend = self._backend(backend_name)
             if variant_name:
-                variant = self.registry.find(choice, op)
+                try:
+                    variant = self.registry.find(choice, op)
+                except ValueError as e:
+                    raise SelectionError(str(e)) from None
             else:
                 if not backend.variants_of(op):
                     offering = sorted({v.backend for v in self.registry.variants(op)})

@@ -1,0 +1,19 @@
+import numpy as np
+import pytest
+
+from euler_core.data.shards import write_shard
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """A small train/val pair of llm.c shards over a 64-token vocabulary, with learnable structure
+    (a noisy counting sequence) so the loss can fall."""
+    rng = np.random.default_rng(0)
+    def make(n):
+        base = np.cumsum(rng.integers(1, 3, size=n)) % 64
+        noise = rng.random(n) < 0.1
+        base[noise] = rng.integers(0, 64, size=noise.sum())
+        return base.astype(np.uint16)
+    train = write_shard(tmp_path / "tiny_train_000001.bin", make(20_000))
+    val = write_shard(tmp_path / "tiny_val_000000.bin", make(4_000))
+    return str(train), str(val)

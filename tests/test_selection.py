@@ -1,0 +1,81 @@
+"""The --backend string: every form of DESIGN.md, and clear errors for everything else."""
+
+import pytest
+
+from euler_core.kernels import Kernels, Selection, SelectionError
+from euler_core.ops import OPS
+from euler_core.registry import Backend, Registry, Variant, hookimpl
+
+
+class ExtraBackend:
+    """A second backend with one op, registered like a third-party plugin."""
+
+    @hookimpl
+    def nanoeuler_backends(self):
+        return [Backend("extra", "test backend", [
+            Variant("gelu", "first", impl="backends.naive.gelu"),
+            Variant("gelu", "second", impl="backends.naive.gelu"),
+            Variant("layernorm", "gpu", impl="backends.naive.layernorm", device="cuda", requires=("cupy",)),
+            Variant("matmul", "f64only", impl="backends.naive.matmul", dtypes=("float64",)),
+        ])]
+
+
+@pytest.fixture
+def registry():
+    return Registry(plugins=[ExtraBackend()])
+
+
+def test_parse_forms():
+    assert Selection.parse("numba") == Selection("numba", {})
+    assert Selection.parse("cupy_raw,attention=triton") == Selection("cupy_raw", {"attention": "triton"})
+    assert Selection.parse("attention=triton:flash, matmul=cupy_raw:cublas") == Selection(
+        None, {"attention": "triton:flash", "matmul": "cupy_raw:cublas"})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("attention=nope", "unknown backend 'nope'.*backends: extra, naive.*ops: embedding"),
+    ("nope", "unknown backend 'nope'"),
+    ("atention=naive", "unknown op 'atention'.*ops: embedding, layernorm"),
+    ("naive,extra", "two default backends"),
+    ("gelu=extra:third", "no variant 'third' of op gelu; its variants of gelu: first, second"),
+    ("attention=extra", "backend extra offers no variant of op attention; backends that do: naive"),
+    ("gelu=naive,gelu=extra", "named twice"),
+])
+def test_bad_selections_name_what_exists(registry, text, message):
+    with pytest.raises(SelectionError, match=message):
+        Kernels(text, registry=registry)
+
+
+def test_default_backend_falls_back_per_op_and_says_so(registry):
+    k = Kernels("extra,layernorm=naive,matmul=naive", dtype="float32", registry=registry)
+    assert k.variants["gelu"].qualname == "extra:first"
+    assert k.variants["attention"].qualname == "naive:reference"
+    assert any("attention: backend extra has no variant; falling back to naive" in n for n in k.notes)
+
+
+def test_named_variant_and_overrides(registry):
+    k = Kernels("naive,gelu=extra:second", registry=registry)
+    assert k.variants["gelu"].qualname == "extra:second"
+    assert all(k.variants[op].backend == "naive" for op in OPS if op != "gelu")
+
+
+def test_unusable_variants_are_errors_with_reasons(registry):
+    with pytest.raises(SelectionError, match="extra:gpu of op layernorm cannot run here: cupy not installed"):
+        Kernels("layernorm=extra:gpu", registry=registry)
+    with pytest.raises(SelectionError, match="does not take float32; it takes float64"):
+        Kernels("matmul=extra:f64only", dtype="float32", registry=registry)
+
+
+def test_builtin_backends_come_from_entry_points():
+    from importlib.metadata import entry_points
+    names = {ep.name for ep in entry_points(group="nanoeuler.backends")}
+    assert "naive" in names
+    assert "naive" in Registry().backends
+
+
+def test_dispatcher_rejects_wrong_dtype_for_variant(registry):
+    import numpy as np
+    k = Kernels("matmul=extra:f64only", registry=registry)
+    x = np.ones((2, 3), dtype=np.float32)
+    with pytest.raises(TypeError, match="does not take dtype float32"):
+        k["matmul"].forward({"x": x, "weight": np.ones((4, 3), dtype=np.float32)})
