@@ -3,7 +3,7 @@
     euler train        pretrain a GPT (no arguments: a small model on the embedded default corpus)
     euler generate     sample from a checkpoint
     euler backends     list every backend and variant, its device, dtypes and availability
-    euler conformance  run the conformance suite on a backend
+    euler conformance  run the conformance suite on a backend (conformance/cli.py)
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import fields
+
+from conformance import cli as conformance_cli
 
 TRAIN_HELP = {
     "preset": "model preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, baby, small, micro)",
@@ -102,6 +104,8 @@ def _backends(args) -> int:
     from .ops import OPS
     from .registry import get_registry
     registry = get_registry()
+    for name, error in registry.broken.items():
+        print(f"backend {name} failed to load: {error}")
     print(f"{'backend':<10} {'op':<13} {'variant':<12} {'device':<6} {'dtypes':<28} available here")
     for backend in registry.backends.values():
         for op in OPS:
@@ -122,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_generate(sub)
     _add_backends(sub)
+    conformance_cli.add_commands(sub)
     return parser
 
 

@@ -10,7 +10,9 @@ A backend is a plugin module with one hook implementation:
             Variant("gelu", "fast", impl="mybackend.gelu:Fast", device="cpu", dtypes=("float32",)),
         ])]
 
-registered under the entry-point group `nanoeuler.backends` of its distribution:
+registered under the entry-point group `nanoeuler.backends` of its distribution (the registry loads
+each entry point and registers it with pluggy; one that fails to import is kept with its error, shown
+by `euler backends`, instead of taking every other backend down with it):
 
     [project.entry-points."nanoeuler.backends"]
     mybackend = "mybackend.plugin"
@@ -125,8 +127,9 @@ class Registry:
     def __init__(self, plugins=(), entry_points: bool = True):
         self.pm = pluggy.PluginManager(PROJECT)
         self.pm.add_hookspecs(BackendHooks)
+        self.broken: dict[str, str] = {}  # entry point name -> why it could not be loaded
         if entry_points:
-            self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            self._load_entry_points()
         for plugin in plugins:
             self.pm.register(plugin)
         self.pm.check_pending()
@@ -137,7 +140,21 @@ class Registry:
                     raise ValueError(f"two plugins register a backend named {backend.name!r}")
                 self.backends[backend.name] = backend
 
+    def _load_entry_points(self) -> None:
+        from importlib.metadata import entry_points
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if self.pm.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as e:  # a broken plugin must not hide the others
+                self.broken[ep.name] = f"{ep.value}: {type(e).__name__}: {e}"
+                continue
+            self.pm.register(plugin, name=ep.name)
+
     def backend(self, name: str) -> Backend:
+        if name in self.broken and name not in self.backends:
+            raise ValueError(f"backend {name!r} is installed but failed to load ({self.broken[name]})")
         if name not in self.backends:
             raise ValueError(f"unknown backend {name!r}; backends: {', '.join(sorted(self.backends)) or 'none'}"
                              + ("" if self.backends else " (is nanoeuler installed? pip install -e .)"))
