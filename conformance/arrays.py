@@ -86,7 +86,7 @@ def compare(name: str, got, ref, tol, what="the float64 naive reference") -> Non
         worst = int(np.argmax(np.where(bad, ratio, -1.0)))
         raise CheckFailed(
             f"{name} differs from {what} at {int(bad.sum())} of {g.size} elements ({tol}): "
-            f"worst at {_fmt_index(worst, g.shape)}: got {g.flat[worst]!r}, expected {r.flat[worst]!r} "
+            f"worst at {_fmt_index(worst, g.shape)}: got {float(g.flat[worst]):.10g}, expected {float(r.flat[worst]):.10g} "
             f"(|err| {err.flat[worst]:.3g}, allowed {allowed.flat[worst]:.3g}; max |err| overall "
             f"{np.nanmax(err) if np.isfinite(err).any() else float('nan'):.3g}, rms(ref) {scale:.3g})")
 
@@ -97,7 +97,7 @@ def expect_finite(name: str, a) -> None:
     if bad.any():
         first = int(np.argmax(bad.reshape(-1)))
         raise CheckFailed(f"{name} has {int(bad.sum())} NaN/Inf of {h.size} elements, first at "
-                          f"{_fmt_index(first, h.shape)} ({h.flat[first]!r})")
+                          f"{_fmt_index(first, h.shape)} ({float(h.flat[first])})")
 
 
 def expect_written(name: str, a) -> None:
