@@ -8,7 +8,8 @@ Backward: d lse / d logits_v = softmax_v, and d logits_target / d logits_v = [v 
     dlogits[b,t,v] = dlosses[b,t] * (softmax[b,t,v] - [v == target])
 
 zero in the padded columns (v >= n_valid) and at ignored positions. float32 logits are reduced in
-float32, float64 in float64; the losses come back in that dtype.
+float32, float64 in float64; the losses come back in float64 for float64 logits and in float32
+otherwise (float16/bfloat16 logits too), as the spec's output_dtype says.
 """
 
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ def forward(inputs, attrs, out=None):
     valid = targets >= 0                                       # (B,T)
     safe = np.where(valid, targets, 0)                         # (B,T) any index where ignored
     picked = np.take_along_axis(z, safe[..., None], axis=-1)[..., 0]  # (B,T) logit of the target
-    losses = np.where(valid, lse - picked, 0.0).astype(logits.dtype)
+    loss_dtype = np.float64 if logits.dtype == np.float64 else np.float32  # the spec's output dtype
+    losses = np.where(valid, lse - picked, 0.0).astype(loss_dtype)
     return into(out, losses), Saved(logits, targets, lse, V)
 
 
