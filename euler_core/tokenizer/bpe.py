@@ -117,6 +117,16 @@ class BPETokenizer:
         self.n_vocab = max([ids[-1], *special_tokens.values()]) + 1
         self.eot_token = special_tokens.get(ENDOFTEXT)
 
+    def __getstate__(self):
+        # sent to worker processes without the caches; the receiver rebuilds them lazily
+        state = dict(self.__dict__)
+        state.update(_fast=None, _cache={}, _regex=None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._regex = compiled(self.pattern)
+
     def __repr__(self):
         return (f"BPETokenizer(name={self.name!r}, n_vocab={self.n_vocab}, mergeable={len(self.mergeable_ranks)}, "
                 f"specials={self.special_tokens}, pattern={self.pattern!r})")
