@@ -31,6 +31,9 @@ from .model import GPT
 from .optim import AdamW, clip_scale, learning_rate
 
 
+DEFAULT_VOCAB = 1024  # the BPE vocabulary trained on the default corpus
+
+
 @dataclass
 class TrainConfig:
     """Everything a training run needs; saved in every checkpoint so `--resume` continues alike."""
@@ -43,8 +46,8 @@ class TrainConfig:
     dtype: str = "float32"
     train_data: str | None = None    # glob of llm.c .bin shards; None = the embedded default corpus
     val_data: str | None = None
-    tokenizer: str | None = None     # for shard data: how samples are decoded ('gpt2' or a path)
-    vocab_size: int | None = None    # for shard data without a tokenizer
+    tokenizer: str | None = None     # 'gpt2', 'bytes' or a .tiktoken path; default corpus: None = its own BPE
+    vocab_size: int | None = None    # default corpus: size of its BPE; shards: vocabulary without a tokenizer
     batch_size: int = 16
     seq_len: int | None = None       # default: the preset's block size
     total_batch: int | None = None   # tokens per optimizer step; default batch_size * seq_len
@@ -86,13 +89,18 @@ def load_data(cfg: TrainConfig, log=print) -> Data:
     """The training and validation tokens, and the tokenizer that made them."""
     if cfg.train_data is None:
         from .corpus import default_corpus
-        from .tokenizer import ByteTokenizer
+        from .tokenizer import default_tokenizer, load_tokenizer
         text = default_corpus()
-        tokenizer = ByteTokenizer()
-        tokens = np.array(tokenizer.encode(text), dtype=np.uint16)
+        if cfg.tokenizer is None:
+            tokenizer = default_tokenizer(text, cfg.vocab_size or DEFAULT_VOCAB)
+            about = f"a {tokenizer.n_vocab}-token BPE trained on it (cached)"
+        else:
+            tokenizer = load_tokenizer(cfg.tokenizer)
+            about = f"tokenizer {cfg.tokenizer}"
+        tokens = np.array(tokenizer.encode(text), dtype=np.uint32 if tokenizer.n_vocab > 2**16 else np.uint16)
         split = int(len(tokens) * 0.9)
         log(f"data: the embedded default corpus (Python standard library source), {len(text) / 1e6:.1f} MB, "
-            f"{len(tokens):,} tokens ({tokenizer.kind} tokenizer), 90/10 train/val split")
+            f"{len(tokens):,} tokens with {about}; 90/10 train/val split")
         return Data(TokenSource([tokens[:split]], "train"), TokenSource([tokens[split:]], "val"),
                     tokenizer, tokenizer.n_vocab)
     if cfg.val_data is None:

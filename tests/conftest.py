@@ -17,3 +17,16 @@ def shards(tmp_path):
     train = write_shard(tmp_path / "tiny_train_000001.bin", make(20_000))
     val = write_shard(tmp_path / "tiny_val_000000.bin", make(4_000))
     return str(train), str(val)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_tokenizer_cache(tmp_path_factory):
+    """Tokenizers trained by tests are cached in a temporary directory, never in the user's."""
+    import os
+    old = os.environ.get("EULER_CACHE_DIR")
+    os.environ["EULER_CACHE_DIR"] = str(tmp_path_factory.mktemp("euler-cache"))
+    yield
+    if old is None:
+        del os.environ["EULER_CACHE_DIR"]
+    else:
+        os.environ["EULER_CACHE_DIR"] = old
