@@ -4,6 +4,8 @@
     euler generate     sample from a checkpoint
     euler backends     list every backend and variant, its device, dtypes and availability
     euler conformance  run the conformance suite on a backend (conformance/cli.py)
+    euler tokenizer    train a BPE tokenizer, encode, decode (euler_core/tokenizer/cli.py)
+    euler data         prepare llm.c token shards, download data sets (euler_core/tokenizer/cli.py)
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 from dataclasses import fields
 
 from conformance import cli as conformance_cli
+
+from .tokenizer import cli as tokenizer_cli
 
 TRAIN_HELP = {
     "preset": "model preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, baby, small, micro)",
@@ -128,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_backends(sub)
     conformance_cli.add_commands(sub)
+    tokenizer_cli.add_commands(sub)
     return parser
 
 
