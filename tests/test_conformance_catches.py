@@ -176,3 +176,22 @@ def test_cli_exit_status(registry, monkeypatch, capsys):
     assert "FAIL" in out and "rerun: euler conformance --backend planted:gelu_off --op gelu" in out
     args = parser.parse_args(["conformance", "--backend", "naive", "--op", "gelu", "--case", "nosuch"])
     assert args.func(args) == 2
+
+
+class HalfPlugin:
+    """The naive kernels declared for float16: they compute in float16, so this exercises the
+    float16 row of the tolerance table (it must be loose enough for honest float16 arithmetic)."""
+
+    @hookimpl
+    def nanoeuler_backends(self):
+        return [Backend("half", "naive kernels in float16 (tests only)",
+                        [Variant(op, "naive16", impl=f"backends.naive.{op}", dtypes=("float16",))
+                         for op in conformance.CASES])]
+
+
+def test_float16_tolerances_pass_honest_float16_arithmetic():
+    registry = Registry(plugins=[HalfPlugin()], entry_points=False)
+    report = conformance.run(backend="half", registry=registry, cases=["small", "T1", "prime", "extreme",
+                                                                        "large-logits"], model=False)
+    assert report.ok, report.table()
+    assert {r.dtype for r in report if r.case} == {"float16"}
