@@ -59,10 +59,12 @@ class Result:
 
 
 def rerun_command(variant: str, op: str, case: str | None = None, dtype: str | None = None,
-                  seed: int | None = None) -> str:
+                  seed: int | None = None, check: str | None = None) -> str:
     cmd = f"euler conformance --backend {variant} --op {op}"
     if case is not None:
         cmd += f" --case {case}"
+    elif check is not None:  # a variant check (reject, gradcheck): no case to name
+        cmd += f" --check {check}"
     if dtype is not None:
         cmd += f" --dtype {dtype}"
     if seed is not None:
@@ -232,7 +234,7 @@ def _failure_message(base: dict, check: str, message: str) -> str:
     if "case" in base:
         where += f" | case={base['case']} dims={base['dims']} | dtype={base['dtype']}"
     where += f" | seed={base['seed']}"
-    cmd = rerun_command(base["variant"], base["op"], base.get("case"), base.get("dtype"), base["seed"])
+    cmd = rerun_command(base["variant"], base["op"], base.get("case"), base.get("dtype"), base["seed"], check)
     return f"{where}\n    {message}\n    rerun: {cmd}"
 
 
