@@ -24,8 +24,6 @@ import os
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -97,6 +95,9 @@ def _stated_sha256(headers) -> str | None:
 def fetch(url: str, dest: Path, sha256: str | None = None, progress: bool = False, retries: int = 3,
           timeout: float = 60.0) -> Path:
     """Download `url` to `dest`, resuming from `dest`.part, verifying the checksum; return dest."""
+    import urllib.error
+    import urllib.request
+
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
