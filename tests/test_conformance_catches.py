@@ -146,10 +146,10 @@ def test_table_has_a_row_per_variant_and_op_and_a_column_per_check(registry):
     assert "FAIL" in planted_row and not report.ok
 
 
-def test_model_row_is_skipped_until_written(registry):
+def test_model_row_runs_a_whole_training_step(registry):
     report = conformance.run(backend="naive", registry=registry, checks=["model_step"])
     (row,) = report
-    assert (row.op, row.check, row.status) == ("model", "model_step", SKIPPED)
+    assert (row.op, row.check, row.status) == ("model", "model_step", PASSED)
 
 
 def test_selection_strings(registry):
@@ -195,3 +195,11 @@ def test_float16_tolerances_pass_honest_float16_arithmetic():
                                                                         "large-logits"], model=False)
     assert report.ok, report.table()
     assert {r.dtype for r in report if r.case} == {"float16"}
+
+
+@pytest.mark.parametrize("selection", ["layernorm=planted:ln_dx", "gelu=planted:gelu_off"])
+def test_model_step_catches_a_wrong_variant_inside_a_whole_model(registry, selection):
+    """The model-level check sees a planted op bug through a full training step."""
+    with pytest.raises(conformance.CheckFailed, match="parameter gradients differ"):
+        conformance.check_model_step(selection, registry=registry, seed=0)
+    conformance.check_model_step("naive", registry=registry, seed=0)  # and passes the reference
