@@ -23,7 +23,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-FASTMATH = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 # one decorator per kind of kernel; every kernel is cached on disk
 jit = njit(cache=True, nogil=True, fastmath=FASTMATH)
@@ -60,7 +60,7 @@ def _fexp_overload(x):
             p = p * r + np.float32(1.0)
             p = p * r + np.float32(1.0)
             y = p * _bits_as_float32((np.int32(n) + np.int32(127)) << np.int32(23))
-            return y if x >= lo else np.float32(0.0)
+            return y * np.float32(x >= lo)              # 0 below the float32 range (and at -inf)
         return exp32
     if isinstance(x, types.Float):
         return lambda x: math.exp(x)

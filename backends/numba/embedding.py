@@ -26,9 +26,9 @@ def _forward(tokens, wte, wpe, out):
     C = wte.shape[1]
     for bt in prange(B * T):
         b, t = bt // T, bt % T
-        tok = tokens[b, t]
+        orow, er, pr = out[b, t], wte[tokens[b, t]], wpe[t]   # 1-D row views
         for c in range(C):
-            out[b, t, c] = wte[tok, c] + wpe[t, c]
+            orow[c] = er[c] + pr[c]
 
 
 @pjit
@@ -39,13 +39,15 @@ def _backward(tokens, dout, dwte, dwpe, chunks):
         c0, c1 = ch * per, min(C, (ch + 1) * per)
         for b in range(B):
             for t in range(T):
-                tok = tokens[b, t]
-                for c in range(c0, c1):
-                    dwte[tok, c] += dout[b, t, c]
+                er, dr = dwte[tokens[b, t], c0:c1], dout[b, t, c0:c1]
+                for c in range(c1 - c0):
+                    er[c] += dr[c]
     for t in prange(T):                       # dwpe[t] += sum_b dout[b, t]
+        pr = dwpe[t]
         for b in range(B):
+            dr = dout[b, t]
             for c in range(C):
-                dwpe[t, c] += dout[b, t, c]
+                pr[c] += dr[c]
 
 
 def forward(inputs, attrs, out=None):

@@ -30,19 +30,20 @@ class Saved:
 def _forward(x, w, b, eps, out, mean, rstd):
     N, C = x.shape
     for n in prange(N):
+        xr, orow = x[n], out[n]               # 1-D row views: the loops below vectorise
         s = 0.0
         for c in range(C):
-            s += x[n, c]
+            s += xr[c]
         mean[n] = s / C
         mu = mean[n]                          # in x's dtype from here on
         ss = 0.0
         for c in range(C):
-            d = x[n, c] - mu
+            d = xr[c] - mu
             ss += d * d
         rstd[n] = 1.0 / np.sqrt(ss / C + eps)
         rs = rstd[n]
         for c in range(C):
-            out[n, c] = (x[n, c] - mu) * rs * w[c] + b[c]
+            orow[c] = (xr[c] - mu) * rs * w[c] + b[c]
 
 
 def forward(inputs, attrs, out=None):
@@ -61,24 +62,26 @@ def _backward(dout, x, w, mean, rstd, dx, dw_part, db_part):
     chunks = dw_part.shape[0]
     per = (N + chunks - 1) // chunks
     for ch in prange(chunks):
+        dwp, dbp = dw_part[ch], db_part[ch]
         for n in range(ch * per, min(N, (ch + 1) * per)):
+            xr, dr, dxr = x[n], dout[n], dx[n]
             mu = mean[n]
             rs = rstd[n]
             sg = 0.0                          # sum_c g,        g = dout * weight
             sgx = 0.0                         # sum_c g * xhat
             for c in range(C):
-                xh = (x[n, c] - mu) * rs
-                d = dout[n, c]
+                xh = (xr[c] - mu) * rs
+                d = dr[c]
                 g = d * w[c]
                 sg += g
                 sgx += g * xh
-                db_part[ch, c] += d
-                dw_part[ch, c] += d * xh
+                dbp[c] += d
+                dwp[c] += d * xh
             mg = sg / C
             mgx = sgx / C
             for c in range(C):               # reads dout[n, c] before writing dx[n, c]: may alias
-                xh = (x[n, c] - mu) * rs
-                dx[n, c] = rs * (dout[n, c] * w[c] - mg - xh * mgx)
+                xh = (xr[c] - mu) * rs
+                dxr[c] = rs * (dr[c] * w[c] - mg - xh * mgx)
 
 
 def backward(saved, dout, grads):
