@@ -93,6 +93,9 @@ class Kernel:
             shape = self.spec.output_shape(inputs, attrs)
             if tuple(out.shape) != shape:
                 raise ValueError(f"{self.spec.name}: out must have shape {shape}, got {tuple(out.shape)}")
+            dtype = self.spec.output_dtype(inputs, attrs)
+            if str(out.dtype) != dtype:
+                raise TypeError(f"{self.spec.name}: out must have dtype {dtype}, got {out.dtype}")
             if device_of(out) != self.device:
                 raise ValueError(f"{self.spec.name}: out lives on {device_of(out)}, variant runs on {self.device}")
         return self.impl.forward(inputs, attrs, out)
