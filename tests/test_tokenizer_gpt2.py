@@ -117,5 +117,14 @@ def test_lone_surrogates_replaced_as_tiktoken(gpt2, reference_enc):
 
 
 def test_long_pieces(gpt2, reference_enc):
-    for s in [" " * 5000 + "x", "=" * 3000, "ab" * 4000, "\n" * 100 + "  \t", "9" * 1000, "x" * 70]:
-        assert gpt2.encode_ordinary(s) == reference_enc.encode_ordinary(s)
+    """Pieces over fast.LONG_PIECE bytes take the heap merge; it must give the same tokens."""
+    cases = [" " * 5000 + "x", "=" * 3000, "ab" * 4000, "\n" * 100 + "  \t", "9" * 1000, "x" * 70, "a" * 40_000]
+    rng = random.Random(1)
+    alphabet = ["a", "b", "ab", "=", "-", "é", "日", "1", "th", "e", "in"]
+    for _ in range(150):
+        k = rng.randint(1, len(alphabet))
+        cases.append("".join(rng.choice(alphabet[:k]) for _ in range(rng.randint(100, 2000))))
+    for s in cases:
+        assert gpt2.encode_ordinary(s) == reference_enc.encode_ordinary(s), s[:40]
+    for s in [c for c in cases if len(c) <= 600][:20]:  # the reference is quadratic
+        assert gpt2.encode_ordinary(s) == gpt2.encode_ordinary_reference(s)

@@ -6,6 +6,9 @@ Same algorithm as bpe.py (the reference), step for step; what differs is only ho
   implements exactly GPT-2's pattern (see `_piece_end`), with the character classes \\p{L},
   \\p{N} and \\s read from a table of all 1,114,112 code points that is built *with the `regex`
   module itself* (so the two paths cannot disagree about what a letter is).
+* Pieces longer than LONG_PIECE bytes (minified code, base64, long runs of one character) are
+  merged with a heap and a linked list, O(m log m), instead of rescanning all pairs at every merge
+  (O(m^2)); the order of merges, hence the result, is the same.
 * Tokens are looked up in open-addressing hash tables held in NumPy arrays: one from a byte string
   to its id (the "whole piece is a token" shortcut) and one from a pair of ids to the id of their
   concatenation (the merge step), instead of dicts keyed by bytes.
@@ -237,12 +240,105 @@ def _merge_piece(buf, start, end, byte_ids, pkeys, pvalues, pmask, parts, pranks
     return count + m
 
 
+LONG_PIECE = 256  # longer pieces are merged with a heap: O(m log m) instead of O(m^2)
+
+
+@njit(cache=True)
+def _merge_piece_heap(buf, start, end, byte_ids, pkeys, pvalues, pmask, out, count):
+    """The same merges as `_merge_piece` (lowest rank first, leftmost on ties), for long pieces.
+
+    Parts form a linked list; candidate pairs sit in a min-heap keyed by (rank, position of the
+    left part), which is exactly "lowest rank, leftmost" order. An entry is stale when either part
+    has changed since it was pushed (a version number per part), and is then skipped.
+    """
+    m = end - start
+    ids = np.empty(m, dtype=np.int64)
+    nxt = np.empty(m, dtype=np.int64)
+    prv = np.empty(m, dtype=np.int64)
+    ver = np.zeros(m, dtype=np.int64)
+    for k in range(m):
+        ids[k] = byte_ids[buf[start + k]]
+        nxt[k] = k + 1
+        prv[k] = k - 1
+    cap = 3 * m + 4
+    hkey = np.empty(cap, dtype=np.int64)   # rank * m + left position
+    hright = np.empty(cap, dtype=np.int64)
+    hv1 = np.empty(cap, dtype=np.int64)
+    hv2 = np.empty(cap, dtype=np.int64)
+    size = 0
+    for k in range(m - 1):
+        r = _lookup_pair(pkeys, pvalues, pmask, (ids[k] << PAIR_SHIFT) | ids[k + 1])
+        if r != -1:
+            size = _minheap_push(hkey, hright, hv1, hv2, size, r * m + k, k + 1, 0, 0)
+    while size > 0:
+        key, right, v1, v2 = hkey[0], hright[0], hv1[0], hv2[0]
+        size = _minheap_pop(hkey, hright, hv1, hv2, size)
+        left = key % m
+        rank = key // m
+        if ver[left] != v1 or ver[right] != v2 or nxt[left] != right or ver[left] < 0 or ver[right] < 0:
+            continue
+        ids[left] = rank
+        ver[left] += 1
+        ver[right] = -1  # dead
+        nxt[left] = nxt[right]
+        if nxt[left] < m:
+            prv[nxt[left]] = left
+        p = prv[left]
+        if p >= 0:
+            r = _lookup_pair(pkeys, pvalues, pmask, (ids[p] << PAIR_SHIFT) | ids[left])
+            if r != -1:
+                size = _minheap_push(hkey, hright, hv1, hv2, size, r * m + p, left, ver[p], ver[left])
+        q = nxt[left]
+        if q < m:
+            r = _lookup_pair(pkeys, pvalues, pmask, (ids[left] << PAIR_SHIFT) | ids[q])
+            if r != -1:
+                size = _minheap_push(hkey, hright, hv1, hv2, size, r * m + left, q, ver[left], ver[q])
+    k = 0
+    while k < m:
+        out[count] = ids[k]
+        count += 1
+        k = nxt[k]
+    return count
+
+
+@njit(cache=True)
+def _minheap_push(hkey, hright, hv1, hv2, size, key, right, v1, v2):
+    i = size
+    while i > 0:
+        parent = (i - 1) // 2
+        if hkey[parent] <= key:
+            break
+        hkey[i], hright[i], hv1[i], hv2[i] = hkey[parent], hright[parent], hv1[parent], hv2[parent]
+        i = parent
+    hkey[i], hright[i], hv1[i], hv2[i] = key, right, v1, v2
+    return size + 1
+
+
+@njit(cache=True)
+def _minheap_pop(hkey, hright, hv1, hv2, size):
+    size -= 1
+    key, right, v1, v2 = hkey[size], hright[size], hv1[size], hv2[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and hkey[child + 1] < hkey[child]:
+            child += 1
+        if hkey[child] >= key:
+            break
+        hkey[i], hright[i], hv1[i], hv2[i] = hkey[child], hright[child], hv1[child], hv2[child]
+        i = child
+    hkey[i], hright[i], hv1[i], hv2[i] = key, right, v1, v2
+    return size
+
+
 @njit(cache=True)
 def _encode(buf, cls, data, offsets, ids, slots, smask, byte_ids, pkeys, pvalues, pmask):
     n = buf.shape[0]
     out = np.empty(n, dtype=np.int64)
-    parts = np.empty(64, dtype=np.int64)
-    pranks = np.empty(64, dtype=np.int64)
+    parts = np.empty(LONG_PIECE + 1, dtype=np.int64)
+    pranks = np.empty(LONG_PIECE + 1, dtype=np.int64)
     count = 0
     i = 0
     while i < n:
@@ -251,10 +347,9 @@ def _encode(buf, cls, data, offsets, ids, slots, smask, byte_ids, pkeys, pvalues
         if t != -1:
             out[count] = ids[t]
             count += 1
+        elif j - i > LONG_PIECE:
+            count = _merge_piece_heap(buf, i, j, byte_ids, pkeys, pvalues, pmask, out, count)
         else:
-            if j - i > parts.shape[0]:
-                parts = np.empty(2 * (j - i), dtype=np.int64)
-                pranks = np.empty(2 * (j - i), dtype=np.int64)
             count = _merge_piece(buf, i, j, byte_ids, pkeys, pvalues, pmask, parts, pranks, out, count)
         i = j
     return out[:count]
