@@ -128,3 +128,19 @@ def test_long_pieces(gpt2, reference_enc):
         assert gpt2.encode_ordinary(s) == reference_enc.encode_ordinary(s), s[:40]
     for s in [c for c in cases if len(c) <= 600][:20]:  # the reference is quadratic
         assert gpt2.encode_ordinary(s) == gpt2.encode_ordinary_reference(s)
+
+
+def test_gpt2_ranks_found_in_tiktoken_cache(tmp_path, monkeypatch):
+    import hashlib
+    import shutil
+
+    from euler_core.tokenizer import load_tokenizer
+    from euler_core.tokenizer.gpt2 import R50K_URL, find_gpt2_ranks
+
+    ranks = require_gpt2_ranks()
+    monkeypatch.delenv("EULER_GPT2_RANKS", raising=False)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="EULER_GPT2_RANKS"):
+        find_gpt2_ranks()
+    shutil.copy(ranks, tmp_path / hashlib.sha1(R50K_URL.encode()).hexdigest())
+    assert load_tokenizer("gpt2").encode("Hello world") == [15496, 995]
