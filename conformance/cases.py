@@ -118,6 +118,14 @@ CASES: dict[str, list[Case]] = {
         C("step1-nodecay", {"N": 37}, attrs={"step": 1, "weight_decay": 0.0}),
         C("clipped", {"N": 64}, attrs={"grad_scale": 0.25, "lr": 3e-2, "step": 100}),
     ],
+    # forward only (generation with a KV cache): Tn new queries over Tk >= Tn cached keys
+    "attention_cached": [
+        C("prefill", {"B": 2, "Tn": 5, "Tk": 5, "C": 8, "NH": 2}, note="Tn == Tk: the attention op"),
+        C("decode-T1", {"B": 1, "Tn": 1, "Tk": 1, "C": 8, "NH": 2}),
+        C("decode", {"B": 2, "Tn": 1, "Tk": 17, "C": 36, "NH": 3}, note="one new token over a cache"),
+        C("chunk", {"B": 1, "Tn": 7, "Tk": 20, "C": 20, "NH": 4}, note="several new tokens over a cache"),
+        C("T257", {"B": 1, "Tn": 3, "Tk": 257, "C": 16, "NH": 2}),
+    ],
 }
 
 #: small shapes for the finite-difference check of each op (every input element is perturbed)
@@ -237,6 +245,15 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
         ("beta1-one", _attr(beta1=1.0)),
         ("lr-missing", lambda inputs, attrs: (inputs, {k: v for k, v in attrs.items() if k != "lr"})),
     ],
+    "attention_cached": [
+        ("q-rank-2", _set("q", lambda i: i["q"][0])),
+        ("k-fewer-than-q", _set("k", lambda i: i["k"][:, :1].copy())),
+        ("v-shape", _set("v", lambda i: i["v"][:, :-1].copy())),
+        ("k-channels", _set("k", lambda i: i["k"][..., :-1].copy())),
+        ("n_head-not-dividing-C", _attr(n_head=5)),
+        ("dtype-mismatch", _float64("v")),
+        ("q-int", _set("q", lambda i: i["q"].astype(np.int32))),
+    ],
 }
 
 #: the valid example that BAD_INPUTS break (float32, or the variant's first dtype)
@@ -249,4 +266,5 @@ BAD_INPUT_DIMS: dict[str, dict] = {
     "residual": {"N": 2, "C": 3},
     "crossentropy": {"B": 2, "T": 3, "V": 6},
     "adamw": {"N": 5},
+    "attention_cached": {"B": 1, "Tn": 2, "Tk": 4, "C": 6, "NH": 2},
 }

@@ -374,6 +374,8 @@ def applicable_case_checks(op: str) -> list[str]:
         return [c for c in CASE_CHECKS if c not in NEEDS_BACKWARD]
     spec = OPS[op]
     names = list(CASE_CHECKS)
+    if not spec.differentiable:  # a forward-only op (attention_cached): nothing to differentiate
+        names.remove("backward")
     if not spec.params:
         names.remove("accumulate")
     if not [n for n in spec.differentiable if n not in spec.params]:
@@ -485,4 +487,5 @@ VARIANT_CHECKS = {
 
 
 def applicable_variant_checks(op: str) -> list[str]:
-    return [c for c in VARIANT_CHECKS if not (c == "gradcheck" and OPS[op].output is None)]
+    return [c for c in VARIANT_CHECKS if not (c == "gradcheck" and (OPS[op].output is None
+                                                                    or not OPS[op].differentiable))]

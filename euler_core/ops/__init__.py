@@ -2,6 +2,7 @@
 
 from .adamw import SPEC as ADAMW
 from .attention import SPEC as ATTENTION
+from .attention_cached import SPEC as ATTENTION_CACHED
 from .base import OpSpec
 from .crossentropy import SPEC as CROSSENTROPY
 from .embedding import SPEC as EMBEDDING
@@ -11,6 +12,6 @@ from .matmul import SPEC as MATMUL
 from .residual import SPEC as RESIDUAL
 
 OPS: dict[str, OpSpec] = {s.name: s for s in (EMBEDDING, LAYERNORM, MATMUL, ATTENTION, GELU, RESIDUAL,
-                                              CROSSENTROPY, ADAMW)}
+                                              CROSSENTROPY, ADAMW, ATTENTION_CACHED)}
 
 __all__ = ["OPS", "OpSpec"]
