@@ -1,0 +1,352 @@
+"""`euler bench ops`: time every selected variant of every op, forward and backward separately.
+
+For each (op, shape, dtype) the run
+1. computes the float64 naive reference once, from inputs rounded to the dtype (the same inputs are
+   then timed);
+2. for each variant: runs the conformance suite for that op and dtype (unless asked not to), then
+   checks the variant, through the dispatcher, against the reference at these very shapes (STYLE.md 6).
+   A variant that fails either is recorded as failed, with the reason, and is not timed;
+3. times the variant's forward and backward as the model calls them (forward with out=None, backward
+   with the parameter-gradient buffers only), directly on its implementation (the dispatcher's
+   Python-side validation is not part of a kernel's time), rotating through copies of the inputs
+   (timing.py says how samples are taken on the CPU and the GPU);
+4. derives TFLOP/s and GB/s from the op spec's counts (STYLE.md 7), the fraction of the roofline
+   built from the peaks measured at the start of this run (peaks.py), and at the end the speedup of
+   every measurement against the baseline variant of its op.
+
+Records (records.py) are written as they are made; `euler bench report` renders them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from euler_core.device import array_module, to_device
+from euler_core.kernels import Kernel, Selection
+from euler_core.ops import OPS
+from euler_core.registry import Registry, Variant, get_registry
+
+from . import records as rec
+from .peaks import measure_peaks
+from .shapes import SHAPE_SETS, dims_text, shapes_for
+from .timing import TimingConfig, measure, timer_for
+
+DIRECTIONS = ("forward", "backward")
+
+
+@dataclass
+class BenchConfig:
+    backend: str = "all"               # "all", or comma-separated backends / backend:variant / op=choice
+    ops: list[str] | None = None       # default: every op
+    shapes: list[str] = field(default_factory=lambda: ["small"])
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    baseline: str | None = "naive"     # a selection string; None: no speedups
+    conformance: bool = True           # run the conformance suite on a variant before timing it
+    seed: int = 0
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    peak_size: str | None = None       # "small"/"large"; default from the shape sets
+    peak_timing: TimingConfig | None = None
+
+
+# ---- which variants --------------------------------------------------------------------------------
+def select(text: str, ops, registry: Registry) -> list[Variant]:
+    """The variants that `text` names: 'all', backends ('naive,numba'), variants ('numba:rows'),
+    per-op choices ('attention=numba:flash'), comma-separated, in any mix."""
+    from conformance.runner import select_variants
+    tokens = [t.strip() for t in (text or "all").split(",") if t.strip()]
+    if not tokens or "all" in tokens:
+        return select_variants(None, ops, registry)
+    return select_variants(tokens, ops, registry)
+
+
+def baseline_of(text: str | None, op: str, registry: Registry) -> Variant | None:
+    """The baseline variant of `op` named by a selection string (a backend: its first variant)."""
+    if not text:
+        return None
+    sel = Selection.parse(text)
+    choice = sel.overrides.get(op, sel.default)
+    if choice is None:
+        return None
+    name, _, variant_name = choice.partition(":")
+    if name not in registry.backends:
+        return None
+    candidates = registry.backends[name].variants_of(op)
+    if variant_name:
+        candidates = [v for v in candidates if v.name == variant_name]
+    return candidates[0] if candidates else None
+
+
+# ---- the reference and the check --------------------------------------------------------------------
+def _np_dtype(name: str):
+    from conformance.arrays import np_dtype
+    return np_dtype(name)
+
+
+@dataclass
+class Reference:
+    typed: dict            # host inputs in the tested dtype (what is checked and timed)
+    attrs: dict            # the example's attributes (not filled)
+    dout: np.ndarray | None
+    expected: dict         # float64: 'out' and a gradient per differentiable input; adamw: param, m, v
+
+
+def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
+    from conformance.arrays import is_float
+    spec = OPS[op]
+    rng = np.random.default_rng(seed)
+    inputs, attrs = spec.example(dims, "float64", rng)
+    dt = _np_dtype(dtype)
+    typed = {k: (v.astype(dt) if is_float(v) else v) for k, v in inputs.items() if v is not None}
+    exact = {k: (v.astype(np.float64) if is_float(v) else v) for k, v in typed.items()}
+    full = spec.fill_attrs(attrs)
+    naive = importlib.import_module(f"backends.naive.{op}")
+    if spec.output is None:  # adamw updates param, m, v in place
+        state = {k: v.copy() for k, v in exact.items()}
+        naive.forward(state, full, None)
+        return Reference(typed, attrs, None, {k: state[k] for k in ("param", "m", "v")})
+    out, saved = naive.forward(exact, full, None)
+    dout = rng.standard_normal(np.shape(out))
+    dout[dout == 0] = 0.5
+    dout = dout.astype(_np_dtype(spec.output_dtype(typed, full)))
+    grads = {p: np.zeros_like(exact[p]) for p in spec.params if p in exact}
+    result = naive.backward(saved, dout.astype(np.float64), grads)
+    expected = {"out": np.asarray(out)}
+    expected.update({f"d{n}": np.asarray(result[n]) for n in spec.differentiable if n in exact})
+    return Reference(typed, attrs, dout, expected)
+
+
+def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> str | None:
+    """None when the variant matches the reference at these inputs, forward and backward, within the
+    conformance suite's tolerance for `dtype`; else what is wrong."""
+    from conformance.arrays import CheckFailed, compare
+    from conformance.tolerances import tolerance
+    spec = OPS[op]
+    try:
+        kernel = Kernel(variant)
+        inputs = {k: to_device(v.copy(), variant.device) for k, v in ref.typed.items()}
+        out, saved = kernel.forward(inputs, ref.attrs)
+        fwd = tolerance(dtype, "forward", variant.dtypes)
+        if spec.output is None:
+            for k in ("param", "m", "v"):
+                compare(f"{op} {k} after the update", inputs[k], ref.expected[k], fwd)
+            return None
+        compare(f"{op} forward output", out, ref.expected["out"], fwd)
+        xp = array_module(variant.device)
+        grads = {p: xp.zeros(inputs[p].shape, dtype=inputs[p].dtype) for p in spec.params if p in inputs}
+        result = kernel.backward(saved, to_device(ref.dout.copy(), variant.device), grads)
+        grad_tol = tolerance(dtype, "gradient", variant.dtypes)
+        for name in spec.differentiable:
+            if f"d{name}" in ref.expected:
+                if result.get(name) is None:
+                    return f"{op} backward returned no gradient for '{name}'"
+                compare(f"{op} gradient of {name}", result[name], ref.expected[f"d{name}"], grad_tol)
+    except CheckFailed as e:
+        return str(e)
+    except Exception as e:  # a crash is a failure of the variant
+        return f"raised {type(e).__name__}: {e}"
+    return None
+
+
+# ---- timing one variant ----------------------------------------------------------------------------
+def _nbytes(arrays) -> int:
+    return int(sum(a.size * a.dtype.itemsize for a in arrays if hasattr(a, "dtype")))
+
+
+def time_variant(variant: Variant, op: str, ref: Reference, cfg: TimingConfig, timer) -> dict:
+    """{direction: Timing} of the variant's implementation on copies of the reference inputs."""
+    spec = OPS[op]
+    impl = variant.load()
+    attrs = spec.fill_attrs(ref.attrs)
+    device = variant.device
+    xp = array_module(device)
+    per_set = _nbytes(ref.typed.values()) + (_nbytes([ref.dout]) if ref.dout is not None else 0)
+    n_sets = cfg.input_sets(per_set)
+    sets = [{k: to_device(v.copy(), device) for k, v in ref.typed.items()} for _ in range(n_sets)]
+    timer.sync()
+    timings = {"forward": measure(lambda i: impl.forward(sets[i], attrs, None), n_sets, timer, cfg)}
+    if spec.output is not None:
+        saved = [impl.forward(s, attrs, None)[1] for s in sets]
+        douts = [to_device(ref.dout.copy(), device) for _ in range(n_sets)]
+        grads = [{p: xp.zeros(s[p].shape, dtype=s[p].dtype) for p in spec.params if p in s} for s in sets]
+        timer.sync()
+        timings["backward"] = measure(lambda i: impl.backward(saved[i], douts[i], grads[i]), n_sets, timer, cfg)
+        del saved, douts, grads
+    del sets
+    return timings
+
+
+# ---- the run -----------------------------------------------------------------------------------------
+def _conformance(variant: Variant, op: str, dtype: str, registry: Registry, seed: int) -> tuple[str, str]:
+    """('passed'|'failed'|'skipped', first failure or skip reason) of the suite for one op and dtype."""
+    import conformance
+    report = conformance.run(backend=variant.qualname, ops=[op], dtypes=[dtype], model=False,
+                             registry=registry, seed=seed)
+    if not report.ok:
+        return "failed", str(report.failures()[0])
+    if not any(r.status == "passed" for r in report):
+        return "skipped", report.skips()[0].message if report.skips() else "no check ran"
+    return "passed", ""
+
+
+def roofline(flops: float, nbytes: float, seconds: float, peaks: dict) -> dict:
+    """Throughput and the fraction of the roofline at this intensity (ideal time / measured time)."""
+    t_compute = flops / peaks["peak_flops"]
+    t_memory = nbytes / peaks["peak_bw"]
+    return {"tflops": flops / seconds / 1e12, "gbps": nbytes / seconds / 1e9,
+            "intensity": flops / nbytes if nbytes else None,
+            "bound": "compute" if t_compute >= t_memory else "memory",
+            "roofline_fraction": max(t_compute, t_memory) / seconds,
+            "peak_flops": peaks["peak_flops"], "peak_bw": peaks["peak_bw"]}
+
+
+def add_speedups(records: list[dict], baseline_text: str | None, registry: Registry) -> list[dict]:
+    """Set 'baseline' and 'speedup' (baseline p50 / p50) on every timed op record."""
+    index = {}
+    for r in records:
+        if r.get("kind") == "op" and r.get("status") == "ok":
+            index[(r["variant"], r["op"], r["direction"], r["shape_set"], r["shape"], r["dtype"])] = r
+    for r in records:
+        if r.get("kind") != "op" or r.get("status") != "ok":
+            continue
+        base = baseline_of(baseline_text, r["op"], registry)
+        if base is None:
+            continue
+        b = index.get((base.qualname, r["op"], r["direction"], r["shape_set"], r["shape"], r["dtype"]))
+        r["baseline"] = base.qualname
+        r["speedup"] = b["p50_s"] / r["p50_s"] if b else None
+    return records
+
+
+def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, argv=None,
+        copy_to_cache: bool = True) -> list[dict]:
+    """Run the benchmark, write records to `out_dir` (and a copy to the bench cache); return them."""
+    registry = registry or get_registry()
+    ops = list(cfg.ops) if cfg.ops else list(OPS)
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"unknown op(s) {unknown}; ops: {', '.join(OPS)}")
+    for name in cfg.shapes:
+        if name not in SHAPE_SETS:
+            raise ValueError(f"unknown shape set {name!r}; sets: {', '.join(SHAPE_SETS)}")
+    variants = select(cfg.backend, ops, registry)
+    for op in ops:  # the baseline is timed too, so every speedup has its denominator
+        base = baseline_of(cfg.baseline, op, registry)
+        if base is not None and all(v is not base for v in variants):
+            variants.append(base)
+    if not variants:
+        raise ValueError(f"--backend {cfg.backend!r} selects no variant of {', '.join(ops)}")
+
+    devices = sorted({v.device for v in variants if v.unavailable_reason() is None})
+    run_id = rec.new_run_id(rec.device_info("cpu")["device_key"] if "cuda" not in devices
+                            else rec.device_info("cuda")["device_key"])
+    envs = {d: rec.environment(d) for d in devices}
+    writer = rec.RecordWriter(out_dir)
+    started, load_before = rec.now_iso(), rec.loadavg()
+    peak_size = cfg.peak_size or ("small" if set(cfg.shapes) <= {"small"} else "large")
+    peaks: dict = {}
+
+    def base_record(device: str) -> dict:
+        env = envs.get(device) or {"device_kind": device}
+        return {"schema": rec.SCHEMA, "run_id": run_id, "time": rec.now_iso(), "loadavg": rec.loadavg(), **env}
+
+    def peak_for(device: str, dtype: str) -> dict:
+        if (device, dtype) not in peaks:
+            p = measure_peaks(device, dtype, peak_size, cfg.peak_timing)
+            peaks[device, dtype] = p
+            writer.write({**base_record(device), **p})
+            log(f"peak {device} {dtype}: matmul {p['peak_flops'] / 1e12:.3g} TFLOP/s (n={p['matmul']['n']}), "
+                f"copy {p['peak_bw'] / 1e9:.3g} GB/s")
+        return peaks[device, dtype]
+
+    conformance_cache: dict = {}
+    log(f"bench {run_id}: {len(variants)} variants, ops {', '.join(ops)}, shapes {', '.join(cfg.shapes)}, "
+        f"dtypes {', '.join(cfg.dtypes)}; load average {load_before}")
+    if load_before and load_before[0] > 0.5 * rec.cores():
+        log(f"warning: the machine is busy (load average {load_before[0]} on {rec.cores()} cores): "
+            "CPU timings will be noisy; the load is recorded with every measurement")
+    for op in ops:
+        op_variants = [v for v in variants if v.op == op]
+        spec = OPS[op]
+        directions = DIRECTIONS if spec.output is not None else ("forward",)
+        for dtype in cfg.dtypes:
+            for set_name, label, dims in shapes_for(cfg.shapes, op):
+                ref = None
+                for variant in op_variants:
+                    common = {"kind": "op", "op": op, "variant": variant.qualname, "backend": variant.backend,
+                              "shape_set": set_name, "shape": label, "dims": dims, "dims_text": dims_text(dims),
+                              "dtype": dtype}
+
+                    def emit(status, message="", **extra):
+                        for direction in directions:
+                            writer.write({**base_record(variant.device), **common, "direction": direction,
+                                          "status": status, "message": message, **extra})
+
+                    reason = variant.unavailable_reason()
+                    if reason is None and dtype not in variant.dtypes:
+                        reason = f"the variant does not take {dtype} (it takes {', '.join(variant.dtypes)})"
+                    if reason:
+                        emit("skipped", reason)
+                        log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}: skipped ({reason})")
+                        continue
+                    conf = "not run"
+                    if cfg.conformance:
+                        key = (variant.qualname, op, dtype)
+                        if key not in conformance_cache:
+                            conformance_cache[key] = _conformance(variant, op, dtype, registry, cfg.seed)
+                        conf, conf_message = conformance_cache[key]
+                        if conf == "failed":
+                            emit("failed", "conformance: " + conf_message, check="not run", conformance=conf)
+                            log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}: FAILED conformance, not timed\n"
+                                f"    {conf_message.splitlines()[0]}")
+                            continue
+                    if ref is None:
+                        ref = make_reference(op, dims, dtype, cfg.seed)
+                    wrong = check_variant(variant, op, ref, dtype)
+                    if wrong:
+                        emit("failed", f"wrong at the benchmarked shape {dims_text(dims)}: {wrong}",
+                             check="failed", conformance=conf)
+                        log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}: FAILED the check at this shape, "
+                            f"not timed\n    {wrong.splitlines()[0]}")
+                        continue
+                    peak = peak_for(variant.device, dtype)
+                    timings = time_variant(variant, op, ref, cfg.timing, timer_for(variant.device))
+                    full = spec.fill_attrs(ref.attrs)
+                    flops, nbytes = spec.flops(ref.typed, full), spec.bytes_moved(ref.typed, full)
+                    for direction, t in timings.items():
+                        r = {**base_record(variant.device), **common, "direction": direction, "status": "ok",
+                             "message": "", "check": "passed", "conformance": conf,
+                             "p20_s": t.p20, "p50_s": t.p50, "p80_s": t.p80, "samples": len(t.samples),
+                             "calls_per_sample": t.calls_per_sample, "input_sets": t.input_sets,
+                             "flops": flops[direction], "bytes": nbytes[direction],
+                             **roofline(flops[direction], nbytes[direction], t.p50, peak)}
+                        writer.write(r)
+                        log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype} {direction:<8} "
+                            f"p50 {t.p50 * 1e3:9.4f} ms [{t.p20 * 1e3:.4f}, {t.p80 * 1e3:.4f}]  "
+                            f"{r['tflops'] * 1e3:8.2f} GFLOP/s {r['gbps']:8.2f} GB/s  "
+                            f"{100 * r['roofline_fraction']:5.1f}% of roofline")
+                ref = None
+    records = add_speedups(writer.records, cfg.baseline, registry)
+    writer.rewrite(records)
+    meta = {"schema": rec.SCHEMA, "run_id": run_id, "started": started, "finished": rec.now_iso(),
+            "loadavg_before": load_before, "loadavg_after": rec.loadavg(), "argv": argv or sys.argv,
+            "config": {"backend": cfg.backend, "ops": ops, "shapes": cfg.shapes, "dtypes": cfg.dtypes,
+                       "baseline": cfg.baseline, "conformance": cfg.conformance, "seed": cfg.seed,
+                       "timing": cfg.timing.__dict__, "peak_size": peak_size},
+            "environments": envs, "peaks": {f"{d}/{t}": p for (d, t), p in peaks.items()}}
+    writer.write_run(meta)
+    writer.close()
+    if copy_to_cache:
+        import shutil
+        dest = rec.cache_dir() / run_id
+        try:
+            if dest.resolve() != writer.dir.resolve():
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(writer.path, dest / rec.RECORDS_FILE)
+                shutil.copy2(writer.dir / rec.RUN_FILE, dest / rec.RUN_FILE)
+        except OSError as e:
+            log(f"warning: could not copy the records to the bench cache {dest}: {e}")
+    return records
