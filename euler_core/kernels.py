@@ -6,6 +6,8 @@ Selection strings (CLI and Python API alike):
     naive                                       every op from one backend
     numba,attention=naive                       a default backend plus per-op overrides
     attention=triton:flash,matmul=cupy_raw:cublas   a variant by name
+    auto, auto,attention=naive, attention=auto  per op, the fastest variant that passed on this
+                                                device in the latest `euler bench ops` records
     (ops nobody named come from the default backend, or from naive when there is no default)
 
 When the default backend offers no variant of an op, that op falls back to naive and the selection
@@ -22,6 +24,7 @@ from .ops import OPS
 from .registry import Registry, Variant, get_registry
 
 FALLBACK_BACKEND = "naive"
+AUTO = "auto"  # per op, the fastest variant that passed on this device (euler_core/bench/auto.py)
 
 
 class SelectionError(ValueError):
@@ -137,6 +140,8 @@ class Kernels:
                           stacklevel=2)
 
     def _resolve(self, op: str, sel: Selection, dtype: str | None) -> Variant:
+        if sel.overrides.get(op, sel.default) == AUTO:
+            return self._auto(op, dtype)
         if op in sel.overrides:
             choice = sel.overrides[op]
             backend_name, _, variant_name = choice.partition(":")
@@ -160,6 +165,17 @@ class Kernels:
             self.notes.append(f"{op}: backend {backend_name} has no variant; falling back to {FALLBACK_BACKEND}")
             candidates = self._backend(FALLBACK_BACKEND).variants_of(op)
         return self._usable(self._first_usable(candidates, op, dtype), dtype)
+
+    def _auto(self, op: str, dtype: str | None) -> Variant:
+        """'auto': the fastest variant that passed on this device, from the bench records
+        (euler_core/bench/auto.py); naive, with a note saying why, when there are none."""
+        from .bench.auto import choose
+        choice = choose(op, dtype, self.registry)
+        if choice.variant is None:
+            self.notes.append(f"{op}: auto: {choice.reason}; falling back to {FALLBACK_BACKEND}")
+            return self._usable(self._first_usable(self._backend(FALLBACK_BACKEND).variants_of(op), op, dtype), dtype)
+        self.notes.append(f"{op}: auto chose {choice.variant}, {choice.reason}")
+        return self._usable(self.registry.find(choice.variant, op), dtype)
 
     def _backend(self, name: str):
         try:
