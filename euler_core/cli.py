@@ -6,6 +6,8 @@
     euler conformance  run the conformance suite on a backend (conformance/cli.py)
     euler tokenizer    train a BPE tokenizer, encode, decode (euler_core/tokenizer/cli.py)
     euler data         prepare llm.c token shards, download data sets (euler_core/tokenizer/cli.py)
+    euler bench        time kernels, render reports (euler_core/bench/cli.py)
+    euler new-backend  write the skeleton of a backend package (euler_core/scaffold.py)
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import fields
 
 from conformance import cli as conformance_cli
 
+from . import scaffold
+from .bench import cli as bench_cli
 from .tokenizer import cli as tokenizer_cli
 
 TRAIN_HELP = {
@@ -133,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backends(sub)
     conformance_cli.add_commands(sub)
     tokenizer_cli.add_commands(sub)
+    bench_cli.add_commands(sub)
+    scaffold.add_commands(sub)
     return parser
 
 
