@@ -147,6 +147,7 @@ def main():
     from euler_core.tokenizer.pattern import GPT2_PATTERN
     from euler_core.tokenizer.train import bytes_to_unicode, train_bpe
 
+    load_before = os.getloadavg()
     text, sources = build_corpus(int(args.mb * 1e6))
     nbytes = len(text.encode("utf-8"))
     mb = nbytes / 1e6
@@ -239,7 +240,7 @@ def main():
         "versions": {"numpy": np.__version__, "numba": numba.__version__, "tiktoken": tiktoken.__version__,
                      "tokenizers": tokenizers.__version__, "regex": regex.__version__},
         "note": "all numbers from one run of bench/tokenizer/bench.py, side by side on the same text and machine",
-        "repeats": args.repeats,
+        "repeats": args.repeats, "load_average_before": load_before, "load_average_after": os.getloadavg(),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -256,7 +257,10 @@ def render(r) -> str:
              f"numba {env['versions']['numba']}, tiktoken {env['versions']['tiktoken']}, tokenizers "
              f"{env['versions']['tokenizers']}, regex {env['versions']['regex']}. Git {env['git_sha'][:12]}"
              f"{' (tokenizer code modified)' if env['tokenizer_code_dirty'] else ''}, {env['when']}. "
-             f"Median of {env['repeats']} runs after a warm-up. Other work may have shared the machine (2 cores).", "",
+             f"Median of {env['repeats']} runs after a warm-up. Load average (1, 5, 15 min) "
+             f"{tuple(round(x, 1) for x in env.get('load_average_before', ()))} before, "
+             f"{tuple(round(x, 1) for x in env.get('load_average_after', ()))} after: other work may have "
+             f"shared the machine.", "",
              f"Corpus: {r['corpus']['bytes'] / 1e6:.2f} MB: "
              + "; ".join(f"{s['source']} {s['bytes'] / 1e6:.2f} MB" for s in r["corpus"]["sources"]) + ".", "",
              f"## Encoding with GPT-2's ranks ({r['encode']['tokens']:,} tokens, identical to tiktoken: "
