@@ -1,7 +1,12 @@
-"""Sampling text from a model: temperature, top-k, top-p (nucleus), a seed, stop at end-of-text.
+"""Sampling text from a model: temperature, top-k, top-p (nucleus), a seed, stop tokens (end-of-text,
+the end of an assistant turn).
 
-Each new token runs the model over the (cropped) context and samples from the last position's
-distribution on the host. (A KV cache, which avoids recomputing the context, is a later addition.)
+With the KV cache (the default, euler_core/kvcache.py) the prompt runs through the model once and
+each new token then runs over itself only. Without it (`use_cache=False`, kept as the reference the
+cached path is tested against) each new token runs the model over the whole (cropped) context.
+Both sample from the last position's distribution on the host, and give the same tokens: when the
+context outgrows block_size, the cached path starts a fresh cache over the last block_size tokens,
+exactly the window the uncached path crops to (so past block_size it is no faster).
 """
 
 from __future__ import annotations
@@ -38,20 +43,36 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
 
 
 def generate(model, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, seed: int | None = None, stop_token: int | None = None) -> list[int]:
-    """The prompt's continuation (new token ids only), sampled one token at a time."""
+             top_p: float | None = None, seed: int | None = None, stop_token=None,
+             use_cache: bool = True) -> list[int]:
+    """The prompt's continuation (new token ids only), sampled one token at a time.
+
+    stop_token: an id, or a collection of ids, that ends the generation (not included in the output).
+    """
     if not prompt:
         raise ValueError("generate: the prompt must hold at least one token")
+    stops = set() if stop_token is None else ({int(stop_token)} if np.isscalar(stop_token) else
+                                              {int(t) for t in stop_token})
     rng = np.random.default_rng(seed)
     tokens = list(prompt)
     out: list[int] = []
-    V = model.config.vocab_size
+    V, block = model.config.vocab_size, model.config.block_size
+    cache = None
+    if use_cache:
+        from .kvcache import KVCache
+        cache = KVCache(model, batch=1)
     for _ in range(max_new_tokens):
-        context = np.array([tokens[-model.config.block_size:]], dtype=np.int32)  # (1,T)
-        logits, _ = model.forward(context)
+        if cache is None:
+            context = np.array([tokens[-block:]], dtype=np.int32)  # (1,T)
+            logits, _ = model.forward(context)
+        elif cache.length == 0 or cache.length >= block:  # (re)fill: the prompt, or the cropped window
+            cache.reset()
+            logits = model.forward_cached(np.array([tokens[-block:]], dtype=np.int32), cache, last_only=True)
+        else:
+            logits = model.forward_cached(np.array([tokens[-1:]], dtype=np.int32), cache, last_only=True)
         last = to_device(logits[0, -1, :V], "cpu")  # the real vocabulary only, not the padding
         token = sample_next(last, rng, temperature, top_k, top_p)
-        if stop_token is not None and token == stop_token:
+        if token in stops:
             break
         tokens.append(token)
         out.append(token)

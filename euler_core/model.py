@@ -244,6 +244,12 @@ class GPT:
             dx, _ = k["residual"].forward({"a": through["a"], "b": din})
         k["embedding"].backward(tape.embedding, dx.reshape(B, T, C), {"wte": g["wte.weight"], "wpe": g["wpe.weight"]})
 
+    # ---- generation ---------------------------------------------------------------------------
+    def forward_cached(self, tokens, cache, last_only: bool = False):
+        """Logits of new tokens (B,Tn) given a KVCache of the earlier positions (see kvcache.py)."""
+        from .kvcache import forward_cached
+        return forward_cached(self, tokens, cache, last_only)
+
     # ---- conveniences -----------------------------------------------------------------------
     def grad_norm(self) -> float:
         """The global L2 norm of the gradient buffer."""
