@@ -1,7 +1,7 @@
 """Training with conventions="hf" reproduces Hugging Face `tokenizers`' BpeTrainer merge for merge.
 
-Runs only where `tokenizers` is installed (the benchmark environment; it is never a dependency of
-NanoEuler), and skips elsewhere. The corpus is real text: a slice of the standard library's source.
+`tokenizers` is a test-only reference, installed by the `dev` extra (CI has it); it is never a
+dependency of NanoEuler itself. Without it (a bare install) the test skips with that reason. The corpus is real text: a slice of the standard library's source.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from euler_core.tokenizer.train import bytes_to_unicode, train_bpe
 from tokenizer_corpus import stdlib_text
 
-tokenizers = pytest.importorskip("tokenizers", reason="Hugging Face tokenizers is only in the benchmark environment")
+tokenizers = pytest.importorskip("tokenizers", reason="Hugging Face tokenizers is not installed (pip install -e '.[dev]')")
 
 
 def hf_train(path, vocab_size):
