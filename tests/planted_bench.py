@@ -1,0 +1,59 @@
+"""Planted variants for the benchmark tests (tests/test_bench*.py): one right but slow, one wrong
+everywhere, one wrong only at shapes wider than the conformance cases. Registered as the backend
+"planted" through `Registry(plugins=[Planted()])`; nothing here is used by the project itself."""
+
+import time
+
+from backends.naive import gelu as naive_gelu
+from backends.naive._out import into
+from euler_core.registry import Backend, Variant, hookimpl
+
+
+class GeluSlow:
+    """Right, and slow: the naive GELU plus a 2 ms nap per call."""
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        time.sleep(2e-3)
+        return naive_gelu.forward(inputs, attrs, out)
+
+    @staticmethod
+    def backward(saved, dout, grads):
+        time.sleep(2e-3)
+        return naive_gelu.backward(saved, dout, grads)
+
+
+class GeluOff:
+    """Wrong everywhere: the forward is off by 1e-3 (conformance catches it)."""
+
+    backward = staticmethod(naive_gelu.backward)
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        y, saved = naive_gelu.forward(inputs, attrs, None)
+        return into(out, y + 1e-3), saved
+
+
+class GeluWideRowsWrong:
+    """Wrong only for rows wider than 96 (a tile-size bug): every conformance case is narrower, so
+    only the check at the benchmarked shape (C = 128) can catch it. And it is fast."""
+
+    backward = staticmethod(naive_gelu.backward)
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        y, saved = naive_gelu.forward(inputs, attrs, None)
+        y = y.copy()
+        if y.shape[-1] > 96:
+            y[..., 96:] = 0.0  # BUG: the second tile is never computed
+        return into(out, y), saved
+
+
+class Planted:
+    @hookimpl
+    def nanoeuler_backends(self):
+        return [Backend("planted", "bench test variants", [
+            Variant("gelu", "slow", impl="planted_bench:GeluSlow"),
+            Variant("gelu", "off", impl="planted_bench:GeluOff"),
+            Variant("gelu", "widerows", impl="planted_bench:GeluWideRowsWrong"),
+        ])]

@@ -1,0 +1,189 @@
+"""euler_core.bench: records, the check before timing, planted slow and wrong variants, --backend auto,
+run comparison, and the timing protocol's batching. Runs at `small` shapes with quick timing."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from euler_core.bench import auto
+from euler_core.bench.ops import BenchConfig, run
+from euler_core.bench.records import load_records
+from euler_core.bench.report import PlotsUnavailable, compare_runs, render
+from euler_core.bench.timing import Timing, TimingConfig, measure
+from euler_core.kernels import Kernels
+from euler_core.registry import Registry
+from planted_bench import Planted  # tests/ is on sys.path under pytest
+
+QUICK = TimingConfig.quick()
+REQUIRED_FIELDS = {"op", "variant", "direction", "shape", "dims", "dtype", "p20_s", "p50_s", "p80_s", "device",
+                   "device_key", "versions", "driver", "git_sha", "time", "loadavg", "flops", "bytes", "tflops",
+                   "gbps", "roofline_fraction", "check", "conformance", "run_id", "status"}
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return Registry(plugins=[Planted()])
+
+
+@pytest.fixture(scope="module")
+def planted_run(registry, tmp_path_factory):
+    out = tmp_path_factory.mktemp("planted")
+    cfg = BenchConfig(backend="naive,planted", ops=["gelu"], timing=QUICK, peak_timing=QUICK)
+    records = run(cfg, out, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    return out, records
+
+
+def by(records, variant, direction="forward"):
+    return next(r for r in records if r.get("variant") == variant and r.get("direction") == direction)
+
+
+# ---- tests ------------------------------------------------------------------------------------------------
+def test_records_are_tidy_and_complete(planted_run):
+    out, records = planted_run
+    assert load_records([out]) == records  # what is returned is what is on disk
+    assert (out / "run.json").exists() and json.loads((out / "run.json").read_text())["config"]["ops"] == ["gelu"]
+    ok = [r for r in records if r.get("kind") == "op" and r["status"] == "ok"]
+    assert {(r["variant"], r["direction"]) for r in ok} == {
+        (v, d) for v in ("naive:reference", "planted:slow") for d in ("forward", "backward")}
+    for r in ok:
+        assert REQUIRED_FIELDS <= set(r), REQUIRED_FIELDS - set(r)
+        assert r["p20_s"] <= r["p50_s"] <= r["p80_s"] and r["check"] == "passed" and r["conformance"] == "passed"
+        assert r["flops"] > 0 and r["tflops"] == pytest.approx(r["flops"] / r["p50_s"] / 1e12)
+        assert r["baseline"] == "naive:reference"
+    assert by(records, "naive:reference")["speedup"] == pytest.approx(1.0)
+    assert by(records, "planted:slow")["speedup"] < 0.5  # 2 ms per call against a few microseconds
+    peaks = [r for r in records if r.get("kind") == "peak"]
+    assert len(peaks) == 1 and peaks[0]["peak_flops"] > 0 and peaks[0]["peak_bw"] > 0
+
+
+def test_wrong_variants_are_reported_and_never_timed(planted_run):
+    _, records = planted_run
+    off = [r for r in records if r.get("variant") == "planted:off"]
+    assert off and all(r["status"] == "failed" and "p50_s" not in r for r in off)
+    assert all(r["conformance"] == "failed" and "differs from" in r["message"] for r in off)
+    wide = [r for r in records if r.get("variant") == "planted:widerows"]
+    assert wide and all(r["status"] == "failed" and "p50_s" not in r for r in wide)
+    # conformance passed (its cases are narrow); the check at the benchmarked shape caught it
+    assert all(r["conformance"] == "passed" and r["check"] == "failed" for r in wide)
+    assert "wrong at the benchmarked shape N=32,C=128" in wide[0]["message"]
+
+
+def test_auto_ranks_the_slow_variant_last_and_never_chooses_a_wrong_one(planted_run, registry):
+    out, _ = planted_run
+    choice = auto.choose("gelu", "float32", registry, dirs=[out])
+    ranked = [name for name, _ in choice.ranking]
+    assert ranked[-1] == "planted:slow"
+    assert choice.variant == "naive:reference"
+    assert {"planted:off", "planted:widerows"} <= set(choice.excluded)
+    assert "planted:off" not in ranked and "planted:widerows" not in ranked
+
+
+def test_backend_auto_in_kernels_reads_the_bench_cache(planted_run, registry, monkeypatch, tmp_path):
+    out, _ = planted_run
+    monkeypatch.setenv("EULER_BENCH_DIR", str(out))
+    k = Kernels("naive,gelu=auto", dtype="float32", registry=registry)
+    assert k.variants["gelu"].qualname == "naive:reference"
+    assert any(n.startswith("gelu: auto chose naive:reference") for n in k.notes)
+    monkeypatch.setenv("EULER_BENCH_DIR", str(tmp_path / "empty"))
+    k = Kernels("auto", dtype="float32", registry=registry)
+    assert all(v.backend == "naive" for v in k.variants.values())
+    assert any("gelu: auto: no benchmark records of gelu in float32 for this device" in n and
+               "falling back to naive" in n for n in k.notes)
+
+
+def _record(variant, p50, when, device_key=None, spread=0.02, **kw):
+    from euler_core.bench.records import current_device_key
+    r = {"kind": "op", "op": "gelu", "variant": variant, "direction": "forward", "shape_set": "small",
+         "shape": "mlp", "dtype": "float32", "status": "ok", "check": "passed", "conformance": "passed",
+         "p20_s": p50 * (1 - spread), "p50_s": p50, "p80_s": p50 * (1 + spread), "time": when,
+         "device_kind": "cpu", "device_key": device_key or current_device_key("cpu"), "run_id": when}
+    r.update(kw)
+    return r
+
+
+def test_auto_uses_only_this_device_and_the_latest_record(registry):
+    records = [
+        _record("planted:slow", 1e-6, "2026-01-01", device_key="cpu:some other machine:64"),  # not here
+        _record("planted:slow", 1e-6, "2026-01-01"),        # fast once ...
+        _record("planted:slow", 9e-3, "2026-02-01"),        # ... superseded by the latest run
+        _record("naive:reference", 1e-3, "2026-01-15"),
+        _record("planted:off", 1e-9, "2026-02-01", status="failed", check="failed"),
+    ]
+    choice = auto.choose("gelu", "float32", registry, records=records)
+    assert choice.variant == "naive:reference"
+    assert [n for n, _ in choice.ranking] == ["naive:reference", "planted:slow"]
+    assert "planted:off" in choice.excluded
+
+
+def test_comparing_runs_separates_changes_from_noise():
+    base = [_record("a:x", 1.0e-3, "t0"), _record("b:y", 1.0e-3, "t0"), _record("c:z", 1.0e-3, "t0")]
+    new = [_record("a:x", 0.5e-3, "t1"), _record("b:y", 1.01e-3, "t1"), _record("c:z", 2.0e-3, "t1")]
+    verdicts = {r["variant"]: r["verdict"] for r in compare_runs(base, new)}
+    assert verdicts == {"a:x": "faster", "b:y": "within spread", "c:z": "slower"}
+
+
+def test_report_renders_markdown_and_plots(planted_run, tmp_path):
+    out, _ = planted_run
+    files = render([out], tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## gelu" in text and "`planted:slow`" in text and "FAILED" in text and "roofline" in text
+    names = {f.name for f in files}
+    assert "speedup-gelu.png" in names and any(n.startswith("roofline-") for n in names)
+    assert all(f.stat().st_size > 1000 for f in files if f.suffix == ".png")
+
+
+def test_report_without_matplotlib_says_so(planted_run, tmp_path, monkeypatch):
+    out, _ = planted_run
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    with pytest.raises(PlotsUnavailable, match=r"pip install 'nanoeuler\[plot\]'"):
+        render([out], tmp_path / "r")
+    assert (tmp_path / "r" / "report.md").exists()  # the markdown is written regardless
+
+
+class FakeCudaTimer:
+    """Stands in for the CUDA-event timer: records the batch sizes it is asked to time."""
+
+    device = "cuda"
+
+    def __init__(self):
+        self.batches = []
+
+    def batch(self, call, indices):
+        self.batches.append(list(indices))
+        for i in indices:
+            call(i)
+        return 1e-6  # a 1 us kernel
+
+    def sync(self):
+        pass
+
+
+def test_gpu_timing_batches_back_to_back_calls_and_rotates_inputs():
+    timer, seen = FakeCudaTimer(), []
+    cfg = TimingConfig(warmup_s=0.0, warmup_calls=2, sample_s=1e-4, min_samples=5, max_samples=5, min_time_s=0.0)
+    t = measure(seen.append, 3, timer, cfg)
+    assert isinstance(t, Timing) and len(t.samples) == 5
+    assert t.calls_per_sample >= cfg.min_batch_gpu  # never one kernel per pair of events
+    assert all(len(b) == t.calls_per_sample for b in timer.batches[-5:])
+    assert set(seen) == {0, 1, 2} and seen[:6] == [0, 1, 2, 0, 1, 2]  # inputs rotate call after call
+
+
+def test_unknown_shape_set_and_op_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown shape set 'huge'; sets: small, mid, gpt2"):
+        run(BenchConfig(backend="naive", shapes=["huge"]), tmp_path, log=lambda *a: None)
+    with pytest.raises(ValueError, match="unknown op"):
+        run(BenchConfig(backend="naive", ops=["softmax"]), tmp_path, log=lambda *a: None)
+
+
+def test_every_shape_set_covers_the_gpt2_ops_and_small_examples_validate():
+    from euler_core.bench.shapes import SHAPE_SETS
+    from euler_core.ops import OPS
+    for shapes in SHAPE_SETS.values():
+        assert set(shapes) == {"embedding", "layernorm", "matmul", "attention", "gelu", "residual",
+                               "crossentropy", "adamw"} and set(shapes) <= set(OPS)
+    for op, entries in SHAPE_SETS["small"].items():
+        for _, dims in entries:
+            inputs, attrs = OPS[op].example(dims, "float32", np.random.default_rng(0))
+            OPS[op].validate(inputs, OPS[op].fill_attrs(attrs))

@@ -1,0 +1,51 @@
+"""`euler bench ops` on every CPU backend installed here, at small shapes, and `euler bench report` on
+its records: the CI smoke run of the benchmark (quick timing; the conformance suite itself runs in
+conformance/, so it is skipped here and the check at the benchmarked shape is what guards timing)."""
+
+import json
+
+from euler_core.cli import main
+from euler_core.ops import OPS
+from euler_core.registry import get_registry
+
+
+def cpu_backends():
+    return sorted(b.name for b in get_registry().backends.values()
+                  if any(v.device == "cpu" and v.unavailable_reason() is None for v in b.variants))
+
+
+def test_bench_ops_on_every_cpu_backend_and_the_report_renders(tmp_path, capsys):
+    backends = cpu_backends()
+    assert "naive" in backends
+    out = tmp_path / "bench"
+    status = main(["bench", "ops", "--backend", ",".join(backends), "--shapes", "small", "--quick",
+                   "--no-conformance", "--no-cache", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    ops = [r for r in records if r["kind"] == "op"]
+    assert all(r["status"] == "ok" for r in ops), [r["message"] for r in ops if r["status"] != "ok"]
+    timed_backends = {r["backend"] for r in ops}
+    assert timed_backends == set(backends)
+    bench_ops = {"embedding", "layernorm", "matmul", "attention", "gelu", "residual", "crossentropy", "adamw"}
+    assert {r["op"] for r in ops if r["backend"] == "naive"} == bench_ops & set(OPS)
+    assert all(r["conformance"] == "not run" and r["check"] == "passed" for r in ops)
+
+    report = tmp_path / "report"
+    assert main(["bench", "report", str(out), "--out", str(report)]) == 0
+    text = (report / "report.md").read_text()
+    for op in bench_ops:
+        assert f"## {op}" in text
+    assert (report / "speedup-matmul.png").exists() and list(report.glob("roofline-*.png"))
+
+
+def test_bench_ops_exit_status_says_a_variant_failed(tmp_path, monkeypatch, capsys):
+    from planted_bench import Planted
+    from euler_core.registry import Registry
+    import euler_core.bench.ops as bench_ops
+    registry = Registry(plugins=[Planted()])
+    monkeypatch.setattr(bench_ops, "get_registry", lambda: registry)
+    status = main(["bench", "ops", "--backend", "planted:off", "--ops", "gelu", "--quick", "--no-conformance",
+                   "--no-cache", "--out", str(tmp_path)])
+    assert status == 1
+    assert "FAILED the check at this shape, not timed" in capsys.readouterr().out
