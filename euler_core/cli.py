@@ -20,6 +20,7 @@ from conformance import cli as conformance_cli
 
 from . import scaffold
 from .bench import cli as bench_cli
+from .convert import cli as convert_cli
 from .tokenizer import cli as tokenizer_cli
 
 TRAIN_HELP = {
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     tokenizer_cli.add_commands(sub)
     bench_cli.add_commands(sub)
     scaffold.add_commands(sub)
+    convert_cli.add_commands(sub)
     return parser
 
 
