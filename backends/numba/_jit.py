@@ -17,11 +17,19 @@ need to: they run on the installed source).
 """
 
 import math
+import os
 
-import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic, overload
+# Worker threads that wait for the next parallel loop sleep instead of spinning. NumPy's BLAS runs
+# its own threads between our loops, and this machine class has 2 cores shared with other work:
+# spinning OpenMP workers then steal the core a BLAS or numba thread needs (measured on the baby
+# GPT under load: 8-10 s a step spinning, 5-7 s passive). libgomp reads this once, when numba
+# first starts its thread pool, i.e. after this import; a value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+from llvmlite import ir  # noqa: E402
+from numba import njit, types  # noqa: E402
+from numba.extending import intrinsic, overload  # noqa: E402
 
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 

@@ -49,23 +49,24 @@ class Saved:
 
 
 @jit
-def _scores(q2, qrow, qo, krow, ko, nk, HS, scale, zero, srow):
-    """srow[j] = scale * q . k_j for the nk keys in rows krow.. of q2 (qkv as (B*T,3C)).
+def _scores(q2, qrow, qo, k2, krow, ko, nk, HS, scale, zero, srow):
+    """srow[j] = scale * q . k_j: q is row qrow of q2 from column qo, the nk keys rows krow.. of k2
+    from column ko (for `attention` both are qkv as (B*T,3C)).
     Four keys at a time: each element of q feeds four FMAs (1-D row views keep the loops
     vectorisable; indexing the 3-D array with computed offsets does not)."""
     qr = q2[qrow, qo:qo + HS]
     j = 0
     while j + 4 <= nk:
-        k0 = q2[krow + j, ko:ko + HS]
-        k1 = q2[krow + j + 1, ko:ko + HS]
-        k2 = q2[krow + j + 2, ko:ko + HS]
-        k3 = q2[krow + j + 3, ko:ko + HS]
+        k0 = k2[krow + j, ko:ko + HS]
+        k1 = k2[krow + j + 1, ko:ko + HS]
+        kk2 = k2[krow + j + 2, ko:ko + HS]
+        k3 = k2[krow + j + 3, ko:ko + HS]
         s0 = s1 = s2 = s3 = zero
         for d in range(HS):
             qd = qr[d]
             s0 += qd * k0[d]
             s1 += qd * k1[d]
-            s2 += qd * k2[d]
+            s2 += qd * kk2[d]
             s3 += qd * k3[d]
         srow[j] = s0 * scale
         srow[j + 1] = s1 * scale
@@ -73,7 +74,7 @@ def _scores(q2, qrow, qo, krow, ko, nk, HS, scale, zero, srow):
         srow[j + 3] = s3 * scale
         j += 4
     while j < nk:
-        kr = q2[krow + j, ko:ko + HS]
+        kr = k2[krow + j, ko:ko + HS]
         s = zero
         for d in range(HS):
             s += qr[d] * kr[d]
@@ -128,7 +129,7 @@ def _flash_forward(q2, B, T, NH, scale, zero, o2, lse):
                     if nk <= 0:
                         continue
                     srow = S[i]
-                    _scores(q2, base + t, qo, base + k0, ko, nk, HS, scale, zero, srow)
+                    _scores(q2, base + t, qo, q2, base + k0, ko, nk, HS, scale, zero, srow)
                     mx = mrow[i]
                     for j in range(nk):
                         mx = max(mx, srow[j])
@@ -163,7 +164,7 @@ def _rows_forward(q2, B, T, NH, scale, zero, o2, lse):
         row = np.empty(T, q2.dtype)                # (T,) one query's scores, then probabilities
         acc = np.empty(HS, q2.dtype)               # (HS,)
         for t in range(T):
-            _scores(q2, base + t, qo, base, ko, t + 1, HS, scale, zero, row)
+            _scores(q2, base + t, qo, q2, base, ko, t + 1, HS, scale, zero, row)
             mx = row[0]
             for j in range(1, t + 1):
                 mx = max(mx, row[j])

@@ -1,0 +1,370 @@
+"""CPU training benchmark: NanoEuler's naive and numba backends against PyTorch CPU eager, one run.
+
+    /work/venv/bin/python bench/cpu_training.py                  # writes reports/cpu-training/
+    /work/venv/bin/python bench/cpu_training.py --rounds 1 --models baby --impls numba,torch
+
+What it measures, per model (the `euler train` default CPU config, and nanoGPT's "baby GPT":
+6 layers, 6 heads, 384 channels, T=256, B=12, vocabulary 65) and per implementation:
+
+- training tokens/s: a full optimizer step (zero_grad, forward, backward, gradient norm and
+  clipping, AdamW) on random tokens, float32, median over the measured steps and rounds;
+- peak memory: the worker process's maximum resident set size (getrusage), so it includes the
+  interpreter and libraries (PyTorch's are larger than NumPy's);
+- cold start: wall time from launching the process to the end of its first training step, with an
+  empty Numba cache (every kernel compiled); warm start: the same with the cache filled by the cold
+  run. naive and torch compile nothing: their one start time is shown in both columns;
+- per-op times for one step (numba against naive): each Kernel's forward and backward wrapped in
+  a timer, median over the measured steps.
+
+Every implementation runs in its own subprocess, one after the other (never two at once), rounds
+interleaved so that background load spreads over all of them; the load average is recorded before
+and after each run. PyTorch runs from its own virtual environment (--torch-python) through
+bench/torch_reference.py: it is never a NanoEuler dependency. Before timing, the numba step is
+checked against the naive step on the same inputs (loss and gradient norm; validate before timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+T_START = time.time()
+ROOT = Path(__file__).resolve().parent.parent
+
+BABY = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 65, "vocab_multiple": 1,
+        "B": 12, "T": 256}
+
+
+def model_settings(name: str) -> dict:
+    """The model config plus B and T: 'default' is what `euler train` trains with no arguments."""
+    if name == "baby":
+        return dict(BABY)
+    if name == "default":
+        import importlib
+        train = importlib.import_module("euler_core.train")  # the module (euler_core.train is also a function)
+        cfg = train.TrainConfig()
+        # the default corpus trains a BPE of DEFAULT_VOCAB tokens (bytes before that constant existed)
+        vocab = cfg.vocab_size or getattr(train, "DEFAULT_VOCAB", 256)
+        mc = train.model_config(cfg, vocab)
+        return {**mc.to_dict(), "B": cfg.batch_size, "T": cfg.seq_len or mc.block_size}
+    raise ValueError(f"unknown model {name!r}: default or baby")
+
+
+# ---- the worker: one implementation, one process ---------------------------------------------
+class _Timed:
+    """A Kernel with a stopwatch on forward and backward (per-op times)."""
+
+    def __init__(self, kernel, sink):
+        self.kernel, self.sink = kernel, sink
+
+    def forward(self, *a, **kw):
+        t = time.perf_counter()
+        r = self.kernel.forward(*a, **kw)
+        key = f"{self.kernel.spec.name}.forward"
+        self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - t
+        return r
+
+    def backward(self, *a, **kw):
+        t = time.perf_counter()
+        r = self.kernel.backward(*a, **kw)
+        key = f"{self.kernel.spec.name}.backward"
+        self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - t
+        return r
+
+
+def _batch(rng, B, T, V):
+    return rng.integers(0, V, (B, T)).astype("int32"), rng.integers(0, V, (B, T)).astype("int32")
+
+
+def worker(args) -> dict:
+    import numpy as np
+    from euler_core.config import GPTConfig
+    from euler_core.kernels import Kernels
+    from euler_core.model import GPT
+    from euler_core.optim import AdamW, clip_scale
+
+    s = json.loads(args.settings)
+    B, T = s.pop("B"), s.pop("T")
+    config = GPTConfig(**s)
+    kernels = Kernels(args.backend, dtype="float32")
+    model = GPT(config, kernels, dtype="float32", seed=0)
+    opt = AdamW(model)
+    per_op: dict = {}
+    if args.per_op:
+        for op in kernels.variants:
+            kernels._kernels[op] = _Timed(kernels[op], per_op)
+    rng = np.random.default_rng(0)
+    step_times, op_steps, losses, first_step_end = [], [], [], None
+    for step in range(1 + args.warmup + args.steps):
+        x, y = _batch(rng, B, T, config.vocab_size)
+        per_op.clear()
+        t0 = time.perf_counter()
+        model.zero_grad()
+        _, loss = model.forward(x, y)
+        model.backward()
+        opt.step(1e-4, clip_scale(model.grad_norm(), 1.0))
+        dt = time.perf_counter() - t0
+        losses.append(loss)
+        if step == 0:
+            first_step_end = time.time()
+        elif step > args.warmup:
+            step_times.append(dt)
+            op_steps.append(dict(per_op))
+    ops = {k: statistics.median(d.get(k, 0.0) for d in op_steps) for k in (op_steps[0] if op_steps else {})}
+    return {"impl": args.backend, "variants": {op: v.qualname for op, v in kernels.variants.items()},
+            "t_start": T_START, "t_first_step_end": first_step_end, "step_times": step_times,
+            "losses": losses, "per_op_s": ops, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "num_parameters": model.num_parameters}
+
+
+def validate(settings: dict, selection: str) -> dict:
+    """One step of `selection` against naive on the same inputs, in this process: loss and grad norm."""
+    import numpy as np
+    from euler_core.config import GPTConfig
+    from euler_core.kernels import Kernels
+    from euler_core.model import GPT
+
+    s = dict(settings)
+    B, T = s.pop("B"), s.pop("T")
+    config = GPTConfig(**s)
+    x, y = _batch(np.random.default_rng(1), B, T, config.vocab_size)
+    out = {}
+    for sel in ("naive", selection):
+        model = GPT(config, Kernels(sel, dtype="float32"), dtype="float32", seed=0)
+        model.zero_grad()
+        _, loss = model.forward(x, y)
+        model.backward()
+        out[sel] = (loss, model.grad_norm(), model.flat_grads.copy())
+    (l0, n0, g0), (l1, n1, g1) = out["naive"], out[selection]
+    rel = float(np.abs(g1 - g0).max() / np.abs(g0).max())
+    ok = abs(l1 - l0) <= 1e-4 * abs(l0) and abs(n1 - n0) <= 1e-3 * n0 and rel < 1e-3
+    return {"selection": selection, "loss": [l0, l1], "grad_norm": [n0, n1], "max_grad_diff_rel": rel, "ok": ok}
+
+
+# ---- the driver ------------------------------------------------------------------------------
+IMPLS = {  # name -> (kind, --backend selection)
+    "naive": ("euler", "naive"),
+    "numba": ("euler", "numba"),
+    "numba-blocked": ("euler", "numba,matmul=numba:blocked,attention=numba:rows"),
+    "torch": ("torch", None),
+}
+
+
+def run_one(impl: str, model: str, settings: dict, args, env_extra: dict | None = None, steps=None) -> dict:
+    kind, selection = IMPLS[impl]
+    steps = args.steps if steps is None else steps
+    if kind == "torch":
+        cfg = {k: settings[k] for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
+        m = settings["vocab_multiple"]
+        cfg["padded_vocab"] = (settings["vocab_size"] + m - 1) // m * m
+        cmd = [args.torch_python, str(ROOT / "bench" / "torch_reference.py"), "--config", json.dumps(cfg),
+               "--B", str(settings["B"]), "--T", str(settings["T"]), "--warmup", str(args.warmup),
+               "--steps", str(steps)]
+    else:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--backend", selection,
+               "--settings", json.dumps(settings), "--warmup", str(args.warmup), "--steps", str(steps)]
+        if impl in ("naive", "numba") and steps > 0:
+            cmd.append("--per-op")
+    env = {**os.environ, **(env_extra or {})}
+    load_before = os.getloadavg()
+    t_launch = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    load_after = os.getloadavg()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{impl} on {model} failed:\n{proc.stderr[-3000:]}")
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    rec.update(impl=impl, model=model, start_s=rec["t_first_step_end"] - t_launch,
+               load_before=load_before, load_after=load_after, env=env_extra or {})
+    print(f"  {model:8} {impl:14} start {rec['start_s']:6.2f} s  "
+          + (f"step {statistics.median(rec['step_times']) * 1e3:8.1f} ms  " if rec["step_times"] else "")
+          + f"rss {rec['maxrss_mb']:7.0f} MB  load {load_before[0]:.2f}->{load_after[0]:.2f}", flush=True)
+    return rec
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import numba
+    import numpy
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "backends/numba", "bench"],
+                                capture_output=True, text=True, cwd=ROOT).stdout.strip())
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "numba": numba.__version__, "git_sha": sha, "git_dirty": dirty,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def summarise(records: list[dict], models: list[str], impls: list[str]) -> dict:
+    out = {}
+    for model in models:
+        rows = {}
+        for impl in impls:
+            recs = [r for r in records if r["model"] == model and r["impl"] == impl]
+            if not recs:
+                continue
+            steps = [t for r in recs if r.get("phase") != "cold" for t in r["step_times"]]
+            tokens = recs[0]["tokens_per_step"]
+            cold = [r["start_s"] for r in recs if r.get("phase") in ("cold", "only")]
+            warm = [r["start_s"] for r in recs if r.get("phase") in ("warm", "only")]
+            ops = {}
+            for r in recs:
+                for k, v in r.get("per_op_s", {}).items():
+                    ops.setdefault(k, []).append(v)
+            rows[impl] = {"tokens_per_s": tokens / statistics.median(steps) if steps else None,
+                          "step_ms_median": statistics.median(steps) * 1e3 if steps else None,
+                          "step_ms_min": min(steps) * 1e3 if steps else None,
+                          "steps_measured": len(steps),
+                          "peak_rss_mb": max(r["maxrss_mb"] for r in recs),
+                          "cold_start_s": statistics.median(cold) if cold else None,
+                          "warm_start_s": statistics.median(warm) if warm else None,
+                          "per_op_ms": {k: statistics.median(v) * 1e3 for k, v in ops.items()}}
+        out[model] = rows
+    return out
+
+
+def markdown(info: dict, summary: dict, settings: dict, validation: dict, args, records) -> str:
+    L = ["# CPU training: numba vs naive vs PyTorch eager", "",
+         f"Machine: {info['cpu']}, {info['cores']} cores; {info['platform']}; Python {info['python']}, "
+         f"NumPy {info['numpy']}, Numba {info['numba']}, PyTorch {info.get('torch', '?')}.  ",
+         f"Commit {info['git_sha'][:12]}{' (with uncommitted changes)' if info['git_dirty'] else ''}, {info['date']}.  ",
+         f"Produced by `bench/cpu_training.py --rounds {args.rounds} --steps {args.steps} --warmup {args.warmup}`: "
+         "every implementation in its own process, one at a time, rounds interleaved; float32; median over "
+         "the measured steps of every round.", ""]
+    loads = [r["load_before"][0] for r in records] + [r["load_after"][0] for r in records]
+    L += [f"Load average (1 min) seen before/after the runs: min {min(loads):.2f}, median "
+          f"{statistics.median(loads):.2f}, max {max(loads):.2f} (on {info['cores']} cores; other engineers "
+          "share this machine, so runs overlap with their work; see the JSON for every run's load).", ""]
+    for model, rows in summary.items():
+        s = settings[model]
+        torch_tps = rows.get("torch", {}).get("tokens_per_s")
+        naive_tps = rows.get("naive", {}).get("tokens_per_s")
+        L += [f"## {model}: {s['n_layer']} layers, {s['n_head']} heads, {s['n_embd']} channels, "
+              f"vocabulary {s['vocab_size']}, B={s['B']}, T={s['T']} ({s['B'] * s['T']} tokens a step)", "",
+              "| implementation | tokens/s | step (ms, median) | vs PyTorch | vs naive | peak RSS (MB) | cold start (s) | warm start (s) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for impl, r in rows.items():
+            tps = r["tokens_per_s"]
+            L.append(f"| {impl} | {tps:,.0f} | {r['step_ms_median']:,.1f} | "
+                     f"{tps / torch_tps:.2f}x | {tps / naive_tps:.2f}x | {r['peak_rss_mb']:,.0f} | "
+                     f"{r['cold_start_s']:.2f} | {r['warm_start_s']:.2f} |" if torch_tps and naive_tps else
+                     f"| {impl} | {tps:,.0f} | {r['step_ms_median']:,.1f} | - | - | {r['peak_rss_mb']:,.0f} | "
+                     f"{r['cold_start_s']:.2f} | {r['warm_start_s']:.2f} |")
+        val = validation.get(model)
+        if val:
+            L += ["", f"Validated before timing: one step of `{val['selection']}` against naive on the same "
+                  f"inputs: loss {val['loss'][0]:.6f} vs {val['loss'][1]:.6f}, gradient norm "
+                  f"{val['grad_norm'][0]:.6f} vs {val['grad_norm'][1]:.6f}, largest gradient difference "
+                  f"{val['max_grad_diff_rel']:.1e} of the largest gradient: {'OK' if val['ok'] else 'MISMATCH'}."]
+        if "naive" in rows and "numba" in rows:
+            a, b = rows["naive"]["per_op_ms"], rows["numba"]["per_op_ms"]
+            alt = rows.get("numba-blocked", {}).get("per_op_ms", {})
+            L += ["", f"Per-op time in one training step ({model}), summed over the step's calls, ms:", "",
+                  "| op | naive | numba | speedup |" + (" numba, blocked matmul + rows attention |" if alt else ""),
+                  "|---|---:|---:|---:|" + ("---:|" if alt else "")]
+            for k in sorted(a, key=lambda k: -a[k]):
+                L.append(f"| {k} | {a[k]:,.1f} | {b.get(k, float('nan')):,.1f} | {a[k] / b[k]:.1f}x |"
+                         + (f" {alt[k]:,.1f} |" if k in alt else (" - |" if alt else "")))
+            ta, tb = sum(a.values()), sum(b.values())
+            L.append(f"| **all ops** | {ta:,.1f} | {tb:,.1f} | {ta / tb:.1f}x |"
+                     + (f" {sum(alt.values()):,.1f} |" if alt else ""))
+            L.append(f"| step (median) | {rows['naive']['step_ms_median']:,.1f} | {rows['numba']['step_ms_median']:,.1f} | "
+                     f"{rows['naive']['step_ms_median'] / rows['numba']['step_ms_median']:.1f}x |"
+                     + (f" {rows['numba-blocked']['step_ms_median']:,.1f} |" if alt else ""))
+        L.append("")
+    L += ["Notes:",
+          "- cold start: process launch to the end of the first training step, numba's cache empty "
+          "(NUMBA_CACHE_DIR pointed at a new folder), so every kernel is compiled; warm start: the next "
+          "process, same cache. naive and torch compile nothing: one start time in both columns.",
+          "- peak RSS is the whole process (interpreter, NumPy/Numba or PyTorch libraries, activations).",
+          "- the step includes the gradient norm and clipping, as `euler train` does, and so does PyTorch's "
+          "(clip_grad_norm_).",
+          "- per-op rows sum each op's calls over one step; the step is longer by the Python glue between ops.",
+          ""]
+    return "\n".join(L)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", default="numba", help=argparse.SUPPRESS)
+    ap.add_argument("--settings", help=argparse.SUPPRESS)
+    ap.add_argument("--per-op", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--models", default="default,baby")
+    ap.add_argument("--impls", default="naive,numba,numba-blocked,torch")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--torch-python", default="/work/venv-torch/bin/python")
+    ap.add_argument("--out", default=str(ROOT / "reports" / "cpu-training"))
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+
+    models, impls = args.models.split(","), args.impls.split(",")
+    if "torch" in impls and not Path(args.torch_python).exists():
+        print(f"no PyTorch interpreter at {args.torch_python}: leaving torch out "
+              "(python3 -m venv /work/venv-torch && /work/venv-torch/bin/pip install torch==2.13.0 numpy)")
+        impls.remove("torch")
+    info = machine_info()
+    if "torch" in impls:
+        info["torch"] = subprocess.run([args.torch_python, "-c", "import torch; print(torch.__version__)"],
+                                       capture_output=True, text=True).stdout.strip()
+    settings = {m: model_settings(m) for m in models}
+    print(f"{info['cpu']}, {info['cores']} cores; load {os.getloadavg()}")
+    validation = {}
+    for m in models:
+        validation[m] = validate(settings[m], "numba")
+        print(f"validate {m}: {validation[m]}")
+        if not validation[m]["ok"]:
+            raise SystemExit(f"numba does not match naive on {m}: refusing to time it")
+    records = []
+    for rnd in range(args.rounds):
+        print(f"round {rnd + 1}/{args.rounds}")
+        for m in models:
+            s = settings[m]
+            for impl in impls:
+                if IMPLS[impl][0] == "euler" and impl != "naive":
+                    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+                        env = {"NUMBA_CACHE_DIR": cache}
+                        cold = run_one(impl, m, s, args, env, steps=0)
+                        cold["phase"] = "cold"
+                        warm = run_one(impl, m, s, args, env)
+                        warm["phase"] = "warm"
+                        records += [cold, warm]
+                else:
+                    r = run_one(impl, m, s, args)
+                    r["phase"] = "only"
+                    records.append(r)
+                for r in records:
+                    r.setdefault("round", rnd)
+                    r.setdefault("tokens_per_step", s["B"] * s["T"] if r["model"] == m else None)
+    summary = summarise(records, models, impls)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"machine": info, "args": vars(args), "settings": settings, "validation": validation,
+              "summary": summary, "runs": records}
+    (out / "cpu_training.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (out / "README.md").write_text(markdown(info, summary, settings, validation, args, records))
+    print(f"wrote {out / 'README.md'} and {out / 'cpu_training.json'}")
+    print((out / "README.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
