@@ -21,6 +21,7 @@ from conformance import cli as conformance_cli
 from . import scaffold
 from .bench import cli as bench_cli
 from .convert import cli as convert_cli
+from .sft import cli as sft_cli
 from .tokenizer import cli as tokenizer_cli
 
 TRAIN_HELP = {
@@ -85,6 +86,7 @@ def _add_generate(sub) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--backend", default="naive", help="kernel selection")
+    p.add_argument("--no-kv-cache", action="store_true", help="rerun the whole context for every token (slower)")
     p.set_defaults(func=_generate)
 
 
@@ -100,9 +102,16 @@ def _generate(args) -> int:
     model = GPT(ckpt.config, args.backend, dtype=ckpt.meta.get("dtype", "float32"), seed=None)
     model.load_parameters(ckpt.params)
     ids = generate(model, tokenizer.encode(args.prompt), args.max_new_tokens, args.temperature, args.top_k,
-                   args.top_p, args.seed, stop_token=tokenizer.eot_token)
+                   args.top_p, args.seed, stop_token=_stop_tokens(tokenizer), use_cache=not args.no_kv_cache)
     print(args.prompt + tokenizer.decode(ids))
     return 0
+
+
+def _stop_tokens(tokenizer) -> list[int]:
+    """End-of-text, and the end of a chat turn when the tokenizer has the chat template's tokens."""
+    specials = getattr(tokenizer, "special_tokens", {})
+    return [specials[t] for t in ("<|endoftext|>", "<|end|>") if t in specials] or (
+        [tokenizer.eot_token] if tokenizer.eot_token is not None else [])
 
 
 def _add_backends(sub) -> None:
@@ -141,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_commands(sub)
     scaffold.add_commands(sub)
     convert_cli.add_commands(sub)
+    sft_cli.add_commands(sub)
     return parser
 
 

@@ -193,8 +193,28 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> dict:
         optimizer.step_count = int(checkpoint.optimizer["step"])
         start = int(checkpoint.meta["step"])
 
+    log(f"model: {model}")
+    log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
+
+    def meta(accum: int) -> dict:
+        return {"train": asdict(cfg), "data_position": {"seed": cfg.seed, "batches_per_step": accum}}
+
+    def sample(model: GPT, seed: int) -> str:
+        return sample_text(model, data.tokenizer, cfg.sample_prompt, cfg.sample_tokens, seed)
+
+    return run_loop(cfg, model, optimizer, data, out, start, meta, sample if data.tokenizer is not None else None, log)
+
+
+def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Path, start: int, meta,
+             sample=None, log=print) -> dict:
+    """The optimizer steps start..cfg.steps-1 (pretraining's and SFT's alike): evaluation, gradient
+    accumulation, clipping, AdamW, metrics.jsonl, the progress bar, samples and checkpoints.
+
+    data.train / data.val offer `batch(index, B, T, seed) -> (inputs, targets)`; `meta(accum)` gives
+    the JSON a checkpoint records; `sample(model, seed) -> str`, when given, makes the samples.
+    """
     B = cfg.batch_size
-    T = cfg.seq_len or config.block_size
+    T = cfg.seq_len or model.config.block_size
     per_micro = B * T
     total = cfg.total_batch or per_micro
     if total % per_micro:
@@ -202,13 +222,7 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> dict:
     accum = total // per_micro
     out.mkdir(parents=True, exist_ok=True)
     metrics = MetricsLog(out / "metrics.jsonl", start)
-    log(f"model: {model}")
-    log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
     log(f"batch: {B} x {T} tokens x {accum} micro-batch(es) = {total:,} tokens/step; {cfg.steps} steps; out {out}")
-
-    def meta() -> dict:
-        return {"train": asdict(cfg), "data_position": {"seed": cfg.seed, "batches_per_step": accum}}
-
     summary = {"out": str(out), "first_val_loss": None, "val_loss": None}
     bar = _progress(range(start, cfg.steps), cfg.progress, initial=start, total=cfg.steps)
     done = start  # optimizer steps completed
@@ -244,24 +258,24 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> dict:
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(loss=f"{loss:.3f}", val=f"{summary['val_loss']:.3f}" if summary["val_loss"] else "-",
                                 tok_s=f"{tokens_per_s:,.0f}")
-            if data.tokenizer is not None and cfg.sample_every and done % cfg.sample_every == 0 and not last:
-                log(f"\nsample at step {done}: {sample_text(model, data.tokenizer, cfg.sample_prompt, cfg.sample_tokens, step)!r}")
+            if sample is not None and cfg.sample_every and done % cfg.sample_every == 0 and not last:
+                log(f"\nsample at step {done}: {sample(model, step)!r}")
             if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or last:
-                summary["checkpoint"] = str(save_checkpoint(out, done, model, optimizer, meta(), data.tokenizer))
+                summary["checkpoint"] = str(save_checkpoint(out, done, model, optimizer, meta(accum), data.tokenizer))
     except KeyboardInterrupt:
         # Ctrl-C: keep what the completed steps did, unless the interrupt landed inside an optimizer
         # update (it counts itself first), which may have touched only part of the buffer: then the
         # periodic checkpoint stands.
         if done > start and optimizer.step_count == done:
-            path = save_checkpoint(out, done, model, optimizer, meta(), data.tokenizer)
+            path = save_checkpoint(out, done, model, optimizer, meta(accum), data.tokenizer)
             log(f"\ninterrupted: saved {path}; continue with --resume --out {out}")
         raise
     finally:
         if hasattr(bar, "close"):
             bar.close()
     summary.update(steps=cfg.steps, tokens_per_s=tokens_per_s)
-    if data.tokenizer is not None:
-        summary["sample"] = sample_text(model, data.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed)
+    if sample is not None:
+        summary["sample"] = sample(model, cfg.seed)
     return summary
 
 

@@ -1,0 +1,105 @@
+"""`euler sft` (fine-tune a checkpoint on conversations) and `euler chat` (talk to the result)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+
+HELP = {
+    "init": "checkpoint or run directory to start from (ours, or `euler import`ed GPT-2 weights)",
+    "data": "JSONL: chat 'messages', prompt/completion, or Alpaca instruction/input/output records",
+    "val_data": "JSONL held out for validation (default: --val-frac of --data)",
+    "val_frac": "fraction of --data held out for validation", "strict": "refuse the data on its first bad line",
+    "tokenizer": "gpt2, bytes or a .tiktoken file, when the checkpoint records no tokenizer",
+    "backend": "kernel selection, e.g. naive, numba, or numba,attention=naive", "dtype": "float32 or float64",
+    "batch_size": "rows per micro-batch (B)", "seq_len": "tokens per packed row (T; default: block size)",
+    "total_batch": "tokens per optimizer step (gradient accumulation; default B*T)",
+    "epochs": "passes over the training rows (when --steps is not given)", "steps": "optimizer steps",
+    "lr": "peak learning rate", "min_lr_frac": "final lr as a fraction of the peak", "warmup": "warmup steps",
+    "weight_decay": "AdamW weight decay (2-D weights only)", "grad_clip": "clip the global gradient norm (0: off)",
+    "eval_every": "steps between validation losses (0: never)",
+    "eval_batches": "batches per validation (default: the whole split)",
+    "sample_every": "steps between sample replies (0: only at the end)", "sample_prompt": "user message of the samples",
+    "sample_tokens": "tokens per sample reply", "checkpoint_every": "steps between checkpoints",
+    "out": "run directory (default runs/sft-<date-time>)", "seed": "random seed (split, batches, new embeddings)",
+}
+
+
+def add_commands(sub) -> None:
+    from .run import SFTConfig
+    p = sub.add_parser("sft", help="fine-tune a checkpoint on conversations (SFT)",
+                       description="Supervised fine-tuning: loss only on the assistant's tokens, conversations "
+                       "packed into rows, the chat template's special tokens added to the tokenizer and the "
+                       "embedding. Same checkpoints, metrics.jsonl and progress as `euler train`. See docs/sft.md.")
+    for f in fields(SFTConfig):
+        if f.name == "progress":
+            continue
+        if f.name == "strict":
+            p.add_argument("--strict", action="store_true", help=HELP["strict"])
+            continue
+        kind = {"int | None": int, "str | None": str, "float": float, "int": int, "str": str}[str(f.type)]
+        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None,
+                       help=f"{HELP[f.name]} (default: {f.default})")
+    p.add_argument("--resume", action="store_true", help="continue the SFT run in --out from its latest checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_sft)
+
+    p = sub.add_parser("chat", help="a multi-turn conversation with an SFT checkpoint",
+                       description="Talk to a fine-tuned checkpoint in its chat template (KV-cache generation). "
+                       "Type a message and Enter; /reset starts over, /quit (or end of input) leaves.")
+    p.add_argument("--checkpoint", required=True, help="an SFT checkpoint or run directory (its latest)")
+    p.add_argument("--system", default=None, help="a system message opening the conversation")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--backend", default="naive", help="kernel selection")
+    p.set_defaults(func=_chat)
+
+
+def _sft(args) -> int:
+    from .run import SFTConfig, sft
+    given = {f.name: getattr(args, f.name) for f in fields(SFTConfig)
+             if f.name != "progress" and getattr(args, f.name) not in (None, False)}
+    if args.resume and args.out is None:
+        raise ValueError("--resume needs --out RUN_DIR (the SFT run to continue)")
+    summary = sft(SFTConfig(**given, progress=not args.no_progress), resume=args.resume)
+    print(f"\nfinished {summary['steps']} steps: val loss {summary['first_val_loss']:.3f} -> {summary['val_loss']:.3f}, "
+          f"{summary['tokens_per_s']:,.0f} tokens/s; checkpoint {summary.get('checkpoint')}")
+    if "sample" in summary:
+        print("sample: " + summary["sample"])
+    return 0
+
+
+def _chat(args, stdin=None, stdout=None) -> int:
+    from .run import chat_reply, load_chat_model
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    model, template = load_chat_model(args.checkpoint, args.backend)
+    opening = [{"role": "system", "content": args.system}] if args.system else []
+    messages = list(opening)
+    interactive = stdin.isatty()
+    print(f"chatting with {args.checkpoint} ({model}); /reset starts over, /quit leaves", file=sys.stderr)
+    turn = 0
+    while True:
+        if interactive:
+            print("you> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line or line.strip() == "/quit":
+            return 0
+        text = line.rstrip("\n")
+        if text.strip() == "/reset":
+            messages = list(opening)
+            print("(conversation reset)", file=stdout)
+            continue
+        if not text.strip():
+            continue
+        messages.append({"role": "user", "content": text})
+        # keep the prompt inside the context: drop the oldest turns (the system message stays)
+        while len(template.prompt(messages)) + 1 > model.config.block_size and len(messages) > len(opening) + 1:
+            del messages[len(opening):len(opening) + 2]
+        reply = chat_reply(model, template, messages, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                           None if args.seed is None else args.seed + turn)
+        turn += 1
+        messages.append({"role": "assistant", "content": reply})
+        print(f"assistant> {reply}", file=stdout, flush=True)

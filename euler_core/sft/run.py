@@ -1,0 +1,223 @@
+"""Supervised fine-tuning: a checkpoint, conversations in JSONL, the chat template, and the training
+loop pretraining uses (euler_core.train.run_loop: the same metrics.jsonl, checkpoints, progress bar
+and resume).
+
+    summary = sft(SFTConfig(init="runs/pretrain", data="chat.jsonl", out="runs/sft"))
+
+Steps: read and check the data (data.py), hold out a validation split, add the template's special
+tokens to the tokenizer and grow the embedding (template.py), encode every conversation with its
+loss mask, pack them into rows of T+1 tokens (pack.py), then train. The checkpoint records the
+grown tokenizer and the template, so `euler chat` and `euler generate` read it directly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from ..checkpoint import load_checkpoint
+from ..kernels import Kernels
+from ..model import GPT
+from ..optim import AdamW
+from ..train import Data, TrainConfig, run_loop
+from .data import read_jsonl
+from .pack import PackedSource, pack
+from .template import ChatTemplate, grow_vocabulary, prepare_tokenizer
+
+
+@dataclass
+class SFTConfig:
+    """Everything an SFT run needs; saved in its checkpoints (meta["sft"]) so --resume continues alike."""
+
+    init: str | None = None          # the checkpoint (or run directory) to start from
+    data: str | None = None          # JSONL of conversations
+    val_data: str | None = None      # JSONL held out for validation; default: val_frac of `data`
+    val_frac: float = 0.1
+    strict: bool = False             # refuse the data file on its first bad line
+    tokenizer: str | None = None     # when the init checkpoint records none: gpt2, bytes or .tiktoken
+    backend: str = "naive"
+    dtype: str = "float32"
+    batch_size: int = 8
+    seq_len: int | None = None       # tokens per row (T); default the model's block size
+    total_batch: int | None = None
+    epochs: float = 3.0
+    steps: int | None = None         # overrides epochs
+    lr: float = 3e-4
+    min_lr_frac: float = 0.1
+    warmup: int = 10
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_batches: int | None = None  # default: the whole validation split
+    sample_every: int = 0
+    sample_prompt: str = "Hello! Who are you?"
+    sample_tokens: int = 64
+    checkpoint_every: int = 100
+    out: str | None = None
+    seed: int = 1337
+    progress: bool = True
+
+
+def encode_conversations(conversations, template: ChatTemplate):
+    return [template.encode(c.messages) for c in conversations]
+
+
+def split(conversations, val_frac: float, seed: int):
+    """A held-out split, drawn with the seed (the same every time for the same file)."""
+    order = np.random.default_rng([seed, 7]).permutation(len(conversations))
+    n_val = int(round(len(conversations) * val_frac))
+    if val_frac > 0 and len(conversations) > 1:
+        n_val = min(max(n_val, 1), len(conversations) - 1)
+    val = [conversations[i] for i in sorted(order[:n_val])]
+    train = [conversations[i] for i in sorted(order[n_val:])]
+    return train, val
+
+
+def sft(cfg: SFTConfig, resume: bool = False, log=print) -> dict:
+    """Run (or resume) SFT; returns pretraining's summary plus the data counts."""
+    out = Path(cfg.out or time.strftime("runs/sft-%Y%m%d-%H%M%S"))
+    checkpoint = None
+    if resume:
+        checkpoint = load_checkpoint(out)
+        if "sft" not in checkpoint.meta:
+            raise ValueError(f"sft: {checkpoint.path} is not an SFT checkpoint (no 'sft' in its meta.json)")
+        saved = SFTConfig(**{k: v for k, v in checkpoint.meta["sft"].items() if k in {f.name for f in fields(SFTConfig)}})
+        saved.steps, saved.progress, saved.out = cfg.steps or saved.steps, cfg.progress, str(out)
+        cfg = saved
+        log(f"resuming from {checkpoint.path} (step {checkpoint.meta['step']})")
+    elif (out / "latest").exists():
+        raise ValueError(f"sft: {out} already holds a run; pass --resume to continue it, or another --out")
+    if cfg.init is None or cfg.data is None:
+        raise ValueError("sft: --init CHECKPOINT and --data FILE.jsonl are required")
+    if cfg.dtype not in ("float32", "float64"):
+        raise ValueError(f"sft: dtype must be float32 or float64, got {cfg.dtype}")
+
+    # ---- the starting weights and the tokenizer with the template's tokens -----------------------
+    from ..tokenizer import load_tokenizer, tokenizer_from_checkpoint
+    init = load_checkpoint(cfg.init, with_optimizer=False)
+    if cfg.tokenizer is not None:
+        base_tokenizer = load_tokenizer(cfg.tokenizer)
+    elif "tokenizer" in init.meta:
+        base_tokenizer = tokenizer_from_checkpoint(init.path, init.meta["tokenizer"])
+    else:
+        raise ValueError(f"sft: {init.path} records no tokenizer; pass --tokenizer (gpt2, bytes or a .tiktoken file)")
+    if base_tokenizer.n_vocab > init.config.vocab_size:
+        raise ValueError(f"sft: the tokenizer has {base_tokenizer.n_vocab} ids, the model only {init.config.vocab_size}")
+    tokenizer, added = prepare_tokenizer(base_tokenizer)
+    config, params = grow_vocabulary(init.config, init.params, max(tokenizer.n_vocab, init.config.vocab_size), cfg.seed)
+    if added:
+        log(f"chat template: added special tokens {added} (ids {init.config.vocab_size}..{config.vocab_size - 1}); "
+            f"vocabulary {init.config.vocab_size} -> {config.vocab_size} (padded {config.padded_vocab_size})")
+    template = ChatTemplate(tokenizer)
+
+    # ---- the data ----------------------------------------------------------------------------------
+    T = cfg.seq_len or config.block_size
+    if T > config.block_size:
+        raise ValueError(f"sft: seq_len {T} exceeds the model's block_size {config.block_size}")
+    conversations, problems = read_jsonl(cfg.data, cfg.strict)
+    for p in problems[:10]:
+        log(f"skipped line: {p}")
+    if len(problems) > 10:
+        log(f"... and {len(problems) - 10} more bad lines")
+    if cfg.val_data is not None:
+        train_convs = conversations
+        val_convs, val_problems = read_jsonl(cfg.val_data, cfg.strict)
+        problems += val_problems
+    else:
+        train_convs, val_convs = split(conversations, cfg.val_frac, cfg.seed)
+    sources, counts = {}, {"bad_lines": len(problems)}
+    for name, convs, shuffle in (("train", train_convs, True), ("val", val_convs, False)):
+        if not convs:
+            raise ValueError(f"sft: no {name} conversations (use --val-frac > 0 or --val-data)")
+        tokens, loss, skipped = pack(encode_conversations(convs, template), T, template.bos)
+        if skipped:
+            log(f"{name}: skipped {skipped} conversation(s) longer than the context ({T + 1} tokens)")
+        if len(tokens) == 0:
+            raise ValueError(f"sft: every {name} conversation is longer than the context of {T + 1} tokens")
+        sources[name] = PackedSource(tokens, loss, name, shuffle)
+        counts[name] = {"conversations": len(convs) - skipped, "skipped_too_long": skipped, "rows": len(tokens),
+                        "loss_tokens": sources[name].loss_tokens}
+        log(f"{name}: {len(convs) - skipped} conversations packed into {len(tokens)} rows of {T + 1} tokens, "
+            f"{sources[name].loss_tokens:,} tokens with loss ({sources[name].loss_tokens / tokens.size:.0%})")
+
+    # ---- the model, the optimizer and the loop -----------------------------------------------------
+    kernels = Kernels(cfg.backend, dtype=cfg.dtype)
+    for note in kernels.notes:
+        log(f"note: {note}")
+    model = GPT(config, kernels, dtype=cfg.dtype, seed=None)
+    model.load_parameters(params)
+    optimizer = AdamW(model, weight_decay=cfg.weight_decay)
+    start = 0
+    if checkpoint is not None:
+        if checkpoint.config != config:
+            raise ValueError(f"sft: checkpoint config {checkpoint.config} does not match {config}")
+        model.load_parameters(checkpoint.params)
+        optimizer.m[...] = checkpoint.optimizer["m"]
+        optimizer.v[...] = checkpoint.optimizer["v"]
+        optimizer.step_count = int(checkpoint.optimizer["step"])
+        start = int(checkpoint.meta["step"])
+    per_step = (cfg.total_batch or cfg.batch_size * T) // T  # rows per optimizer step
+    steps = cfg.steps or max(1, math.ceil(cfg.epochs * sources["train"].rows / per_step))
+    cfg.steps = steps
+    eval_batches = cfg.eval_batches or math.ceil(sources["val"].rows / cfg.batch_size)
+    loop_cfg = TrainConfig(backend=cfg.backend, dtype=cfg.dtype, batch_size=cfg.batch_size, seq_len=T,
+                           total_batch=cfg.total_batch, steps=steps, lr=cfg.lr, min_lr_frac=cfg.min_lr_frac,
+                           warmup=cfg.warmup, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
+                           eval_every=cfg.eval_every, eval_batches=eval_batches, sample_every=cfg.sample_every,
+                           sample_tokens=cfg.sample_tokens, checkpoint_every=cfg.checkpoint_every, out=str(out),
+                           seed=cfg.seed, progress=cfg.progress)
+    log(f"model: {model} from {init.path}")
+    log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
+
+    def meta(accum: int) -> dict:
+        return {"sft": asdict(cfg), "chat_template": template.to_meta(), "init": str(init.path), "data": counts,
+                "data_position": {"seed": cfg.seed, "batches_per_step": accum}}
+
+    def sample(model, seed):
+        reply = chat_reply(model, template, [{"role": "user", "content": cfg.sample_prompt}],
+                           cfg.sample_tokens, temperature=0.8, top_k=50, seed=seed)
+        return f"user: {cfg.sample_prompt} | assistant: {reply}"
+
+    data = Data(sources["train"], sources["val"], tokenizer, config.vocab_size)
+    summary = run_loop(loop_cfg, model, optimizer, data, out, start, meta, sample, log)
+    summary["data"] = counts
+    return summary
+
+
+def chat_reply(model, template: ChatTemplate, messages: list[dict], max_new_tokens: int = 256,
+               temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+               seed: int | None = None, use_cache: bool = True) -> str:
+    """The assistant's next message to `messages` (generation stops at the end of its turn)."""
+    from ..generate import generate
+    ids = generate(model, template.prompt(messages), max_new_tokens, temperature, top_k, top_p, seed,
+                   stop_token=template.stop_tokens, use_cache=use_cache)
+    return template.tokenizer.decode(ids)
+
+
+def exact_match(model, template: ChatTemplate, pairs: list[tuple[str, str]], max_new_tokens: int = 16) -> dict:
+    """Greedy answers to (question, answer) pairs: the fraction answered exactly (after strip())."""
+    answers = [chat_reply(model, template, [{"role": "user", "content": q}], max_new_tokens) for q, _ in pairs]
+    right = [a.strip() == expected.strip() for a, (_, expected) in zip(answers, pairs)]
+    return {"accuracy": float(np.mean(right)) if pairs else float("nan"), "n": len(pairs), "correct": int(sum(right)),
+            "examples": [{"question": q, "expected": e, "got": a} for (q, e), a in list(zip(pairs, answers))[:8]]}
+
+
+def load_chat_model(path, backend: str = "naive"):
+    """(model, ChatTemplate) from an SFT checkpoint (or any checkpoint whose tokenizer has the
+    template's special tokens)."""
+    from ..tokenizer import tokenizer_from_checkpoint
+    ckpt = load_checkpoint(path, with_optimizer=False)
+    if "tokenizer" not in ckpt.meta:
+        raise ValueError(f"checkpoint {ckpt.path} records no tokenizer")
+    tokenizer = tokenizer_from_checkpoint(ckpt.path, ckpt.meta["tokenizer"])
+    try:
+        template = ChatTemplate(tokenizer)
+    except ValueError:
+        raise ValueError(f"checkpoint {ckpt.path} has no chat template tokens: fine-tune it with `euler sft` first") from None
+    model = GPT(ckpt.config, backend, dtype=ckpt.meta.get("dtype", "float32"), seed=None)
+    model.load_parameters(ckpt.params)
+    return model, template
