@@ -232,6 +232,11 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
     for name in cfg.shapes:
         if name not in SHAPE_SETS:
             raise ValueError(f"unknown shape set {name!r}; sets: {', '.join(SHAPE_SETS)}")
+    shapeless = [op for op in ops if not shapes_for(cfg.shapes, op)]
+    if shapeless and cfg.ops:
+        raise ValueError(f"no benchmark shapes for op(s) {shapeless} in {', '.join(cfg.shapes)} "
+                         "(euler_core/bench/shapes.py)")
+    ops = [op for op in ops if op not in shapeless]  # e.g. inference-only ops that training never times
     variants = select(cfg.backend, ops, registry)
     for op in ops:  # the baseline is timed too, so every speedup has its denominator
         base = baseline_of(cfg.baseline, op, registry)

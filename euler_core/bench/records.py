@@ -19,7 +19,7 @@ of an op record:
     intensity (FLOP/byte), tflops, gbps (at p50), bound ("compute"/"memory": the roofline's limit at
     this intensity), roofline_fraction (ideal time at the measured peaks / p50), peak_flops, peak_bw,
     baseline, speedup (baseline's p50 / this p50, same shape, dtype and direction), and the
-    environment: device, device_kind, device_key, host, cores, versions{...}, driver, git_sha,
+    environment: device, device_kind, device_key, host, os, cores, versions{...}, driver, git_sha,
     git_dirty, loadavg.
 
 Where records go: `euler bench ops --out DIR` writes DIR; every run is also copied to the bench cache,
@@ -157,7 +157,7 @@ def current_device_key(kind: str) -> str | None:
 def environment(kind: str) -> dict:
     sha, dirty = git_state()
     env = dict(device_info(kind))
-    env.update(device_kind=kind, host=platform.node(), cores=cores(), versions=library_versions(),
+    env.update(device_kind=kind, host=platform.node(), os=platform.platform(), cores=cores(), versions=library_versions(),
                git_sha=sha, git_dirty=dirty)
     return env
 

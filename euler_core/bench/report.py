@@ -47,7 +47,7 @@ def fmt_time(s: float | None) -> str:
 def fmt_rate(x: float | None, unit: str) -> str:
     if x is None or x == 0:
         return "-"
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if x >= scale:
             return f"{x / scale:.3g} {prefix}{unit}"
     return f"{x:.3g} {unit}"
@@ -145,15 +145,21 @@ def markdown(order, by_run, meta) -> str:
             head = (["run"] if many else []) + ["variant", "direction", "shape", "dtype", "p50", "p20-p80",
                                                  "FLOP/s", "B/s", "roofline", "bound", "speedup"]
             lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for r in sorted(ok, key=lambda r: (r["shape_set"], r["shape"], r["dtype"], r["direction"], r["p50_s"])):
+            sets = list(dict.fromkeys(r["shape_set"] for r in ok))
+            order = lambda r: (sets.index(r["shape_set"]), r["shape"], r["dtype"], r["direction"] != "forward", r["p50_s"])
+            for r in sorted(ok, key=order):
                 sp = r.get("speedup")
                 cells = ([f"`{r['run_id'][:15]}`"] if many else []) + [
                     f"`{r['variant']}`", r["direction"], f"{r['shape_set']}/{r['shape']} ({r['dims_text']})", r["dtype"],
                     fmt_time(r["p50_s"]), f"{fmt_time(r['p20_s'])} - {fmt_time(r['p80_s'])}",
                     fmt_rate(r["tflops"] * 1e12, "FLOP/s"), fmt_rate(r["gbps"] * 1e9, "B/s"),
-                    f"{100 * r['roofline_fraction']:.1f}%", r["bound"],
+                    f"{100 * r['roofline_fraction']:.1f}%" + (" †" if r["roofline_fraction"] > 1 else ""), r["bound"],
                     "-" if sp is None else f"{sp:.2f}x vs `{r['baseline']}`"]
                 lines.append("| " + " | ".join(cells) + " |")
+            if any(r["roofline_fraction"] > 1 for r in ok):
+                lines += ["", "† above the measured roofline: the data stayed in a cache smaller than the peak's "
+                          "copy, or the call did less work than the spec counts (a backward that returns its "
+                          "input gradient as is)."]
             lines.append("")
         bad = {}
         for r in recs:
