@@ -33,7 +33,7 @@ def test_parse_forms():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("attention=nope", "unknown backend 'nope'.*backends: extra, naive.*ops: embedding"),
+    ("attention=nope", "unknown backend 'nope'.*backends: (.*, )?extra, naive.*ops: embedding"),
     ("nope", "unknown backend 'nope'"),
     ("atention=naive", "unknown op 'atention'.*ops: embedding, layernorm"),
     ("naive,extra", "two default backends"),
