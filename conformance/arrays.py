@@ -24,13 +24,31 @@ class CheckSkipped(Exception):
 def dtype_unavailable_reason(dtype: str, device: str) -> str | None:
     """None when arrays of `dtype` can be made on `device` here, else why not."""
     if dtype == "bfloat16":
-        if device == "cuda":
-            return "CuPy has no bfloat16 arrays"
         if importlib.util.find_spec("ml_dtypes") is None:
-            return "bfloat16 on the CPU needs ml_dtypes (pip install ml_dtypes)"
+            return "bfloat16 needs ml_dtypes (pip install ml_dtypes)"
+        if device == "cuda":
+            return _cupy_bfloat16_reason()
     if dtype not in ("float64", "float32", "float16", "bfloat16"):
         return f"{dtype} is not a storage dtype"
     return None
+
+
+def _cupy_bfloat16_reason() -> str | None:
+    """CuPy 14 makes bfloat16 arrays through ml_dtypes (elementwise ops, astype, host copies); older
+    CuPy cannot. Probed once, only where a CUDA variant is about to be checked."""
+    if "bf16" not in _CUPY_BF16:
+        try:
+            import cupy
+            import ml_dtypes
+            a = cupy.asarray(np.arange(3, dtype=np.float32).astype(ml_dtypes.bfloat16))
+            ok = a.get().astype(np.float32).tolist() == [0.0, 1.0, 2.0]
+            _CUPY_BF16["bf16"] = None if ok else "CuPy's bfloat16 arrays gave wrong values"
+        except Exception as e:
+            _CUPY_BF16["bf16"] = f"CuPy cannot make bfloat16 arrays here ({type(e).__name__}: {e})"
+    return _CUPY_BF16["bf16"]
+
+
+_CUPY_BF16: dict = {}
 
 
 def np_dtype(name: str):
