@@ -1,0 +1,51 @@
+"""Checks and small helpers the host launchers of this backend share.
+
+The dispatcher (euler_core.kernels.Kernel) already checks shapes, dtypes against the variant's
+declared ones, and contiguity; these checks repeat the few a launcher cannot run without, so that a
+direct call (a test, a benchmark) also fails with a clear error before any launch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: the float dtypes every variant of this backend takes
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def check_float(op: str, name: str, a) -> str:
+    dt = str(a.dtype)
+    if dt not in DTYPES:
+        raise TypeError(f"{op}: the triton backend takes {', '.join(DTYPES)} for '{name}', got {dt}")
+    return dt
+
+
+def check_contiguous(op: str, **arrays) -> None:
+    for name, a in arrays.items():
+        if a is not None and not a.flags.c_contiguous:
+            raise ValueError(f"{op}: the triton backend needs '{name}' C-contiguous; "
+                             "pass a contiguous copy (ascontiguousarray)")
+
+
+def output(op: str, xp, out, shape, dtype, name: str = "out"):
+    """`out` checked (shape, dtype, contiguous), or a new uninitialised array."""
+    if out is None:
+        return xp.empty(shape, dtype=dtype)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: '{name}' must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    if str(out.dtype) != str(np.dtype(dtype) if not isinstance(dtype, str) else dtype):
+        raise TypeError(f"{op}: '{name}' must have dtype {dtype}, got {out.dtype}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{op}: '{name}' must be C-contiguous")
+    return out
+
+
+def grad_buffer(op: str, grads: dict, name: str, like, xp):
+    """The activation-gradient buffer the caller passed (overwritten), or a new array like `like`."""
+    return output(op, xp, grads.get(name), like.shape, like.dtype, name=f"grads['{name}']")
+
+
+def dot_precision(dtype: str) -> str:
+    """float32 inputs are multiplied exactly (IEEE fp32 FMA), as the float32 contract needs; fp16 and
+    bf16 go to the tensor cores whatever this says."""
+    return "ieee" if dtype == "float32" else "tf32"

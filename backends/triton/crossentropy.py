@@ -1,0 +1,95 @@
+"""crossentropy, triton: softmax cross-entropy chunked over the vocabulary; no probabilities kept.
+
+Forward, one program per row (position): walk the first n_valid logits in BLOCK_V chunks keeping a
+running max m and a running sum s of exp(z - m) (rescaled when m grows), so the row is read once;
+loss = m + log(s) - z[target], 0 where the target is -1. Saved: the logsumexp (N,) float32.
+
+Backward, one program per (row, chunk): dlogits = dloss * (exp(z - lse) - [v == target]) for v <
+n_valid, 0 in the padded columns and on ignored rows: one read and one write of the logits. Naive
+materialises the (B,T,V) softmax in float64; this never holds more than a chunk.
+
+The classifier fused with the loss (never writing the logits at all) needs a fused op in the core;
+this variant is the loss alone, as the spec defines it.
+"""
+
+from dataclasses import dataclass
+
+from . import _common
+from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
+
+BLOCK_V = 4096
+
+
+@kernel
+def _ce_forward(logits_ptr, targets_ptr, losses_ptr, lse_ptr, V, n_valid, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = logits_ptr + row * V
+    m = tl.full((), float("-inf"), dtype=tl.float32)
+    s = tl.zeros((), dtype=tl.float32)
+    for v0 in range(0, n_valid, BLOCK_V):
+        cols = v0 + tl.arange(0, BLOCK_V)
+        z = tl.load(base + cols, mask=cols < n_valid, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(z, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new), axis=0)
+        m = m_new
+    lse = m + tl.log(s)
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    valid = target >= 0
+    picked = tl.load(base + tl.where(valid, target, 0)).to(tl.float32)
+    tl.store(losses_ptr + row, tl.where(valid, lse - picked, 0.0).to(losses_ptr.dtype.element_ty))
+    tl.store(lse_ptr + row, lse)
+
+
+@kernel
+def _ce_backward(logits_ptr, targets_ptr, lse_ptr, dlosses_ptr, dlogits_ptr, V, n_valid, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    dloss = tl.load(dlosses_ptr + row).to(tl.float32)
+    dloss = tl.where(target >= 0, dloss, 0.0)
+    lse = tl.load(lse_ptr + row)
+    real = cols < n_valid
+    z = tl.load(logits_ptr + row * V + cols, mask=real, other=0.0).to(tl.float32)
+    p = tl.exp(z - lse)
+    d = dloss * (p - tl.where(cols == target, 1.0, 0.0))
+    d = tl.where(real, d, 0.0)
+    tl.store(dlogits_ptr + row * V + cols, d.to(dlogits_ptr.dtype.element_ty), mask=cols < V)
+
+
+@dataclass
+class Saved:
+    logits: object   # (B,T,Vp)
+    targets: object  # (B,T) int
+    lse: object      # (B*T,) float32 logsumexp over the valid columns
+    n_valid: int
+
+
+def _block(V: int) -> int:
+    return min(BLOCK_V, max(16, next_pow2(V)))
+
+
+def forward(inputs, attrs, out=None):
+    logits, targets = inputs["logits"], inputs["targets"]
+    _common.check_float("crossentropy", "logits", logits)
+    _common.check_contiguous("crossentropy", logits=logits, targets=targets)
+    B, T, V = logits.shape
+    n_valid = attrs["n_valid"] or V
+    xp = xp_of(logits)
+    losses = _common.output("crossentropy", xp, out, (B, T), "float32")
+    lse = xp.empty((B * T,), dtype="float32")
+    block = _block(V)
+    launch(_ce_forward, (B * T,), logits, targets, losses, lse, V, n_valid, BLOCK_V=block,
+           num_warps=8 if block >= 2048 else 4)
+    return losses, Saved(logits, targets, lse, n_valid)
+
+
+def backward(saved, dlosses, grads):
+    logits = saved.logits
+    B, T, V = logits.shape
+    xp = xp_of(logits)
+    dlosses = xp.ascontiguousarray(dlosses)
+    dlogits = _common.grad_buffer("crossentropy", grads, "logits", logits, xp)
+    block = _block(V)
+    launch(_ce_backward, (B * T, cdiv(V, block)), logits, saved.targets, saved.lse, dlosses, dlogits, V,
+           saved.n_valid, BLOCK_V=block, num_warps=8 if block >= 2048 else 4)
+    return {"logits": dlogits}

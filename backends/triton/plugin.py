@@ -1,0 +1,38 @@
+"""Registers the triton backend: Triton kernels on CuPy arrays, one variant of every GPT-2 op.
+
+This module imports neither triton nor cupy (entry points are loaded at start-up): each variant
+names its implementation by string, imported the first time it is used.
+
+    embedding     gather   gather forward; deterministic scatter-add backward (sort, one writer per row)
+    layernorm     rows     one program per row; dweight/dbias from per-group partials, no atomics
+    matmul        tiled    tensor-core GEMM, bias in the epilogue; fp32 inputs in IEEE fp32
+    attention     flash    FlashAttention-2: online softmax, logsumexp saved, no T x T in memory
+    gelu          fused    one pass each way
+    residual      fused    one pass; backward hands dout on
+    crossentropy  chunked  online logsumexp over BLOCK_V chunks of the vocabulary
+    adamw         fused    the whole update in one pass over param, grad, m, v
+"""
+
+from euler_core.registry import Backend, Variant, hookimpl
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+_VARIANTS = [
+    ("embedding", "gather", "gather forward; sorted, deterministic scatter-add backward"),
+    ("layernorm", "rows", "one program per row; deterministic dweight/dbias partial sums"),
+    ("matmul", "tiled", "tiled tensor-core GEMM, bias in the epilogue, fp32 accumulation"),
+    ("attention", "flash", "FlashAttention-2: online softmax, logsumexp saved, no T x T matrix"),
+    ("gelu", "fused", "tanh GELU, one pass each way"),
+    ("residual", "fused", "a + b in one pass"),
+    ("crossentropy", "chunked", "online logsumexp over vocabulary chunks; no probabilities kept"),
+    ("adamw", "fused", "the whole AdamW update in one pass"),
+]
+
+
+@hookimpl
+def nanoeuler_backends():
+    variants = [Variant(op, name, impl=f"backends.triton.{op}", device="cuda", dtypes=DTYPES,
+                        requires=("triton", "cupy"), contiguous=True, description=description)
+                for op, name, description in _VARIANTS]
+    return [Backend("triton", "Triton kernels on CuPy arrays (GPU); FlashAttention-2 forward and backward",
+                    variants)]

@@ -1,0 +1,86 @@
+"""Every kernel of the triton backend, at every launch configuration the backend uses, compiled for
+sm_90 (Hopper, the H200) with Triton's real compiler and no GPU.
+
+The launch configurations are not listed by hand: each op's forward and backward run in record mode
+(backends.triton._runtime.recording) at GPT-2 124M's training shapes (C=768, heads of 32, 64 and
+128, V=50304) and at short, ragged ones (T=17, tiles shrunk to the problem), in float32, float16 and
+bfloat16, and every launch they would make is compiled with the argument types, specialisations
+(16-byte alignment, ints divisible by 16) and constexprs Triton's JIT would use. A dtype mismatch
+in a tl.dot, a bad constexpr combination, or a tile needing more shared memory than an SM has
+fails here, where the interpreter (which checks neither) would pass.
+"""
+
+import pytest
+
+pytest.importorskip("triton", reason="triton not installed (pip install -e '.[gpu]' or triton==3.6.0)")
+
+from backends.triton import _runtime  # noqa: E402
+from backends.triton._testing import recorded_launches  # noqa: E402
+
+#: shared memory one block may use on sm_90 (227 KB)
+SM90_MAX_SHARED = 227 * 1024
+
+#: (op, dims): GPT-2 124M training shapes (rows cut down: tiles do not depend on them) and short ones
+SHAPES = [
+    ("embedding", {"B": 2, "T": 64, "C": 768, "V": 50304}),
+    ("layernorm", {"N": 256, "C": 768}),
+    ("layernorm", {"N": 17, "C": 36}),
+    ("matmul", {"N": 256, "K": 768, "M": 2304}),
+    ("matmul", {"N": 256, "K": 768, "M": 50304, "bias": False}),
+    ("matmul", {"N": 17, "K": 36, "M": 20}),
+    ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 12}),   # HS 64
+    ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 24}),   # HS 32
+    ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 6}),    # HS 128
+    ("attention", {"B": 1, "T": 17, "C": 36, "NH": 3}),       # ragged T, HS 12
+    ("gelu", {"N": 256, "C": 3072}),
+    ("residual", {"N": 256, "C": 768}),
+    ("crossentropy", {"B": 2, "T": 2, "V": 50304, "n_valid": 50257}),
+    ("crossentropy", {"B": 2, "T": 3, "V": 37}),
+    ("adamw", {"N": 4099}),
+]
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _key(e):
+    return (e["kernel"].__name__, tuple(e["signature"].items()), tuple(sorted(e["constexprs"].items())),
+            str(sorted(e["attrs"].items())), e["num_warps"], e["num_stages"])
+
+
+def _launches():
+    seen = {}
+    for op, dims in SHAPES:
+        for dtype in DTYPES:
+            for e in recorded_launches(op, dims, dtype):
+                seen.setdefault(_key(e), (op, dtype, e))
+    return list(seen.values())
+
+
+LAUNCHES = _launches()
+
+
+def _id(item):
+    op, dtype, e = item
+    c = e["constexprs"]
+    tiles = "x".join(str(c[k]) for k in sorted(c) if k.startswith("BLOCK"))
+    flags = "".join(k[0] for k in ("HAS_BIAS", "ACCUMULATE") if c.get(k))
+    return f"{e['kernel'].__name__}-{dtype}-{tiles}{'-' + flags if flags else ''}-w{e['num_warps']}s{e['num_stages']}"
+
+
+def test_every_kernel_is_recorded():
+    names = {e["kernel"].__name__ for _, _, e in LAUNCHES}
+    assert {"_attn_forward", "_attn_delta", "_attn_dkdv", "_attn_dq", "_gemm", "_colsum_partial",
+            "_colsum_finish", "_ln_forward", "_ln_backward", "_gelu_forward", "_gelu_backward", "_add",
+            "_ce_forward", "_ce_backward", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_adamw"} <= names
+
+
+@pytest.mark.parametrize("item", LAUNCHES, ids=[_id(i) for i in LAUNCHES])
+def test_compiles_for_sm90(item):
+    op, dtype, entry = item
+    compiled = _runtime.compile_recorded(entry, arch=90)
+    shared = compiled.metadata.shared
+    assert shared <= SM90_MAX_SHARED, f"{_id(item)} needs {shared} bytes of shared memory (sm_90 max {SM90_MAX_SHARED})"
+    ptx = compiled.asm["ptx"]
+    tiles = [entry["constexprs"][k] for k in ("BLOCK_M", "BLOCK_N") if k in entry["constexprs"]]
+    if "dot" in compiled.asm["ttir"] and dtype in ("float16", "bfloat16") and min(tiles) >= 64:
+        # GPT-2-sized tiles must reach Hopper's tensor-core instruction (tiny tiles need not)
+        assert "wgmma" in ptx, f"{_id(item)}: a {dtype} tl.dot that does not use wgmma on sm_90"

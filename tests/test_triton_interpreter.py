@@ -1,0 +1,107 @@
+"""The triton backend's kernels under Triton's interpreter, on NumPy arrays: no GPU needed.
+
+Every kernel runs through the conformance suite's own case checks (against float64 naive, out=
+poisoned with NaN, gradients accumulated twice, activation buffers overwritten, inputs unchanged,
+bitwise repeatable) at the suite's awkward shapes, in float32 and float16 (bfloat16 arithmetic is
+wrong in Triton 3.6's interpreter: bf16 is checked on the GPU, reports/triton-h200/). A few cases
+that take the interpreter many seconds are left to the GPU run; SLOW names them.
+
+Plus the errors a caller gets before any launch: head size too large, wrong dtype, non-contiguous
+input, NumPy arrays outside the interpreter.
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("triton", reason="triton not installed (pip install -e '.[gpu]' or triton==3.6.0)")
+
+from backends.triton import _runtime  # noqa: E402
+from backends.triton._testing import interpreted_variant  # noqa: E402
+from backends.triton.plugin import _VARIANTS  # noqa: E402
+from conformance.cases import CASES  # noqa: E402
+from conformance.runner import PASSED, run_case  # noqa: E402
+
+#: (op, case, dtype) the interpreter takes > 3 s for; they run in the H200 conformance run
+SLOW = {("layernorm", "T257", "float32"), ("layernorm", "T257", "float16"),
+        ("matmul", "K768-M2304", "float32"), ("matmul", "K768-M2304", "float16"),
+        ("matmul", "N128-K65-M96", "float16"), ("attention", "T257", "float32"),
+        ("attention", "HS64", "float32"), ("embedding", "T128", "float16")}
+
+OPS = [op for op, _, _ in _VARIANTS]  # the ops this backend implements
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+
+PARAMS = [pytest.param(op, case.name, dtype, id=f"{op}-{case.name}-{dtype}")
+          for op in OPS for case in CASES[op] for dtype in ("float32", "float16")
+          if (op, case.name, dtype) not in SLOW]
+
+
+@pytest.mark.parametrize("op,case,dtype", PARAMS)
+def test_case_checks_under_interpreter(op, case, dtype):
+    results = run_case(interpreted_variant(op), op, case, dtype, seed=0)
+    assert results, "no check ran"
+    bad = [str(r) for r in results if r.status != PASSED]
+    assert not bad, "\n".join(bad)
+
+
+def _qkv(B, T, C, dtype="float32"):
+    return np.random.default_rng(0).standard_normal((B, T, 3 * C)).astype(dtype)
+
+
+def test_attention_refuses_head_size_over_128_before_launch():
+    from backends.triton import attention
+    with _runtime.recording() as rec, pytest.raises(ValueError, match="attention.*head sizes up to 128"):
+        attention.forward({"qkv": _qkv(1, 4, 256)}, {"n_head": 1})
+    assert not rec
+
+
+@pytest.mark.parametrize("hs", [32, 64, 128])
+def test_attention_takes_the_issue_head_sizes(hs):
+    from backends.triton import attention
+    with _runtime.recording() as rec:
+        attention.forward({"qkv": _qkv(1, 8, 2 * hs)}, {"n_head": 2})
+    assert rec and rec[0]["constexprs"]["BLOCK_D"] == hs
+
+
+def test_wrong_dtype_and_layout_are_refused_before_launch():
+    from backends.triton import gelu, matmul
+    with _runtime.recording() as rec:
+        with pytest.raises(TypeError, match="gelu.*float64"):
+            gelu.forward({"x": np.ones((4, 4))}, {})
+        with pytest.raises(ValueError, match="gelu.*contiguous"):
+            gelu.forward({"x": np.ones((4, 4), dtype=np.float32)[:, ::2]}, {})
+        with pytest.raises(TypeError, match="matmul.*'weight'"):
+            matmul.forward({"x": np.ones((4, 4), np.float32), "weight": np.ones((4, 4), np.float16)}, {})
+        with pytest.raises(ValueError, match="attention.*contiguous"):
+            from backends.triton import attention
+            attention.forward({"qkv": _qkv(1, 4, 8)[:, ::-1]}, {"n_head": 2})
+    assert not rec
+
+
+def test_numpy_arrays_need_the_interpreter():
+    from backends.triton import gelu
+    with pytest.raises(TypeError, match="CuPy arrays"):
+        gelu.forward({"x": np.ones((4, 4), dtype=np.float32)}, {})
+
+
+def test_fused_matmul_gelu_epilogue():
+    """matmul.forward_gelu: gelu(x @ W.T + b) in the GEMM's epilogue, and the pre-activation."""
+    from backends.naive import gelu as naive_gelu
+    from backends.triton import matmul
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((17, 36)).astype(np.float32)
+    w = (rng.standard_normal((20, 36)) / 6).astype(np.float32)
+    b = rng.standard_normal(20).astype(np.float32)
+    pre = np.full((17, 20), np.nan, dtype=np.float32)
+    with _runtime.interpreter():
+        y = matmul.forward_gelu(x, w, b, pre=pre)
+    ref_pre = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    np.testing.assert_allclose(pre, ref_pre, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, naive_gelu.forward({"x": ref_pre}, {})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_plugin_imports_neither_triton_nor_cupy():
+    import subprocess
+    import sys
+    code = ("import sys; import backends.triton.plugin as p; p.nanoeuler_backends(); "
+            "bad = [m for m in ('triton', 'cupy') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
