@@ -8,25 +8,32 @@ threads ever write the same element. q, k, v are read in place from qkv (B,T,3C)
 row t is qkv[b, t, h*HS : (h+1)*HS], its k is C further, its v 2C further.
 
 Variants
-- `flash` (the default): FlashAttention's online softmax on the CPU. Queries go in blocks of BQ
-  rows, keys in blocks of BK; a key block (its k and v rows, BK*HS*2 numbers) is loaded into cache
-  once for the BQ queries that use it. Each query row keeps a running max m, a running sum l and
-  an unnormalised output acc; when a key block raises the max to m', the old sum and acc are scaled
-  by exp(m - m') before the block's contributions are added. Memory: one BQ x BK tile per thread.
-  Causality skips whole key blocks past the query block, and the part of the diagonal block past t.
+- `flash` (the default): FlashAttention's online softmax on the CPU. Queries go four at a time (a
+  quad), keys in blocks of BK. Each head's keys are first copied transposed, KT (HS,T), so the
+  quad's scores against a block are computed as axpys along contiguous keys:
+      for d: S[i, :] += q_i[d] * KT[d, k0:k0+BK]        (i = the 4 queries)
+  every loaded key feeds four FMAs and no dot product needs a horizontal sum (the dot-product
+  form, one score at a time, ran at half the speed). Each row keeps a running max m, a running sum
+  l and an unnormalised output acc; when a block raises the max to m', the old l and acc are
+  scaled by exp(m - m') before the block's contributions are added. Memory: a 4 x BK tile and the
+  transposed keys of one head per thread. Causality skips the key blocks past the quad and zeroes
+  the part of the diagonal block past each row.
 - `rows`: the simplest thing without a T x T matrix: one query row at a time, all its t+1 scores
-  in a row buffer (T numbers per thread), an exact max, exp and sum, then y. Memory O(T) a thread.
+  in a row buffer (T numbers per thread) as dot products (four keys a pass), an exact max, exp and
+  sum, then y. Memory O(T) a thread.
 
 Backward (both variants; the lse is all they save besides qkv and y):
     D[t] = sum_d dy[t, d] y[t, d]                     (= sum_s P[t, s] dP[t, s])
-    for each key block, for each query t >= its first key, for each key s <= t in the block:
-        p = exp(q_t . k_s * scale - lse[t]);   dp = dy_t . v_s;   ds = p (dp - D[t]) * scale
-        dv_s += p dy_t;   dq_t += ds k_s;   dk_s += ds q_t
-i.e. the naive backward's five products, one (t, s) pair at a time, with the pair's P recomputed.
-The (t, s) work for one key block keeps its dk and dv rows in cache.
+    for each quad of queries t, for each key block (keys s <= the quad's last query):
+        S = q_t . k_s,  dP = dy_t . v_s               (two 4 x BK tiles, axpys over KT and VT)
+        P = exp(S * scale - lse[t]),  dS = P (dP - D[t]) * scale,   0 where s > t
+        dq_t += sum_s dS k_s;   dk_s += sum_t dS q_t;   dv_s += sum_t P dy_t
+i.e. the naive backward's five products, tile by tile, with P recomputed instead of stored. dq of
+the quad accumulates in a small local array; dk and dv rows get four queries' worth per pass.
 
-float32 uses the vectorised _jit.fexp; dot products accumulate in the input dtype. Any T (1, odd,
-not a multiple of the blocks) and any head size are handled: blocks are clipped at T.
+float32 uses the vectorised _jit.fexp; sums accumulate in the input dtype. Any T (1, odd, not a
+multiple of the tiles) and any head size are handled: tiles are clipped at T, and the rows of a
+quad past T are read as row T-1 but get probability 0 and are never written.
 """
 
 from dataclasses import dataclass
@@ -36,8 +43,7 @@ from numba import prange
 
 from ._jit import contiguous, deliver, dest, fexp, jit, pjit, scalar
 
-BQ = 32  # query rows per block (flash)
-BK = 32  # key rows per block (flash forward and the backward)
+BK = 64  # keys per block (flash forward and the backward); queries go four at a time
 
 
 @dataclass
@@ -109,48 +115,86 @@ def _flash_forward(q2, B, T, NH, scale, zero, o2, lse):
     HS = C // NH
     for bh in prange(B * NH):
         b, h = bh // NH, bh % NH
-        base = b * T                               # row of (b, t=0) in q2 (B*T,3C) and o2 (B*T,C)
+        base = b * T
         qo, ko, vo = h * HS, C + h * HS, 2 * C + h * HS
-        S = np.empty((BQ, BK), q2.dtype)           # (BQ,BK) scores, then probabilities
-        acc = np.empty((BQ, HS), q2.dtype)         # (BQ,HS) unnormalised outputs
-        mrow = np.empty(BQ, q2.dtype)              # (BQ,) running max
-        lrow = np.empty(BQ, q2.dtype)              # (BQ,) running sum of exp(s - max)
-        for q0 in range(0, T, BQ):
-            nq = min(T, q0 + BQ) - q0
-            for i in range(nq):
-                mrow[i] = -np.inf
-                lrow[i] = zero
+        KT = np.empty((HS, T), q2.dtype)          # this head's keys, transposed: KT[d] is contiguous over keys
+        for t in range(T):
+            kr = q2[base + t, ko:ko + HS]
+            for d in range(HS):
+                KT[d, t] = kr[d]
+        S = np.empty((4, BK), q2.dtype)            # (4,BK) the quad's scores, then probabilities
+        acc = np.empty((4, HS), q2.dtype)          # (4,HS) unnormalised outputs
+        m = np.empty(4, q2.dtype)                  # running max of each row
+        l = np.empty(4, q2.dtype)                  # running sum of exp(s - max)
+        corr = np.empty(4, q2.dtype)               # exp(old max - new max), per row
+        for t0 in range(0, T, 4):
+            nq = min(4, T - t0)
+            r1, r2, r3 = base + min(t0 + 1, T - 1), base + min(t0 + 2, T - 1), base + min(t0 + 3, T - 1)
+            qa, qb, qc, qd = q2[base + t0, qo:qo + HS], q2[r1, qo:qo + HS], q2[r2, qo:qo + HS], q2[r3, qo:qo + HS]
+            for i in range(4):
+                m[i] = -np.inf
+                l[i] = zero
                 for d in range(HS):
                     acc[i, d] = zero
-            for k0 in range(0, q0 + nq, BK):       # key blocks up to the block's last query
-                for i in range(nq):
-                    t = q0 + i
-                    nk = min(k0 + BK, t + 1) - k0   # keys of this block that row t may see
-                    if nk <= 0:
-                        continue
-                    srow = S[i]
-                    _scores(q2, base + t, qo, q2, base + k0, ko, nk, HS, scale, zero, srow)
-                    mx = mrow[i]
+            S0, S1, S2, S3 = S[0], S[1], S[2], S[3]
+            last = t0 + nq                          # keys 0..last-1 are seen by some row of the quad
+            for k0 in range(0, last, BK):
+                nk = min(BK, last - k0)
+                for j in range(nk):
+                    S0[j] = zero
+                    S1[j] = zero
+                    S2[j] = zero
+                    S3[j] = zero
+                for d in range(HS):
+                    kt = KT[d, k0:k0 + nk]
+                    a0, a1, a2, a3 = qa[d], qb[d], qc[d], qd[d]
                     for j in range(nk):
-                        mx = max(mx, srow[j])
-                    corr = fexp(mrow[i] - mx)       # rescales what earlier blocks added (0 at first)
-                    l = zero
-                    for j in range(nk):
-                        p = fexp(srow[j] - mx)
-                        srow[j] = p
-                        l += p
-                    lrow[i] = lrow[i] * corr + l
-                    mrow[i] = mx
-                    accr = acc[i]
+                        kj = kt[j]
+                        S0[j] += a0 * kj
+                        S1[j] += a1 * kj
+                        S2[j] += a2 * kj
+                        S3[j] += a3 * kj
+                for i in range(4):
+                    Si = S[i]
+                    t = t0 + i
+                    n_ok = min(nk, t + 1 - k0)      # keys of the block row i may see (may be <= 0)
+                    mx = m[i]
+                    for j in range(max(n_ok, 0)):
+                        Si[j] *= scale
+                        mx = max(mx, Si[j])
+                    c = fexp(m[i] - mx) if n_ok > 0 else zero + 1.0   # rescales what earlier blocks added
+                    s = zero
+                    for j in range(max(n_ok, 0)):
+                        p = fexp(Si[j] - mx)
+                        Si[j] = p
+                        s += p
+                    for j in range(max(n_ok, 0), nk):
+                        Si[j] = zero
+                    l[i] = l[i] * c + s
+                    m[i] = mx
+                    corr[i] = c
+                A0, A1, A2, A3 = acc[0], acc[1], acc[2], acc[3]
+                c0, c1, c2, c3 = corr[0], corr[1], corr[2], corr[3]
+                for d in range(HS):
+                    A0[d] *= c0
+                    A1[d] *= c1
+                    A2[d] *= c2
+                    A3[d] *= c3
+                for j in range(nk):
+                    vr = q2[base + k0 + j, vo:vo + HS]
+                    p0, p1, p2, p3 = S0[j], S1[j], S2[j], S3[j]
                     for d in range(HS):
-                        accr[d] *= corr
-                    _add_pv(q2, base + k0, vo, nk, HS, srow, accr)
+                        v = vr[d]
+                        A0[d] += p0 * v
+                        A1[d] += p1 * v
+                        A2[d] += p2 * v
+                        A3[d] += p3 * v
             for i in range(nq):
-                inv = 1.0 / lrow[i]
-                orow = o2[base + q0 + i, qo:qo + HS]
+                inv = 1.0 / l[i]
+                orow = o2[base + t0 + i, qo:qo + HS]
                 for d in range(HS):
                     orow[d] = acc[i, d] * inv
-                lse[b, h, q0 + i] = mrow[i] + np.log(lrow[i])
+                lse[b, h, t0 + i] = m[i] + np.log(l[i])
 
 
 @pjit
@@ -185,79 +229,101 @@ def _rows_forward(q2, B, T, NH, scale, zero, o2, lse):
 
 @pjit
 def _backward(q2, o2, lse, do2, B, T, NH, scale, zero, dq2):
-    """Gradients by 4 x 4 tiles of (query, key) pairs; heads in parallel, each owning its slices."""
     C = q2.shape[1] // 3
     HS = C // NH
+    """Gradients by tiles of 4 queries x BK keys; heads in parallel, each owning its slices of dqkv."""
     for bh in prange(B * NH):
         b, h = bh // NH, bh % NH
         base = b * T
         qo, ko, vo = h * HS, C + h * HS, 2 * C + h * HS
+        KT = np.empty((HS, T), q2.dtype)           # keys and values of this head, transposed
+        VT = np.empty((HS, T), q2.dtype)
         D = np.empty(T, q2.dtype)                  # (T,) rowsum(dy * y) = rowsum(P * dP)
         for t in range(T):
-            dyr = do2[base + t, qo:qo + HS]
-            yr = o2[base + t, qo:qo + HS]
-            s = zero
+            kr, vr = q2[base + t, ko:ko + HS], q2[base + t, vo:vo + HS]
+            dyr, yr = do2[base + t, qo:qo + HS], o2[base + t, qo:qo + HS]
             for d in range(HS):
-                s += dyr[d] * yr[d]
-            D[t] = s
-            dq2[base + t, qo:qo + HS] = zero       # this head's slices of dqkv: overwritten
-            dq2[base + t, ko:ko + HS] = zero
+                KT[d, t] = kr[d]
+                VT[d, t] = vr[d]
+            s = zero
+            for d in range(HS):                    # a sum in a loop of its own, with no stores: a loop that
+                s += dyr[d] * yr[d]                # also stores may be vectorised or not depending on where
+            D[t] = s                               # its arrays lie (runtime alias checks): not repeatable
+            dq2[base + t, ko:ko + HS] = zero       # dk, dv accumulate over query quads: start at 0
             dq2[base + t, vo:vo + HS] = zero
-        P = np.empty((4, 4), q2.dtype)             # (4 queries, 4 keys) probabilities
-        dS = np.empty((4, 4), q2.dtype)            # and score gradients (scaled)
-        for k0 in range(0, T, 4):
-            nk = min(4, T - k0)
-            # rows past T are read as row k0 (their P and dS are 0) but never written
-            r1, r2, r3 = base + min(k0 + 1, T - 1), base + min(k0 + 2, T - 1), base + min(k0 + 3, T - 1)
-            ka, kb, kc, kd = q2[base + k0, ko:ko + HS], q2[r1, ko:ko + HS], q2[r2, ko:ko + HS], q2[r3, ko:ko + HS]
-            va, vb, vc, vd = q2[base + k0, vo:vo + HS], q2[r1, vo:vo + HS], q2[r2, vo:vo + HS], q2[r3, vo:vo + HS]
-            for t0 in range(k0, T, 4):             # query quads that see at least key k0
-                nq = min(4, T - t0)
-                for i in range(4):
-                    t = min(t0 + i, T - 1)
-                    qr = q2[base + t, qo:qo + HS]
-                    dyr = do2[base + t, qo:qo + HS]
-                    s0 = s1 = s2 = s3 = zero
-                    g0 = g1 = g2 = g3 = zero
-                    for d in range(HS):
-                        qd = qr[d]
-                        gd = dyr[d]
-                        s0 += qd * ka[d]
-                        s1 += qd * kb[d]
-                        s2 += qd * kc[d]
-                        s3 += qd * kd[d]
-                        g0 += gd * va[d]
-                        g1 += gd * vb[d]
-                        g2 += gd * vc[d]
-                        g3 += gd * vd[d]
-                    lt, Dt = lse[b, h, t], D[t]
-                    for j, s, g in ((0, s0, g0), (1, s1, g1), (2, s2, g2), (3, s3, g3)):
-                        if i < nq and j < nk and k0 + j <= t0 + i:
-                            p = fexp(s * scale - lt)
-                            P[i, j] = p
-                            dS[i, j] = p * (g - Dt) * scale
-                        else:
-                            P[i, j] = zero
-                            dS[i, j] = zero
-                # dq_t += sum_j dS[t, j] k_j
-                for i in range(nq):
-                    dqr = dq2[base + t0 + i, qo:qo + HS]
-                    a0, a1, a2, a3 = dS[i, 0], dS[i, 1], dS[i, 2], dS[i, 3]
-                    for d in range(HS):
-                        dqr[d] += a0 * ka[d] + a1 * kb[d] + a2 * kc[d] + a3 * kd[d]
-                # dk_j += sum_t dS[t, j] q_t;  dv_j += sum_t P[t, j] dy_t
-                ra, rb, rc, rd = (base + t0, base + min(t0 + 1, T - 1), base + min(t0 + 2, T - 1),
-                                  base + min(t0 + 3, T - 1))
-                qa, qb, qc, qd_ = q2[ra, qo:qo + HS], q2[rb, qo:qo + HS], q2[rc, qo:qo + HS], q2[rd, qo:qo + HS]
-                ya, yb, yc, yd = do2[ra, qo:qo + HS], do2[rb, qo:qo + HS], do2[rc, qo:qo + HS], do2[rd, qo:qo + HS]
+        S = np.empty((4, BK), q2.dtype)            # scores -> probabilities P
+        G = np.empty((4, BK), q2.dtype)            # dP -> dS (scaled)
+        dq = np.empty((4, HS), q2.dtype)           # the quad's dq, summed over key blocks
+        for t0 in range(0, T, 4):
+            nq = min(4, T - t0)
+            r1, r2, r3 = base + min(t0 + 1, T - 1), base + min(t0 + 2, T - 1), base + min(t0 + 3, T - 1)
+            qa, qb, qc, qd = q2[base + t0, qo:qo + HS], q2[r1, qo:qo + HS], q2[r2, qo:qo + HS], q2[r3, qo:qo + HS]
+            ya, yb, yc, yd = do2[base + t0, qo:qo + HS], do2[r1, qo:qo + HS], do2[r2, qo:qo + HS], do2[r3, qo:qo + HS]
+            S0, S1, S2, S3 = S[0], S[1], S[2], S[3]
+            G0, G1, G2, G3 = G[0], G[1], G[2], G[3]
+            Q0, Q1, Q2, Q3 = dq[0], dq[1], dq[2], dq[3]
+            for d in range(HS):
+                Q0[d] = zero
+                Q1[d] = zero
+                Q2[d] = zero
+                Q3[d] = zero
+            last = t0 + nq
+            for k0 in range(0, last, BK):
+                nk = min(BK, last - k0)
                 for j in range(nk):
+                    S0[j] = zero
+                    S1[j] = zero
+                    S2[j] = zero
+                    S3[j] = zero
+                    G0[j] = zero
+                    G1[j] = zero
+                    G2[j] = zero
+                    G3[j] = zero
+                for d in range(HS):                # S = Q K^T and dP = dY V^T, the quad against the block
+                    kt, vt = KT[d, k0:k0 + nk], VT[d, k0:k0 + nk]
+                    a0, a1, a2, a3 = qa[d], qb[d], qc[d], qd[d]
+                    g0, g1, g2, g3 = ya[d], yb[d], yc[d], yd[d]
+                    for j in range(nk):
+                        kj, vj = kt[j], vt[j]
+                        S0[j] += a0 * kj
+                        S1[j] += a1 * kj
+                        S2[j] += a2 * kj
+                        S3[j] += a3 * kj
+                        G0[j] += g0 * vj
+                        G1[j] += g1 * vj
+                        G2[j] += g2 * vj
+                        G3[j] += g3 * vj
+                for i in range(4):                 # P = exp(S scale - lse), dS = P (dP - D) scale; 0 where masked
+                    t = t0 + i
+                    Si, Gi = S[i], G[i]
+                    n_ok = min(nk, t + 1 - k0) if i < nq else 0
+                    if n_ok > 0:
+                        lt, Dt = lse[b, h, t], D[t]
+                        for j in range(n_ok):
+                            p = fexp(Si[j] * scale - lt)
+                            Si[j] = p
+                            Gi[j] = p * (Gi[j] - Dt) * scale
+                    for j in range(max(n_ok, 0), nk):
+                        Si[j] = zero
+                        Gi[j] = zero
+                for j in range(nk):                # dq += dS K;  dk += dS^T Q;  dv += P^T dY
+                    kr = q2[base + k0 + j, ko:ko + HS]
                     dkr = dq2[base + k0 + j, ko:ko + HS]
                     dvr = dq2[base + k0 + j, vo:vo + HS]
-                    a0, a1, a2, a3 = dS[0, j], dS[1, j], dS[2, j], dS[3, j]
-                    p0, p1, p2, p3 = P[0, j], P[1, j], P[2, j], P[3, j]
+                    s0, s1, s2, s3 = G0[j], G1[j], G2[j], G3[j]
+                    p0, p1, p2, p3 = S0[j], S1[j], S2[j], S3[j]
                     for d in range(HS):
-                        dkr[d] += a0 * qa[d] + a1 * qb[d] + a2 * qc[d] + a3 * qd_[d]
+                        kd = kr[d]
+                        Q0[d] += s0 * kd
+                        Q1[d] += s1 * kd
+                        Q2[d] += s2 * kd
+                        Q3[d] += s3 * kd
+                        dkr[d] += s0 * qa[d] + s1 * qb[d] + s2 * qc[d] + s3 * qd[d]
                         dvr[d] += p0 * ya[d] + p1 * yb[d] + p2 * yc[d] + p3 * yd[d]
+            for i in range(nq):
+                dqr = dq2[base + t0 + i, qo:qo + HS]
+                for d in range(HS):
+                    dqr[d] = dq[i, d]
 
 
 def _forward(kernel, inputs, attrs, out):

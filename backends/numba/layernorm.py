@@ -69,14 +69,15 @@ def _backward(dout, x, w, mean, rstd, dx, dw_part, db_part):
             rs = rstd[n]
             sg = 0.0                          # sum_c g,        g = dout * weight
             sgx = 0.0                         # sum_c g * xhat
-            for c in range(C):
-                xh = (xr[c] - mu) * rs
-                d = dr[c]
-                g = d * w[c]
+            for c in range(C):               # the two sums, in a loop without stores (bitwise repeatable:
+                xh = (xr[c] - mu) * rs       # a loop that also stores is vectorised or not depending on
+                g = dr[c] * w[c]             # runtime alias checks, i.e. on where the arrays lie)
                 sg += g
                 sgx += g * xh
-                dbp[c] += d
-                dwp[c] += d * xh
+            for c in range(C):
+                xh = (xr[c] - mu) * rs
+                dbp[c] += dr[c]
+                dwp[c] += dr[c] * xh
             mg = sg / C
             mgx = sgx / C
             for c in range(C):               # reads dout[n, c] before writing dx[n, c]: may alias
