@@ -75,6 +75,23 @@ def _fexp_overload(x):
     return None
 
 
+def exp_as(x, like):  # pragma: no cover - replaced inside jitted code by the overload below
+    return math.exp(x)
+
+
+@overload(exp_as, inline="always", fastmath=FASTMATH)
+def _exp_as_overload(x, like):
+    """exp(x) for a float64 x, computed in the precision of `like` (a float32 or float64 value):
+    the float64 difference is rounded once to float32, then fexp. Used where x = a - b is a small
+    difference of two large numbers that must not be rounded separately (with fastmath's
+    reassociation, (a - hi) - lo in float32 may be regrouped as a - (hi + lo))."""
+    if like == types.float32:
+        return lambda x, like: fexp(np.float32(x))
+    if isinstance(like, types.Float):
+        return lambda x, like: math.exp(x)
+    return None
+
+
 def threads() -> int:
     """How many threads numba's parallel loops use (the number of partial sums to keep)."""
     import numba

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import prange
 
-from ._jit import contiguous, deliver, dest, fexp, jit, pjit, scalar
+from ._jit import contiguous, deliver, dest, exp_as, fexp, jit, pjit, scalar
 
 BK = 64  # keys per block (flash forward and the backward); queries go four at a time
 
@@ -50,7 +50,7 @@ BK = 64  # keys per block (flash forward and the backward); queries go four at a
 class Saved:
     qkv: np.ndarray  # (B,T,3C) the input (a reference)
     out: np.ndarray  # (B,T,C) the output y (a reference)
-    lse: np.ndarray  # (B,NH,T) logsumexp of each query row's scaled scores
+    lse: np.ndarray  # (B,NH,T) logsumexp of each query row's scaled scores, float64
     n_head: int
 
 
@@ -300,7 +300,7 @@ def _backward(q2, o2, lse, do2, B, T, NH, scale, zero, dq2):
                     if n_ok > 0:
                         lt, Dt = lse[b, h, t], D[t]
                         for j in range(n_ok):
-                            p = fexp(Si[j] * scale - lt)
+                            p = exp_as(Si[j] * scale - lt, zero)   # difference in float64 (lse is)
                             Si[j] = p
                             Gi[j] = p * (Gi[j] - Dt) * scale
                     for j in range(max(n_ok, 0), nk):
@@ -332,7 +332,7 @@ def _forward(kernel, inputs, attrs, out):
     B, T, C3 = qkv.shape
     C = C3 // 3
     y = dest(out, (B, T, C), qkv.dtype)                    # (B,T,C)
-    lse = np.empty((B, NH, T), qkv.dtype)                  # (B,NH,T)
+    lse = np.empty((B, NH, T), np.float64)                 # (B,NH,T), float64: see _backward
     kernel(qkv.reshape(B * T, C3), B, T, NH, scalar(1.0 / np.sqrt(C // NH), qkv.dtype),
            scalar(0.0, qkv.dtype), y.reshape(B * T, C), lse)
     y = deliver(y, out)
