@@ -22,15 +22,15 @@ class Saved:
 
 def forward(inputs, attrs, out=None):
     x = inputs["x"]
-    u = SQRT_2_OVER_PI * (x + CUBIC * x ** 3)
+    u = SQRT_2_OVER_PI * (x + CUBIC * x * x * x)  # x * x * x: NumPy's float32 x ** 3 is ~100x slower
     y = 0.5 * x * (1.0 + np.tanh(u))
     return into(out, y), Saved(x)
 
 
 def backward(saved, dout, grads):
     x = saved.x
-    u = SQRT_2_OVER_PI * (x + CUBIC * x ** 3)
+    u = SQRT_2_OVER_PI * (x + CUBIC * x * x * x)
     tanh_u = np.tanh(u)
-    du_dx = SQRT_2_OVER_PI * (1.0 + 3.0 * CUBIC * x ** 2)
-    dy_dx = 0.5 * (1.0 + tanh_u) + 0.5 * x * (1.0 - tanh_u ** 2) * du_dx
+    du_dx = SQRT_2_OVER_PI * (1.0 + 3.0 * CUBIC * x * x)
+    dy_dx = 0.5 * (1.0 + tanh_u) + 0.5 * x * (1.0 - tanh_u * tanh_u) * du_dx
     return {"x": into(grads.get("x"), dout * dy_dx)}
