@@ -4,11 +4,16 @@ Same math as backends/naive/matmul.py:  dx = dout @ weight,  dweight += dout.T @
 
 Variants
 - `blas` (the default): the products go to the BLAS that NumPy ships (OpenBLAS), called with
-  `out=` and transpose flags, so no transposed copy is made; the bias add and the bias gradient are
-  small parallel numba loops. dweight is accumulated through a temporary of at most 4096 rows of
-  weight at a time (BLAS through NumPy cannot accumulate into its output). Numba's own np.dot
-  needs SciPy, which the project does not depend on; calling NumPy's BLAS from Python costs one
-  call per product, nothing per element.
+  `out=` and transpose flags, so no transposed copy is made. We split each product into one block
+  of rows per core ourselves and run the blocks on a small pool of Python threads, each calling a
+  single-threaded BLAS (OpenBLAS's per-thread `openblas_set_num_threads_local(1)`; NumPy releases
+  the GIL inside BLAS). Why: OpenBLAS's own worker threads spin for a while after every call, and
+  on a 2-core machine they then fight numba's threads in the next kernel (attention, layernorm)
+  for the cores; our pool's threads sleep on a queue instead. The bias add and the bias gradient
+  run in the same row (or column) blocks. dweight is accumulated through a temporary of at most
+  4096 rows of weight at a time (BLAS through NumPy cannot accumulate into its output). Where
+  NumPy's BLAS offers no per-thread setting, the products are plain np.matmul calls (BLAS's own
+  threads). Numba's own np.dot needs SciPy, which the project does not depend on.
 - `blocked`: our own tiled kernels, no BLAS. Rows of x are split into blocks run in parallel; inside
   a block, tiles of weight small enough for L1/L2 are reused across every row of the block, and
   the innermost loop is a contiguous dot product (forward) or a contiguous axpy (backward) that
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import prange
 
-from ._jit import accumulator, contiguous, deliver, dest, pjit, scalar, settle
+from ._jit import accumulator, contiguous, deliver, dest, jit, pjit, scalar, settle, threads
 
 NB = 32     # rows of x per parallel block (blocked variant)
 MB = 64     # rows of weight per tile
@@ -37,13 +42,19 @@ class Saved:
     has_bias: bool
 
 
-@pjit
-def _add_bias(y, bias):
-    N, M = y.shape
-    for n in prange(N):
-        yr = y[n]
-        for m in range(M):
-            yr[m] += bias[m]
+@jit
+def _colsum_range(dout, db, m0, m1):
+    """db[m] += sum_n dout[n, m] for m in [m0, m1), summed in float64 (one thread; releases the GIL)."""
+    N = dout.shape[0]
+    for c0 in range(m0, m1, 256):
+        c1 = min(m1, c0 + 256)
+        acc = np.zeros(c1 - c0, np.float64)
+        for n in range(N):
+            dr = dout[n, c0:c1]
+            for m in range(c1 - c0):
+                acc[m] += dr[m]
+        for m in range(c1 - c0):
+            db[c0 + m] += acc[m]
 
 
 @pjit
@@ -62,33 +73,105 @@ def _colsum_into(dout, db):
             db[m] += acc[m - m0]
 
 
+# ---- blas: NumPy's BLAS, one single-threaded call per core on our own thread pool ---------------
+_POOL = {}
+MIN_PARALLEL_FLOPS = 4e6  # below this a product runs in the calling thread
+
+
+def _blas_single_threaded_setter():
+    """OpenBLAS's openblas_set_num_threads_local from the library NumPy loaded, or None."""
+    import ctypes
+    import glob
+    import os
+    here = os.path.dirname(np.__file__)
+    for pattern in ("../numpy.libs/*openblas*.so*", ".libs/*openblas*.so*", "../numpy.libs/*openblas*.dylib"):
+        for path in glob.glob(os.path.join(here, pattern)):
+            try:
+                fn = ctypes.CDLL(path).openblas_set_num_threads_local
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+            return fn
+    return None
+
+
+def _pool():
+    """(executor, parts): a pool of one thread per core whose BLAS calls are single-threaded, or
+    (None, 1) where that cannot be arranged (then BLAS uses its own threads)."""
+    if "pool" not in _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        setter = _blas_single_threaded_setter()
+        parts = threads()
+        if setter is None or parts < 2:
+            _POOL["pool"] = (None, 1)
+        else:
+            _POOL["pool"] = (ThreadPoolExecutor(parts, thread_name_prefix="euler-blas",
+                                                initializer=lambda: setter(1)), parts)
+    return _POOL["pool"]
+
+
+def _blocks(n, parts, flops):
+    """[(lo, hi), ...]: n rows cut into `parts` blocks (one when the product is small)."""
+    parts = parts if flops >= MIN_PARALLEL_FLOPS else 1
+    parts = max(1, min(parts, n))
+    step = (n + parts - 1) // parts
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def _run(fn, blocks):
+    pool, _ = _pool()
+    if pool is None or len(blocks) == 1:
+        for lo, hi in blocks:
+            fn(lo, hi)
+        return
+    for f in [pool.submit(fn, lo, hi) for lo, hi in blocks]:
+        f.result()
+
+
 class Blas:
-    """BLAS through NumPy for the products; numba for bias and bias gradient."""
+    """BLAS through NumPy for the products, one row block per core; bias in the same blocks."""
 
     @staticmethod
     def forward(inputs, attrs, out=None):
         x, w, bias = contiguous(inputs["x"]), contiguous(inputs["weight"]), inputs.get("bias")
-        y = dest(out, (x.shape[0], w.shape[0]), x.dtype)      # (N,M)
-        np.matmul(x, w.T, out=y)                               # (N,K) @ (K,M): gemm with trans flag
-        if bias is not None:
-            _add_bias(y, contiguous(bias))
+        N, K = x.shape
+        M = w.shape[0]
+        y = dest(out, (N, M), x.dtype)                         # (N,M)
+        b = contiguous(bias) if bias is not None else None
+
+        def rows(lo, hi):                                      # y[lo:hi] = x[lo:hi] @ w.T (+ bias)
+            np.matmul(x[lo:hi], w.T, out=y[lo:hi])             # gemm with a transpose flag: no copy
+            if b is not None:
+                y[lo:hi] += b
+
+        _run(rows, _blocks(N, _pool()[1], 2.0 * N * K * M))
         return deliver(y, out), Saved(x, w, bias is not None)
 
     @staticmethod
     def backward(saved, dout, grads):
         x, w, has_bias = saved.x, saved.weight, saved.has_bias
+        N, K = x.shape
+        M = w.shape[0]
         dout = contiguous(dout)                                # (N,M)
         dx = dest(grads.get("x"), x.shape, x.dtype)            # (N,K) overwritten
-        np.matmul(dout, w, out=dx)
         dw = grads["weight"]                                   # (M,K) accumulated
-        M = w.shape[0]
-        for m0 in range(0, M, DW_CHUNK):
-            m1 = min(M, m0 + DW_CHUNK)
-            dw[m0:m1] += dout[:, m0:m1].T @ x                  # (m,N) @ (N,K)
+        db = accumulator(grads["bias"]) if has_bias else None  # (M,) accumulated
+        parts = _pool()[1]
+
+        def dx_rows(lo, hi):                                   # dx[lo:hi] = dout[lo:hi] @ w
+            np.matmul(dout[lo:hi], w, out=dx[lo:hi])
+
+        def dw_rows(lo, hi):                                   # dw[lo:hi] += dout[:, lo:hi].T @ x
+            for m0 in range(lo, hi, DW_CHUNK):
+                m1 = min(hi, m0 + DW_CHUNK)
+                dw[m0:m1] += dout[:, m0:m1].T @ x              # (m,N) @ (N,K) into a temporary
+                if db is not None:
+                    _colsum_range(dout, db, m0, m1)
+
+        _run(dx_rows, _blocks(N, parts, 2.0 * N * K * M))
+        _run(dw_rows, _blocks(M, parts, 2.0 * N * K * M))
         result = {"x": deliver(dx, grads.get("x")), "weight": dw}
         if has_bias:
-            db = accumulator(grads["bias"])
-            _colsum_into(dout, db)
             result["bias"] = settle(db, grads["bias"])
         return result
 
