@@ -184,6 +184,63 @@ def run_triton(out_path):
     json.dump({"peak_flops": peak_flops, "peak_bw": peak_bw, "records": records}, open(out_path, "w"), indent=1)
 
 
+# ---- GEMM tile sweep ---------------------------------------------------------------------------------
+SWEEP = [(128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (256, 128, 64, 8, 3),
+         (128, 128, 64, 4, 4), (64, 256, 64, 4, 4), (128, 128, 128, 8, 3)]
+
+
+def run_sweep(out_path):
+    """Time the forward and backward of the GPT-2 linears (N=16384) at each bf16 tile of SWEEP."""
+    import cupy as cp
+    import ml_dtypes
+
+    from backends.triton import matmul
+    bf16 = ml_dtypes.bfloat16
+    rng = cp.random.default_rng(0)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+
+    def timeit(fn, k=20, batches=7):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(batches):
+            start.record()
+            for _ in range(k):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) / 1e3 / k)
+        return median(times)
+
+    rows = []
+    N = 16384
+    default = matmul.TILE16
+    for tile in SWEEP:
+        matmul.TILE16 = tile
+        for name, (K, M, has_bias) in LINEARS.items():
+            if name == "lm_head":
+                continue
+            x = rng.standard_normal((N, K), dtype=cp.float32).astype(bf16)
+            w = (rng.standard_normal((M, K), dtype=cp.float32) * K ** -0.5).astype(bf16)
+            inputs = {"x": x, "weight": w, "bias": cp.zeros((M,), bf16)}
+            y, saved = matmul.forward(inputs, {})
+            dy = rng.standard_normal((N, M), dtype=cp.float32).astype(bf16)
+            grads = {"weight": cp.zeros_like(w), "bias": cp.zeros((M,), bf16)}
+            try:
+                tf = timeit(lambda: matmul.forward(inputs, {}, y))
+                tb = timeit(lambda: matmul.backward(saved, dy, grads))
+            except Exception as e:
+                print(f"sweep {tile} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                continue
+            fl = 2 * N * K * M
+            rows.append({"tile": tile, "linear": name, "forward_s": tf, "backward_s": tb,
+                         "forward_tflops": fl / tf / 1e12, "backward_tflops": 2 * fl / tb / 1e12})
+            print(f"sweep {str(tile):24s} {name:10s} fwd {tf * 1e3:.4f} ms {fl / tf / 1e12:6.1f} TFLOP/s   "
+                  f"bwd {tb * 1e3:.4f} ms {2 * fl / tb / 1e12:6.1f} TFLOP/s", flush=True)
+    matmul.TILE16 = default
+    json.dump(rows, open(out_path, "w"), indent=1)
+
+
 # ---- torch side --------------------------------------------------------------------------------------
 def run_torch(out_path):
     import torch
@@ -340,7 +397,7 @@ def merge(tri_path, torch_path, out_path):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--side", choices=("triton", "torch"))
+    ap.add_argument("--side", choices=("triton", "torch", "sweep"))
     ap.add_argument("--merge", nargs="+")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -349,6 +406,8 @@ if __name__ == "__main__":
         merge(a.merge[0], a.merge[1] if len(a.merge) > 1 else None, a.out)
     elif a.side == "triton":
         run_triton(a.out)
+    elif a.side == "sweep":
+        run_sweep(a.out)
     else:
         run_torch(a.out)
     print(f"({time.time() - t0:.0f} s)", file=sys.stderr)

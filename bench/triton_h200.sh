@@ -5,10 +5,10 @@
 #   3. bench/triton_h200.py: our kernels and PyTorch's references at GPT-2 124M shapes, bf16
 #   4. euler train --backend triton: the small preset beside naive (same seed), and the 124M preset
 # Everything lands in $OUT (at most 8 files come back); commit them under reports/triton-h200/.
-#   usage: GIT_SHA=<sha> bash bench/triton_h200.sh [stages...]   (stages: conformance bench train)
+#   usage: GIT_SHA=<sha> bash bench/triton_h200.sh [stages...]   (stages: conformance bench sweep train)
 set -uo pipefail
 OUT=${OUT:-/tmp/triton-h200}; mkdir -p "$OUT"
-STAGES=${*:-conformance bench train}
+STAGES=${*:-conformance bench sweep train}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"; }
 
@@ -34,18 +34,24 @@ if [[ " $STAGES " == *" bench "* ]]; then
   timeout 130 python3 bench/triton_h200.py --side triton --out /tmp/bench_triton.json 2>&1 | tee -a "$OUT/log.txt"
   log "bench: torch"
   timeout 130 python3 bench/triton_h200.py --side torch --out /tmp/bench_torch.json 2>&1 | tee -a "$OUT/log.txt"
-  python3 bench/triton_h200.py --merge /tmp/bench_triton.json /tmp/bench_torch.json --out "$OUT/bench.json" 2>&1 | tail -3
+  python3 bench/triton_h200.py --merge /tmp/bench_triton.json /tmp/bench_torch.json --out /tmp/bench.json > /dev/null 2>&1
+  cp /tmp/bench.json "$OUT/bench.json"; cat /tmp/bench.md | tee -a "$OUT/log.txt"
+fi
+
+if [[ " $STAGES " == *" sweep "* ]]; then
+  log "sweep: GEMM tiles"
+  timeout 120 python3 bench/triton_h200.py --side sweep --out "$OUT/sweep.json" 2>&1 | tee -a "$OUT/log.txt"
 fi
 
 if [[ " $STAGES " == *" train "* ]]; then
   common="--tokenizer bytes --eval-every 0 --checkpoint-every 0 --sample-tokens 20 --no-progress --seed 1"
   for b in triton naive; do
     log "train small $b"
-    timeout 150 euler train --backend $b --preset small --steps 30 $common --out /tmp/train_small_$b 2>&1 | tail -4 | tee -a "$OUT/log.txt"
+    timeout 100 euler train --backend $b --preset small --steps 30 $common --out /tmp/train_small_$b 2>&1 | tail -4 | tee -a "$OUT/log.txt"
     cp /tmp/train_small_$b/metrics.jsonl "$OUT/train_small_$b.jsonl" 2>/dev/null
   done
   log "train gpt2 (124M) triton"
-  timeout 240 euler train --backend triton --preset gpt2 --batch-size 8 --seq-len 1024 --steps 50 --lr 6e-4 --warmup 10 $common --out /tmp/train_gpt2 2>&1 | tail -6 | tee -a "$OUT/log.txt"
+  timeout 170 euler train --backend triton --preset gpt2 --batch-size 8 --seq-len 1024 --steps 50 --lr 6e-4 --warmup 10 $common --out /tmp/train_gpt2 2>&1 | tail -6 | tee -a "$OUT/log.txt"
   cp /tmp/train_gpt2/metrics.jsonl "$OUT/train_gpt2.jsonl" 2>/dev/null
 fi
 log "done"

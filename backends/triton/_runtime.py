@@ -280,14 +280,20 @@ def launch(k: Kernel, grid, *args, num_warps: int = 4, num_stages: int = 3, **co
         rec.append({"kernel": k, "signature": {n: signature[n] for n in names}, "constexprs": consts,
                     "attrs": attrs, "num_warps": num_warps, "num_stages": num_stages, "grid": grid})
         return
-    arrays = [a for a in args if isinstance(a, np.ndarray) or _is_device_array(a)]
-    on_device = [_is_device_array(a) for a in arrays]
-    if all(on_device):
+    device_type = _device_array_type()
+    wrapped, on_host, on_device = [], False, False
+    for a in args:  # one pass, isinstance only: CuPy's __cuda_array_interface__ builds a dict per access
+        if device_type is not None and isinstance(a, device_type):
+            on_device = True
+            wrapped.append(DevicePointer(a.data.ptr, a.dtype))
+        else:
+            on_host = on_host or isinstance(a, np.ndarray)
+            wrapped.append(a)
+    if on_device and not on_host:
         _ensure_driver()
-        wrapped = [DevicePointer(a.data.ptr, str(a.dtype)) if _is_device_array(a) else a for a in args]
         k.jit[grid](*wrapped, num_warps=num_warps, num_stages=num_stages, **constexprs)
         return
-    if any(on_device):
+    if on_device:
         raise TypeError(f"{k.__name__}: NumPy and CuPy arrays mixed in one launch")
     if not (getattr(_LOCAL, "interpret", False) or _interpret_env()):
         raise TypeError(f"{k.__name__}: the triton backend runs on CuPy arrays; NumPy arrays run only under "
@@ -325,6 +331,20 @@ def _library_interpreted():
         yield
     finally:
         jit_function.__call__ = original
+
+
+_DEVICE_TYPE: list = []
+
+
+def _device_array_type():
+    """cupy.ndarray, or None where CuPy is absent (looked up once)."""
+    if not _DEVICE_TYPE:
+        try:
+            import cupy
+            _DEVICE_TYPE.append(cupy.ndarray)
+        except ImportError:
+            _DEVICE_TYPE.append(None)
+    return _DEVICE_TYPE[0]
 
 
 def xp_of(a):

@@ -6,7 +6,8 @@ blocks stream through shared memory; the softmax is computed online: a running r
 sum l, the accumulator rescaled by exp(m_old - m_new) whenever the max grows. Key blocks entirely
 below the diagonal run without a mask; only the diagonal blocks pay for one. Scores are kept in
 base 2 (scale * log2(e) folded into one multiply, exp2 instead of exp). Saved for the backward:
-L = m + log2(l) per row (B,NH,T) float32: the logsumexp, 4 bytes a row instead of T*4.
+L = m + log2(l) per row (B,NH,T) float32: the logsumexp, 4 bytes a row instead of T*4; and, for
+fp16/bf16 inputs, the output unrounded in float32 (the backward's delta needs it; see Saved).
 
 Backward (FlashAttention-2's split, written out):
     delta = rowsum(dy * y)                      _attn_delta, one pass over y and dy
@@ -37,9 +38,9 @@ LOG2E = 1.4426950408889634
 
 
 @kernel
-def _attn_forward(qkv_ptr, y_ptr, lse_ptr, T, C, NH, HS, qk_scale,
+def _attn_forward(qkv_ptr, y_ptr, o32_ptr, lse_ptr, T, C, NH, HS, qk_scale,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PRECISION: tl.constexpr):
+                  PRECISION: tl.constexpr, SAVE_O32: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b = bh // NH
@@ -88,6 +89,9 @@ def _attn_forward(qkv_ptr, y_ptr, lse_ptr, T, C, NH, HS, qk_scale,
     y_base = y_ptr + b.to(tl.int64) * T * C + h * HS
     tl.store(y_base + offs_m[:, None] * C + offs_d[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=mmask[:, None] & dmask[None, :])
+    if SAVE_O32:  # the unrounded output, for the backward's delta (see Saved)
+        tl.store(o32_ptr + b.to(tl.int64) * T * C + h * HS + offs_m[:, None] * C + offs_d[None, :], acc,
+                 mask=mmask[:, None] & dmask[None, :])
     tl.store(lse_ptr + bh.to(tl.int64) * T + offs_m, m_i + tl.log2(l_i), mask=mmask)
 
 
@@ -207,7 +211,10 @@ def _blocks(dtype: str, T: int, HS: int) -> dict:
 @dataclass
 class Saved:
     qkv: object   # (B,T,3C) the input
-    out: object   # (B,T,C) the output (the backward's delta = rowsum(dy * out))
+    out: object   # (B,T,C) the output in float32: the backward's delta = rowsum(dy * out). For fp16 and
+                  # bf16 inputs the forward also writes this unrounded copy: delta from the rounded
+                  # output is off by ~|dy||y| 2^-9, which dS = P (dP - delta) turns into dq errors
+                  # beyond the bf16 tolerance where dP and delta nearly cancel (seen: T257, bf16)
     lse: object   # (B,NH,T) float32: log2-sum-exp2 of each row's scaled scores
     n_head: int
 
@@ -229,12 +236,13 @@ def forward(inputs, attrs, out=None):
     xp = xp_of(qkv)
     y = _common.output("attention", xp, out, (B, T, C), qkv.dtype)
     lse = xp.empty((B, n_head, T), dtype="float32")
+    o32 = y if dt == "float32" else xp.empty((B, T, C), dtype="float32")
     cfg = _blocks(dt, T, HS)
     qk_scale = LOG2E / math.sqrt(HS)
-    launch(_attn_forward, (cdiv(T, cfg["fwd_m"]), B * n_head), qkv, y, lse, T, C, n_head, HS, qk_scale,
+    launch(_attn_forward, (cdiv(T, cfg["fwd_m"]), B * n_head), qkv, y, o32, lse, T, C, n_head, HS, qk_scale,
            BLOCK_M=cfg["fwd_m"], BLOCK_N=cfg["fwd_n"], BLOCK_D=cfg["block_d"], PRECISION=_common.dot_precision(dt),
-           num_warps=cfg["warps"], num_stages=3)
-    return y, Saved(qkv, y, lse, n_head)
+           SAVE_O32=o32 is not y, num_warps=cfg["warps"], num_stages=3)
+    return y, Saved(qkv, o32, lse, n_head)
 
 
 def backward(saved, dout, grads):
