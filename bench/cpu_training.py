@@ -8,7 +8,7 @@ What it measures, per model (the `euler train` default CPU config, and nanoGPT's
 
 - training tokens/s: a full optimizer step (zero_grad, forward, backward, gradient norm and
   clipping, AdamW) on random tokens, float32, median over the measured steps and rounds;
-- peak memory: the worker process's maximum resident set size (getrusage), so it includes the
+- peak memory: the worker process's peak resident set size (VmHWM), so it includes the
   interpreter and libraries (PyTorch's are larger than NumPy's);
 - cold start: wall time from launching the process to the end of its first training step, with an
   empty Numba cache (every kernel compiled); warm start: the same with the cache filled by the cold
@@ -81,6 +81,19 @@ class _Timed:
         return r
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. /proc's VmHWM starts afresh at exec; getrusage's
+    ru_maxrss does not (a child inherits its parent's peak across fork + exec), so it is only the
+    fallback where /proc is absent."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _batch(rng, B, T, V):
     return rng.integers(0, V, (B, T)).astype("int32"), rng.integers(0, V, (B, T)).astype("int32")
 
@@ -122,7 +135,7 @@ def worker(args) -> dict:
     ops = {k: statistics.median(d.get(k, 0.0) for d in op_steps) for k in (op_steps[0] if op_steps else {})}
     return {"impl": args.backend, "variants": {op: v.qualname for op, v in kernels.variants.items()},
             "t_start": T_START, "t_first_step_end": first_step_end, "step_times": step_times,
-            "losses": losses, "per_op_s": ops, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "losses": losses, "per_op_s": ops, "maxrss_mb": peak_rss_mb(),
             "num_parameters": model.num_parameters}
 
 
@@ -255,15 +268,15 @@ def markdown(info: dict, summary: dict, settings: dict, validation: dict, args, 
         naive_tps = rows.get("naive", {}).get("tokens_per_s")
         L += [f"## {model}: {s['n_layer']} layers, {s['n_head']} heads, {s['n_embd']} channels, "
               f"vocabulary {s['vocab_size']}, B={s['B']}, T={s['T']} ({s['B'] * s['T']} tokens a step)", "",
-              "| implementation | tokens/s | step (ms, median) | vs PyTorch | vs naive | peak RSS (MB) | cold start (s) | warm start (s) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| implementation | tokens/s (median step) | tokens/s (best step) | step (ms, median) | vs PyTorch | vs naive | peak RSS (MB) | cold start (s) | warm start (s) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for impl, r in rows.items():
             tps = r["tokens_per_s"]
-            L.append(f"| {impl} | {tps:,.0f} | {r['step_ms_median']:,.1f} | "
-                     f"{tps / torch_tps:.2f}x | {tps / naive_tps:.2f}x | {r['peak_rss_mb']:,.0f} | "
-                     f"{r['cold_start_s']:.2f} | {r['warm_start_s']:.2f} |" if torch_tps and naive_tps else
-                     f"| {impl} | {tps:,.0f} | {r['step_ms_median']:,.1f} | - | - | {r['peak_rss_mb']:,.0f} | "
-                     f"{r['cold_start_s']:.2f} | {r['warm_start_s']:.2f} |")
+            best = s["B"] * s["T"] / (r["step_ms_min"] / 1e3)
+            vs_t = f"{tps / torch_tps:.2f}x" if torch_tps else "-"
+            vs_n = f"{tps / naive_tps:.2f}x" if naive_tps else "-"
+            L.append(f"| {impl} | {tps:,.0f} | {best:,.0f} | {r['step_ms_median']:,.1f} | {vs_t} | {vs_n} | "
+                     f"{r['peak_rss_mb']:,.0f} | {r['cold_start_s']:.2f} | {r['warm_start_s']:.2f} |")
         val = validation.get(model)
         if val:
             L += ["", f"Validated before timing: one step of `{val['selection']}` against naive on the same "
@@ -311,9 +324,17 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--torch-python", default="/work/venv-torch/bin/python")
     ap.add_argument("--out", default=str(ROOT / "reports" / "cpu-training"))
+    ap.add_argument("--render", metavar="JSON", help="only rewrite README.md next to JSON from its records")
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(args)))
+        return 0
+    if args.render:
+        rep = json.loads(Path(args.render).read_text())
+        run_args = argparse.Namespace(**rep["args"])
+        text = markdown(rep["machine"], rep["summary"], rep["settings"], rep["validation"], run_args, rep["runs"])
+        (Path(args.render).parent / "README.md").write_text(text)
+        print(text)
         return 0
 
     models, impls = args.models.split(","), args.impls.split(",")

@@ -72,6 +72,18 @@ class GPT(nn.Module):
                                ignore_index=-1)
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process: VmHWM (fresh at exec; ru_maxrss is inherited)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True, help="JSON of n_layer, n_head, n_embd, block_size, vocab_size, padded_vocab")
@@ -108,7 +120,7 @@ def main():
             step_times.append(dt)
     print(json.dumps({"impl": "torch", "version": torch.__version__, "threads": torch.get_num_threads(),
                       "t_start": T_START, "t_first_step_end": first_step_end, "step_times": step_times,
-                      "losses": losses, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "losses": losses, "maxrss_mb": peak_rss_mb(),
                       "num_parameters": sum(p.numel() for p in model.parameters())}))
 
 

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -32,9 +31,6 @@ def test_conformance_numba():
     whole training step against the float64 naive run."""
     report = conformance.run(backend="numba")
     assert report.ok, report.table()
-    ran = {(r.op, r.variant) for r in report if r.status == "passed"} if hasattr(report[0], "status") else None
-    if ran is not None:
-        assert len({op for op, _ in ran}) >= len(OPS)
 
 
 def test_plugin_does_not_import_numba():
@@ -62,7 +58,7 @@ def test_registration():
         assert v.unavailable_reason() is None
     names = {op: [v.name for v in backend.variants_of(op)] for op in OPS}
     assert names["matmul"][:2] == ["blas", "blocked"] or set(names["matmul"]) == {"blas", "blocked"}
-    assert set(names["attention"]) == {"flash", "rows"}
+    assert names["attention"][0] == "flash" and set(names["attention"]) == {"flash", "rows", "blas"}
 
 
 def test_mixing_per_op():
@@ -139,7 +135,7 @@ def test_odd_shapes_and_poisoned_outputs():
     rng = np.random.default_rng(3)
     for B, T, NH, HS in ((1, 1, 1, 5), (2, 37, 3, 5), (1, 70, 2, 7)):
         qkv = rng.standard_normal((B, T, 3 * NH * HS))
-        for impl in (nb.Flash, nb.Rows):
+        for impl in (nb.Flash, nb.Rows, nb.Blas):
             out = np.full((B, T, NH * HS), np.nan)
             y, saved = impl.forward({"qkv": qkv}, {"n_head": NH}, out)
             y0, s0 = ref.forward({"qkv": qkv}, {"n_head": NH})
@@ -148,4 +144,4 @@ def test_odd_shapes_and_poisoned_outputs():
             buf = np.full(qkv.shape, np.nan)
             d = impl.backward(saved, dy, {"qkv": buf})["qkv"]
             np.testing.assert_allclose(d, ref.backward(s0, dy, {})["qkv"], rtol=1e-10, atol=1e-12)
-    assert time.perf_counter() > 0
+            assert np.isfinite(y).all() and np.isfinite(d).all()

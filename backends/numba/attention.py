@@ -369,3 +369,128 @@ class Rows:
         return _forward(_rows_forward, inputs, attrs, out)
 
     backward = staticmethod(backward)
+
+
+# ---- blas: BLAS for the tile products, numba for the softmax ----------------------------------------
+BQ = 64  # query rows per block (blas)
+
+
+def _split_heads(a, NH):
+    """(B,T,C) view -> (B*NH,T,HS) contiguous copy."""
+    B, T, C = a.shape
+    return np.ascontiguousarray(a.reshape(B, T, NH, C // NH).transpose(0, 2, 1, 3)).reshape(B * NH, T, C // NH)
+
+
+def _merge_heads(a, B, out):
+    """(B*NH,T,HS) -> out (B,T,C) view, written."""
+    BH, T, HS = a.shape
+    out[...] = a.reshape(B, BH // B, T, HS).transpose(0, 2, 1, 3).reshape(B, T, (BH // B) * HS)
+
+
+@jit
+def _block_softmax(S, scale, q0, lse):
+    """S (h,nq,nk): scores of queries q0.. against keys 0..nk-1 -> causal probabilities, in place;
+    lse[h, q0 + i] (float64) = logsumexp of each row's scaled, unmasked scores."""
+    H, nq, nk = S.shape
+    zero = S[0, 0, 0] * 0
+    for h in range(H):
+        for i in range(nq):
+            row = S[h, i]
+            n_ok = min(nk, q0 + i + 1)
+            mx = row[0] * scale
+            for j in range(n_ok):
+                row[j] *= scale
+                mx = max(mx, row[j])
+            s = zero
+            for j in range(n_ok):
+                p = fexp(row[j] - mx)
+                row[j] = p
+                s += p
+            inv = 1.0 / s
+            for j in range(n_ok):
+                row[j] *= inv
+            for j in range(n_ok, nk):
+                row[j] = zero
+            lse[h, q0 + i] = mx + np.log(s)
+
+
+@jit
+def _block_dsoftmax(S, G, scale, q0, lse, D):
+    """S = scores -> P = exp(S scale - lse), G = dP -> dS = P (dP - D) scale; both 0 past the
+    diagonal. Shapes as in _block_softmax; D (h,T) = rowsum(dy * y)."""
+    H, nq, nk = S.shape
+    zero = S[0, 0, 0] * 0
+    for h in range(H):
+        for i in range(nq):
+            t = q0 + i
+            srow, grow = S[h, i], G[h, i]
+            n_ok = min(nk, t + 1)
+            lt, Dt = lse[h, t], D[h, t]
+            for j in range(n_ok):
+                p = exp_as(srow[j] * scale - lt, zero)
+                srow[j] = p
+                grow[j] = p * (grow[j] - Dt) * scale
+            for j in range(n_ok, nk):
+                srow[j] = zero
+                grow[j] = zero
+
+
+class Blas:
+    """Blocks of BQ queries against all the keys they see, the products through BLAS."""
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        from ._blas import blocks, pool, run
+        qkv = contiguous(inputs["qkv"])                    # (B,T,3C)
+        NH = attrs["n_head"]
+        B, T, C3 = qkv.shape
+        C = C3 // 3
+        HS = C // NH
+        q, k, v = (_split_heads(qkv[..., i * C:(i + 1) * C], NH) for i in range(3))  # (BH,T,HS) each
+        yh = np.empty_like(q)                              # (BH,T,HS)
+        lse = np.empty((B * NH, T), np.float64)            # (BH,T)
+        scale = scalar(1.0 / np.sqrt(HS), qkv.dtype)
+
+        def heads(h0, h1):
+            for q0 in range(0, T, BQ):
+                q1 = min(T, q0 + BQ)
+                S = np.matmul(q[h0:h1, q0:q1], k[h0:h1, :q1].transpose(0, 2, 1))  # (h,nq,q1)
+                _block_softmax(S, scale, q0, lse[h0:h1])
+                yh[h0:h1, q0:q1] = np.matmul(S, v[h0:h1, :q1])                      # (h,nq,HS)
+
+        run(heads, blocks(B * NH, pool()[1], 2.0 * B * T * T * C))
+        y = dest(out, (B, T, C), qkv.dtype)
+        _merge_heads(yh, B, y)
+        y = deliver(y, out)
+        return y, Saved(qkv, y, lse.reshape(B, NH, T), NH)
+
+    @staticmethod
+    def backward(saved, dout, grads):
+        from ._blas import blocks, pool, run
+        qkv, NH = saved.qkv, saved.n_head
+        B, T, C3 = qkv.shape
+        C = C3 // 3
+        HS = C // NH
+        q, k, v = (_split_heads(qkv[..., i * C:(i + 1) * C], NH) for i in range(3))  # (BH,T,HS) each
+        dy = _split_heads(contiguous(dout), NH)            # (BH,T,HS)
+        D = np.einsum("htd,htd->ht", dy, _split_heads(saved.out, NH))  # (BH,T) rowsum(dy * y)
+        lse = saved.lse.reshape(B * NH, T)
+        dq, dk, dv = np.empty_like(q), np.zeros_like(k), np.zeros_like(v)
+        scale = scalar(1.0 / np.sqrt(HS), qkv.dtype)
+
+        def heads(h0, h1):
+            for q0 in range(0, T, BQ):
+                q1 = min(T, q0 + BQ)
+                qb, dyb = q[h0:h1, q0:q1], dy[h0:h1, q0:q1]                 # (h,nq,HS)
+                S = np.matmul(qb, k[h0:h1, :q1].transpose(0, 2, 1))         # (h,nq,q1) scores
+                G = np.matmul(dyb, v[h0:h1, :q1].transpose(0, 2, 1))        # (h,nq,q1) dP
+                _block_dsoftmax(S, G, scale, q0, lse[h0:h1], D[h0:h1])      # S -> P, G -> dS
+                dq[h0:h1, q0:q1] = np.matmul(G, k[h0:h1, :q1])
+                dk[h0:h1, :q1] += np.matmul(G.transpose(0, 2, 1), qb)
+                dv[h0:h1, :q1] += np.matmul(S.transpose(0, 2, 1), dyb)
+
+        run(heads, blocks(B * NH, pool()[1], 5.0 * B * T * T * C))
+        dqkv = dest(grads.get("qkv"), qkv.shape, qkv.dtype)
+        for i, g in enumerate((dq, dk, dv)):
+            _merge_heads(g, B, dqkv[..., i * C:(i + 1) * C])
+        return {"qkv": deliver(dqkv, grads.get("qkv"))}

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import prange
 
-from ._jit import accumulator, contiguous, deliver, dest, jit, pjit, scalar, settle, threads
+from ._blas import blocks as _blocks, pool as _pool, run as _run
+from ._jit import accumulator, contiguous, deliver, dest, jit, pjit, scalar, settle
 
 NB = 32     # rows of x per parallel block (blocked variant)
 MB = 64     # rows of weight per tile
@@ -71,61 +72,6 @@ def _colsum_into(dout, db):
                 acc[m] += dr[m]
         for m in range(m0, m1):
             db[m] += acc[m - m0]
-
-
-# ---- blas: NumPy's BLAS, one single-threaded call per core on our own thread pool ---------------
-_POOL = {}
-MIN_PARALLEL_FLOPS = 4e6  # below this a product runs in the calling thread
-
-
-def _blas_single_threaded_setter():
-    """OpenBLAS's openblas_set_num_threads_local from the library NumPy loaded, or None."""
-    import ctypes
-    import glob
-    import os
-    here = os.path.dirname(np.__file__)
-    for pattern in ("../numpy.libs/*openblas*.so*", ".libs/*openblas*.so*", "../numpy.libs/*openblas*.dylib"):
-        for path in glob.glob(os.path.join(here, pattern)):
-            try:
-                fn = ctypes.CDLL(path).openblas_set_num_threads_local
-            except (OSError, AttributeError):
-                continue
-            fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-            return fn
-    return None
-
-
-def _pool():
-    """(executor, parts): a pool of one thread per core whose BLAS calls are single-threaded, or
-    (None, 1) where that cannot be arranged (then BLAS uses its own threads)."""
-    if "pool" not in _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-        setter = _blas_single_threaded_setter()
-        parts = threads()
-        if setter is None or parts < 2:
-            _POOL["pool"] = (None, 1)
-        else:
-            _POOL["pool"] = (ThreadPoolExecutor(parts, thread_name_prefix="euler-blas",
-                                                initializer=lambda: setter(1)), parts)
-    return _POOL["pool"]
-
-
-def _blocks(n, parts, flops):
-    """[(lo, hi), ...]: n rows cut into `parts` blocks (one when the product is small)."""
-    parts = parts if flops >= MIN_PARALLEL_FLOPS else 1
-    parts = max(1, min(parts, n))
-    step = (n + parts - 1) // parts
-    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
-
-
-def _run(fn, blocks):
-    pool, _ = _pool()
-    if pool is None or len(blocks) == 1:
-        for lo, hi in blocks:
-            fn(lo, hi)
-        return
-    for f in [pool.submit(fn, lo, hi) for lo, hi in blocks]:
-        f.result()
 
 
 class Blas:

@@ -25,6 +25,7 @@ def nanoeuler_backends():
         _v("matmul", "blocked", "matmul:Blocked", "own tiled, parallel kernel, no BLAS"),
         _v("attention", "flash", "attention:Flash", "online softmax over key blocks, no T x T matrix"),
         _v("attention", "rows", "attention:Rows", "one query row at a time, exact softmax, no T x T matrix"),
+        _v("attention", "blas", "attention:Blas", "blocks of 64 queries; tile products through BLAS, softmax in numba"),
         _v("attention_cached", "rows", "attention_cached", "KV-cache attention, one query row at a time"),
         _v("gelu", "fused", "gelu", "sigmoid form with a vectorised exp, one pass"),
         _v("residual", "parallel", "residual", "one parallel pass"),
