@@ -44,7 +44,7 @@ if [[ " $STAGES " == *" sweep "* ]]; then
 fi
 
 if [[ " $STAGES " == *" train "* ]]; then
-  common="--tokenizer bytes --eval-every 0 --checkpoint-every 0 --sample-tokens 20 --no-progress --seed 1"
+  common="--tokenizer bytes --eval-every 1000 --eval-batches 2 --checkpoint-every 0 --sample-tokens 20 --no-progress --seed 1"
   for b in triton naive; do
     log "train small $b"
     timeout 100 euler train --backend $b --preset small --steps 30 $common --out /tmp/train_small_$b 2>&1 | tail -4 | tee -a "$OUT/log.txt"

@@ -71,10 +71,11 @@ def _block(V: int) -> int:
 def forward(inputs, attrs, out=None):
     logits, targets = inputs["logits"], inputs["targets"]
     _common.check_float("crossentropy", "logits", logits)
-    _common.check_contiguous("crossentropy", logits=logits, targets=targets)
+    _common.check_contiguous("crossentropy", logits=logits)
     B, T, V = logits.shape
     n_valid = attrs["n_valid"] or V
     xp = xp_of(logits)
+    targets = xp.ascontiguousarray(targets)  # targets are often a view of a token window: copy (B*T ints)
     losses = _common.output("crossentropy", xp, out, (B, T), "float32")
     lse = xp.empty((B * T,), dtype="float32")
     block = _block(V)

@@ -75,10 +75,11 @@ def _block(C: int) -> int:
 def forward(inputs, attrs, out=None):
     tokens, wte, wpe = inputs["tokens"], inputs["wte"], inputs["wpe"]
     _common.check_float("embedding", "wte", wte)
-    _common.check_contiguous("embedding", tokens=tokens, wte=wte, wpe=wpe)
+    _common.check_contiguous("embedding", wte=wte, wpe=wpe)
     B, T = tokens.shape
     C = wte.shape[1]
     xp = xp_of(wte)
+    tokens = xp.ascontiguousarray(tokens)  # ids are often a view of a token window: copy (B*T ints)
     y = _common.output("embedding", xp, out, (B, T, C), wte.dtype)
     launch(_emb_forward, (B * T,), tokens, wte, wpe, y, T, C, BLOCK_C=_block(C))
     return y, Saved(tokens)

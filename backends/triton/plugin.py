@@ -31,8 +31,12 @@ _VARIANTS = [
 
 @hookimpl
 def nanoeuler_backends():
+    # embedding and crossentropy take integer ids that callers slice out of token windows (views):
+    # they copy those to contiguous themselves and check their float inputs; every other variant
+    # has the dispatcher refuse non-contiguous input.
     variants = [Variant(op, name, impl=f"backends.triton.{op}", device="cuda", dtypes=DTYPES,
-                        requires=("triton", "cupy"), contiguous=True, description=description)
+                        requires=("triton", "cupy"), contiguous=op not in ("embedding", "crossentropy"),
+                        description=description)
                 for op, name, description in _VARIANTS]
     return [Backend("triton", "Triton kernels on CuPy arrays (GPU); FlashAttention-2 forward and backward",
                     variants)]
