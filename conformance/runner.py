@@ -12,7 +12,7 @@ training step is another (`model`, whose one check is `check_model_step`).
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from euler_core.kernels import Selection
 from euler_core.ops import OPS

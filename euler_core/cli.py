@@ -46,16 +46,21 @@ TRAIN_HELP = {
 }
 
 
+def add_config_options(parser, config_class, helps: dict, skip=("progress",)) -> None:
+    """One --option per field of a config dataclass (default None: 'not given', so a resumed run can
+    tell what the user changed), typed by the field's annotation, with its help and default."""
+    types = {"int | None": int, "str | None": str, "float": float, "int": int, "str": str}
+    for f in fields(config_class):
+        if f.name not in skip:
+            parser.add_argument("--" + f.name.replace("_", "-"), type=types[str(f.type)], default=None,
+                                help=f"{helps[f.name]} (default: {f.default})")
+
+
 def _add_train(sub) -> None:
     from .train import TrainConfig
     p = sub.add_parser("train", help="pretrain a GPT", description="Pretrain a GPT. With no arguments: a small "
                        "model on the embedded default corpus, on the CPU, in a few minutes, then a sample.")
-    for f in fields(TrainConfig):
-        if f.name == "progress":
-            continue
-        kind = {"int | None": int, "str | None": str, "float": float, "int": int, "str": str}[str(f.type)]
-        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None,
-                       help=f"{TRAIN_HELP[f.name]} (default: {f.default})")
+    add_config_options(p, TrainConfig, TRAIN_HELP)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)

@@ -86,24 +86,13 @@ def forward_cached(model, tokens, cache: KVCache, last_only: bool = False):
     x, _ = k["embedding"].forward({"tokens": tokens, "wte": p["wte.weight"], "wpe": p["wpe.weight"][t0:t0 + Tn]})
     x = x.reshape(N, C)  # (N,C) the residual stream of the new positions
     for i in range(cfg.n_layer):
-        h = f"h.{i}."
-        ln1, _ = k["layernorm"].forward({"x": x, "weight": p[h + "ln_1.weight"], "bias": p[h + "ln_1.bias"]})
-        qkv, _ = k["matmul"].forward({"x": ln1, "weight": p[h + "attn.c_attn.weight"],
-                                      "bias": p[h + "attn.c_attn.bias"]})  # (N,3C)
-        qkv = qkv.reshape(B, Tn, 3 * C)
-        keys, values = cache.append(i, qkv, t0)  # (B,t0+Tn,C) each
-        att, _ = attention.forward({"q": qkv[:, :, :C], "k": keys, "v": values}, {"n_head": cfg.n_head})  # (B,Tn,C)
-        att = to_device(att, model.device)
-        proj, _ = k["matmul"].forward({"x": att.reshape(N, C), "weight": p[h + "attn.c_proj.weight"],
-                                       "bias": p[h + "attn.c_proj.bias"]})  # (N,C)
-        x, _ = k["residual"].forward({"a": x, "b": proj})
-        ln2, _ = k["layernorm"].forward({"x": x, "weight": p[h + "ln_2.weight"], "bias": p[h + "ln_2.bias"]})
-        fc, _ = k["matmul"].forward({"x": ln2, "weight": p[h + "mlp.c_fc.weight"],
-                                     "bias": p[h + "mlp.c_fc.bias"]})  # (N,4C)
-        act, _ = k["gelu"].forward({"x": fc})
-        mlp, _ = k["matmul"].forward({"x": act, "weight": p[h + "mlp.c_proj.weight"],
-                                      "bias": p[h + "mlp.c_proj.bias"]})  # (N,C)
-        x, _ = k["residual"].forward({"a": x, "b": mlp})
+        def attend(qkv, i=i):  # (N,3C) -> (N,C): the new queries against every cached position
+            qkv = qkv.reshape(B, Tn, 3 * C)
+            keys, values = cache.append(i, qkv, t0)  # (B,t0+Tn,C) each
+            att, _ = attention.forward({"q": qkv[:, :, :C], "k": keys, "v": values}, {"n_head": cfg.n_head})
+            return to_device(att, model.device).reshape(N, C), None
+
+        x, _ = model.block_forward(i, x, attend)
     cache.length = t0 + Tn
     rows = Tn
     if last_only:

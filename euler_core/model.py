@@ -168,24 +168,15 @@ class GPT:
 
         x, s_emb = k["embedding"].forward({"tokens": tokens, "wte": p["wte.weight"], "wpe": p["wpe.weight"]})
         x = x.reshape(N, C)  # (N,C) the residual stream
+
+        def attend(qkv):  # (N,3C) -> (N,C): causal attention over the T positions of each row
+            att, saved = k["attention"].forward({"qkv": qkv.reshape(B, T, 3 * C)}, {"n_head": cfg.n_head})
+            return att.reshape(N, C), saved
+
         blocks = []
         for i in range(cfg.n_layer):
-            h = f"h.{i}."
-            ln1, s_ln1 = k["layernorm"].forward({"x": x, "weight": p[h + "ln_1.weight"], "bias": p[h + "ln_1.bias"]})
-            qkv, s_qkv = k["matmul"].forward({"x": ln1, "weight": p[h + "attn.c_attn.weight"],
-                                              "bias": p[h + "attn.c_attn.bias"]})  # (N,3C)
-            att, s_att = k["attention"].forward({"qkv": qkv.reshape(B, T, 3 * C)}, {"n_head": cfg.n_head})
-            proj, s_proj = k["matmul"].forward({"x": att.reshape(N, C), "weight": p[h + "attn.c_proj.weight"],
-                                                "bias": p[h + "attn.c_proj.bias"]})  # (N,C)
-            x, _ = k["residual"].forward({"a": x, "b": proj})
-            ln2, s_ln2 = k["layernorm"].forward({"x": x, "weight": p[h + "ln_2.weight"], "bias": p[h + "ln_2.bias"]})
-            fc, s_fc = k["matmul"].forward({"x": ln2, "weight": p[h + "mlp.c_fc.weight"],
-                                            "bias": p[h + "mlp.c_fc.bias"]})  # (N,4C)
-            act, s_gelu = k["gelu"].forward({"x": fc})
-            mlp, s_mlp = k["matmul"].forward({"x": act, "weight": p[h + "mlp.c_proj.weight"],
-                                              "bias": p[h + "mlp.c_proj.bias"]})  # (N,C)
-            x, _ = k["residual"].forward({"a": x, "b": mlp})
-            blocks.append(Block(s_ln1, s_qkv, s_att, s_proj, s_ln2, s_fc, s_gelu, s_mlp))
+            x, block = self.block_forward(i, x, attend)
+            blocks.append(block)
         lnf, s_lnf = k["layernorm"].forward({"x": x, "weight": p["ln_f.weight"], "bias": p["ln_f.bias"]})
         logits, s_head = k["matmul"].forward({"x": lnf, "weight": p["wte.weight"]})  # (N,Vp) tied
         logits = logits.reshape(B, T, cfg.padded_vocab_size)
@@ -204,6 +195,31 @@ class GPT:
         dlosses = (valid / count).astype(self.dtype)  # (B,T) mean over the valid positions
         self._tape = Tape(B, T, s_emb, blocks, s_lnf, s_head, s_loss, dlosses)
         return logits, loss
+
+    def block_forward(self, i: int, x, attend):
+        """Transformer block i on the residual stream x (N,C) -> (x, Block of saved values).
+
+            x = x + c_proj(attend(c_attn(ln_1(x))))        x = x + mlp_c_proj(gelu(mlp_c_fc(ln_2(x))))
+
+        `attend(qkv (N,3C)) -> (att (N,C), saved)` is the attention: causal over whole sequences in
+        training, or over a KV cache when generating (kvcache.py); everything else is shared.
+        """
+        k, p, h = self.kernels, self.params, f"h.{i}."
+        ln1, s_ln1 = k["layernorm"].forward({"x": x, "weight": p[h + "ln_1.weight"], "bias": p[h + "ln_1.bias"]})
+        qkv, s_qkv = k["matmul"].forward({"x": ln1, "weight": p[h + "attn.c_attn.weight"],
+                                          "bias": p[h + "attn.c_attn.bias"]})  # (N,3C)
+        att, s_att = attend(qkv)  # (N,C)
+        proj, s_proj = k["matmul"].forward({"x": att, "weight": p[h + "attn.c_proj.weight"],
+                                            "bias": p[h + "attn.c_proj.bias"]})  # (N,C)
+        x, _ = k["residual"].forward({"a": x, "b": proj})
+        ln2, s_ln2 = k["layernorm"].forward({"x": x, "weight": p[h + "ln_2.weight"], "bias": p[h + "ln_2.bias"]})
+        fc, s_fc = k["matmul"].forward({"x": ln2, "weight": p[h + "mlp.c_fc.weight"],
+                                        "bias": p[h + "mlp.c_fc.bias"]})  # (N,4C)
+        act, s_gelu = k["gelu"].forward({"x": fc})
+        mlp, s_mlp = k["matmul"].forward({"x": act, "weight": p[h + "mlp.c_proj.weight"],
+                                          "bias": p[h + "mlp.c_proj.bias"]})  # (N,C)
+        x, _ = k["residual"].forward({"a": x, "b": mlp})
+        return x, Block(s_ln1, s_qkv, s_att, s_proj, s_ln2, s_fc, s_gelu, s_mlp)
 
     # ---- backward ---------------------------------------------------------------------------
     def backward(self, loss_scale: float = 1.0) -> None:

@@ -2,7 +2,6 @@
 run comparison, and the timing protocol's batching. Runs at `small` shapes with quick timing."""
 
 import json
-import time
 
 import numpy as np
 import pytest

@@ -11,7 +11,7 @@ from euler_core.checkpoint import load_checkpoint, save_checkpoint
 from euler_core.config import preset
 from euler_core.convert import export_weights, import_weights
 from euler_core.convert.hf import CONV1D, HFFormatError, load_hf
-from euler_core.convert.llmc import LLMCFormatError, read_llmc, write_llmc
+from euler_core.convert.llmc import LLMCFormatError, read_llmc
 from euler_core.convert.safetensors import (SafetensorsError, float32_to_bf16_bits, read_safetensors,
                                             write_safetensors)
 from euler_core.model import GPT

@@ -2,7 +2,6 @@
 and clear errors for corrupt inputs."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

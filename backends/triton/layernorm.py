@@ -15,7 +15,7 @@ Rows up to MAX_C = 16384 channels (a row must fit in one program's registers); w
 from dataclasses import dataclass
 
 from . import _common, _reduce
-from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
+from ._runtime import kernel, launch, next_pow2, tl, xp_of
 
 MAX_C = 16384
 

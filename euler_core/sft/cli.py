@@ -26,20 +26,14 @@ HELP = {
 
 
 def add_commands(sub) -> None:
+    from ..cli import add_config_options
     from .run import SFTConfig
     p = sub.add_parser("sft", help="fine-tune a checkpoint on conversations (SFT)",
                        description="Supervised fine-tuning: loss only on the assistant's tokens, conversations "
                        "packed into rows, the chat template's special tokens added to the tokenizer and the "
                        "embedding. Same checkpoints, metrics.jsonl and progress as `euler train`. See docs/sft.md.")
-    for f in fields(SFTConfig):
-        if f.name == "progress":
-            continue
-        if f.name == "strict":
-            p.add_argument("--strict", action="store_true", help=HELP["strict"])
-            continue
-        kind = {"int | None": int, "str | None": str, "float": float, "int": int, "str": str}[str(f.type)]
-        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None,
-                       help=f"{HELP[f.name]} (default: {f.default})")
+    add_config_options(p, SFTConfig, HELP, skip=("progress", "strict"))
+    p.add_argument("--strict", action="store_true", help=HELP["strict"])
     p.add_argument("--resume", action="store_true", help="continue the SFT run in --out from its latest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_sft)
