@@ -260,8 +260,10 @@ def markdown(info: dict, summary: dict, settings: dict, validation: dict, args, 
          "the measured steps of every round.", ""]
     loads = [r["load_before"][0] for r in records] + [r["load_after"][0] for r in records]
     L += [f"Load average (1 min) seen before/after the runs: min {min(loads):.2f}, median "
-          f"{statistics.median(loads):.2f}, max {max(loads):.2f} (on {info['cores']} cores; other engineers "
-          "share this machine, so runs overlap with their work; see the JSON for every run's load).", ""]
+          f"{statistics.median(loads):.2f}, max {max(loads):.2f} (on {info['cores']} cores). The load average counts this "
+          "benchmark's own threads too (up to 2 while a step runs); above that, other work on the machine "
+          "(other engineers share it) overlapped the runs. Every run's load is in the JSON; rounds are "
+          "interleaved so that such overlap falls on all implementations alike.", ""]
     for model, rows in summary.items():
         s = settings[model]
         torch_tps = rows.get("torch", {}).get("tokens_per_s")
@@ -277,6 +279,13 @@ def markdown(info: dict, summary: dict, settings: dict, validation: dict, args, 
             vs_n = f"{tps / naive_tps:.2f}x" if naive_tps else "-"
             L.append(f"| {impl} | {tps:,.0f} | {best:,.0f} | {r['step_ms_median']:,.1f} | {vs_t} | {vs_n} | "
                      f"{r['peak_rss_mb']:,.0f} | {r['cold_start_s']:.2f} | {r['warm_start_s']:.2f} |")
+        if torch_tps and "numba" in rows:
+            nb, tt = rows["numba"], rows["torch"]
+            nb_best = s["B"] * s["T"] / (nb["step_ms_min"] / 1e3)
+            tt_best = s["B"] * s["T"] / (tt["step_ms_min"] / 1e3)
+            L += ["", f"numba against PyTorch eager: {nb['tokens_per_s'] / torch_tps:.2f}x at the median step, "
+                  f"{nb_best / tt_best:.2f}x at each one's best step (the best step is the one least disturbed "
+                  "by other work on the machine)."]
         val = validation.get(model)
         if val:
             L += ["", f"Validated before timing: one step of `{val['selection']}` against naive on the same "

@@ -6,6 +6,8 @@ count to 1 (`openblas_set_num_threads_local`, OpenBLAS >= 0.3.27, found in the l
 loaded), and NumPy releases the GIL inside BLAS, so the blocks run in parallel. Why not let
 OpenBLAS use its own threads: they spin for a while after every call, and on a 2-core machine
 they then compete with numba's threads in the next kernel; our pool's threads sleep on a queue.
+(Measured on the shared 2-core machine: a whole baby-GPT step neither faster nor slower than with
+BLAS's own threads; kept because it never runs more busy threads than cores.)
 Where NumPy's BLAS has no per-thread setting, `pool()` reports no executor and the callers make
 plain NumPy calls (BLAS with its own threads). Process-wide BLAS settings are never changed.
 """
