@@ -40,6 +40,10 @@ def _blas_single_threaded_setter():
 def pool():
     """(executor, parts): a pool of one thread per core whose BLAS calls are single-threaded, or
     (None, 1) where that cannot be arranged (then BLAS uses its own threads)."""
+    import os
+    if _POOL.get("pid") != os.getpid():      # none yet, or a forked child: its copy has no threads
+        _POOL.clear()
+        _POOL["pid"] = os.getpid()
     if "pool" not in _POOL:
         from concurrent.futures import ThreadPoolExecutor
         setter = _blas_single_threaded_setter()
