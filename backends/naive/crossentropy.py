@@ -23,7 +23,8 @@ from ._out import into
 class Saved:
     logits: np.ndarray   # (B,T,Vp)
     targets: np.ndarray  # (B,T)
-    lse: np.ndarray      # (B,T) logsumexp over the valid columns
+    row_max: np.ndarray  # (B,T) max over the valid columns
+    log_sum: np.ndarray  # (B,T) log sum_v exp(logits - row_max): lse = row_max + log_sum
     n_valid: int
 
 
@@ -32,19 +33,22 @@ def forward(inputs, attrs, out=None):
     V = attrs["n_valid"] or logits.shape[-1]
     z = logits[..., :V]                                        # (B,T,V) the real vocabulary
     m = z.max(axis=-1, keepdims=True)                          # (B,T,1)
-    lse = m[..., 0] + np.log(np.exp(z - m).sum(axis=-1))       # (B,T)
+    log_sum = np.log(np.exp(z - m).sum(axis=-1))               # (B,T) in [0, log V]
     valid = targets >= 0                                       # (B,T)
     safe = np.where(valid, targets, 0)                         # (B,T) any index where ignored
     picked = np.take_along_axis(z, safe[..., None], axis=-1)[..., 0]  # (B,T) logit of the target
+    # lse - picked, grouped as (m - picked) + log_sum: with large logits, m + log_sum rounded first
+    # would lose log_sum's low digits (float32 keeps ~7 of them at |logits| ~ 100)
     loss_dtype = np.float64 if logits.dtype == np.float64 else np.float32  # the spec's output dtype
-    losses = np.where(valid, lse - picked, 0.0).astype(loss_dtype)
-    return into(out, losses), Saved(logits, targets, lse, V)
+    losses = np.where(valid, (m[..., 0] - picked) + log_sum, 0.0).astype(loss_dtype)
+    return into(out, losses), Saved(logits, targets, m[..., 0], log_sum, V)
 
 
 def backward(saved, dlosses, grads):
     logits, targets, V = saved.logits, saved.targets, saved.n_valid
     valid = targets >= 0
-    probs = np.exp(logits[..., :V] - saved.lse[..., None])     # (B,T,V) softmax
+    shifted = logits[..., :V] - saved.row_max[..., None]       # (B,T,V) <= 0, exact near the max
+    probs = np.exp(shifted - saved.log_sum[..., None])         # (B,T,V) softmax
     b, t = np.nonzero(valid)
     probs[b, t, targets[b, t]] -= 1.0                          # minus the one-hot target
     dlogits = np.zeros_like(logits)                            # (B,T,Vp) padded columns stay 0
