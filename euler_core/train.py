@@ -51,7 +51,7 @@ class TrainConfig:
     batch_size: int = 16
     seq_len: int | None = None       # default: the preset's block size
     total_batch: int | None = None   # tokens per optimizer step; default batch_size * seq_len
-    steps: int = 300
+    steps: int = 500
     lr: float = 2e-3
     min_lr_frac: float = 0.1
     warmup: int = 20
