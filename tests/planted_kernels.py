@@ -134,7 +134,8 @@ class CrossEntropyNoMaxShift:
         safe = np.where(valid, targets, 0)
         picked = np.take_along_axis(z, safe[..., None], axis=-1)[..., 0]
         losses = np.where(valid, lse - picked, 0.0).astype(logits.dtype)
-        return into(out, losses), crossentropy.Saved(logits, targets, lse, V)
+        # the reference's Saved holds lse as row_max + log_sum: an unshifted log_sum over a zero max
+        return into(out, losses), crossentropy.Saved(logits, targets, np.zeros_like(lse), lse, V)
 
 
 class EmbeddingNoValidation:
