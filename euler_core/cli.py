@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import fields
 
@@ -130,15 +131,17 @@ def _backends(args) -> int:
     registry = get_registry()
     for name, error in registry.broken.items():
         print(f"backend {name} failed to load: {error}")
-    print(f"{'backend':<10} {'op':<13} {'variant':<12} {'device':<6} {'dtypes':<28} available here")
-    for backend in registry.backends.values():
+    width = max(len(op) for op in OPS)
+    print(f"{'backend':<10} {'op':<{width}} {'variant':<12} {'device':<6} {'dtypes':<28} available here")
+    order = sorted(registry.backends.values(), key=lambda b: (b.name != "naive", b.name))  # the reference first
+    for backend in order:
         for op in OPS:
             variants = backend.variants_of(op)
             if not variants:
-                print(f"{backend.name:<10} {op:<13} {'-':<12} {'':<6} {'':<28} (no variant: falls back to naive)")
+                print(f"{backend.name:<10} {op:<{width}} {'-':<12} {'':<6} {'':<28} (no variant: falls back to naive)")
             for v in variants:
                 reason = v.unavailable_reason()
-                print(f"{backend.name:<10} {op:<13} {v.name:<12} {v.device:<6} {','.join(v.dtypes):<28} "
+                print(f"{backend.name:<10} {op:<{width}} {v.name:<12} {v.device:<6} {','.join(v.dtypes):<28} "
                       f"{'yes' if reason is None else 'no: ' + reason}")
     return 0
 
@@ -170,6 +173,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("euler: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`euler backends | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
 
 
 if __name__ == "__main__":
