@@ -23,18 +23,24 @@ def stdlib_files() -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
-def default_corpus(max_bytes: int = 3_000_000) -> str:
-    """About `max_bytes` of Python source from the standard library, files separated by a blank line."""
+def read_texts(paths, max_bytes: int) -> list[str]:
+    """The UTF-8 texts of `paths` in order (unreadable files skipped) until about `max_bytes`."""
     parts, size = [], 0
-    for path in stdlib_files():
+    for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = Path(path).read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
         parts.append(text)
         size += len(text.encode("utf-8"))
         if size >= max_bytes:
             break
+    return parts
+
+
+def default_corpus(max_bytes: int = 3_000_000) -> str:
+    """About `max_bytes` of Python source from the standard library, files separated by a blank line."""
+    parts = read_texts(stdlib_files(), max_bytes)
     if not parts:
         raise RuntimeError(f"no Python source found under {sysconfig.get_paths()['stdlib']} for the default corpus")
     return "\n\n".join(parts)

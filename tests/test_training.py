@@ -176,3 +176,14 @@ def test_backends_lists_variants_with_availability(capsys):
     for op in ("embedding", "layernorm", "matmul", "attention", "gelu", "residual", "crossentropy", "adamw"):
         assert f"naive      {op}" in out
     assert "yes" in out
+
+
+def test_token_ids_beyond_the_vocabulary_are_a_clear_error(tmp_path, capsys):
+    from euler_core.data.shards import write_shard
+    tokens = np.arange(5000) % 64
+    tokens[::7] = 70  # ids the 64-token model cannot embed
+    train_path = write_shard(tmp_path / "x_train.bin", tokens)
+    val_path = write_shard(tmp_path / "x_val.bin", tokens[:1000])
+    assert main(["train", "--preset", "micro", "--train-data", str(train_path), "--val-data", str(val_path),
+                 "--vocab-size", "64", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert "token ids must lie in [0, 64)" in capsys.readouterr().err

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from euler_core.corpus import read_texts
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_RANKS = REPO.parent / "shared" / "data" / "gpt2.tiktoken"
 
@@ -43,16 +45,6 @@ def stdlib_text(min_bytes: int, skip: int = 0) -> str:
     """About `min_bytes` of the standard library's source: English docstrings and comments, code,
     and pydoc's topic help (prose). `skip` files first, for a different sample."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    parts, size = [], 0
     topics = root / "pydoc_data" / "topics.py"
     files = ([topics] if topics.is_file() and skip == 0 else []) + list(stdlib_files()[skip:])
-    for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        parts.append(text)
-        size += len(text.encode("utf-8"))
-        if size >= min_bytes:
-            break
-    return "".join(parts)
+    return "".join(read_texts(files, min_bytes))
