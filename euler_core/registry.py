@@ -58,6 +58,8 @@ class Variant:
     dtypes       the float dtypes it accepts
     requires     modules that must be importable for it to run ("numba", "cupy", ...)
     contiguous   True when it needs C-contiguous inputs (the core checks, with a clear error)
+    probe        "module:function" returning None when the variant can run here, else the reason
+                 (for needs beyond an importable module; must import nothing heavy)
     description  one line: what this variant does differently
     """
 
@@ -69,6 +71,7 @@ class Variant:
     requires: tuple[str, ...] = ()
     contiguous: bool = False
     description: str = ""
+    probe: str = ""
     backend: str = ""
     _loaded: object = field(default=None, repr=False, compare=False)
 
@@ -82,7 +85,12 @@ class Variant:
             if importlib.util.find_spec(module) is None:
                 return f"{module} not installed"
         if self.device == "cuda":
-            return cuda_unavailable_reason()
+            reason = cuda_unavailable_reason()
+            if reason:
+                return reason
+        if self.probe:
+            module_name, _, fn = self.probe.partition(":")
+            return getattr(importlib.import_module(module_name), fn)()
         return None
 
     def load(self):

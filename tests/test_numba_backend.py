@@ -58,12 +58,31 @@ def test_registration():
         assert v.unavailable_reason() is None
     names = {op: [v.name for v in backend.variants_of(op)] for op in OPS}
     assert names["matmul"][:2] == ["blas", "blocked"] or set(names["matmul"]) == {"blas", "blocked"}
-    assert names["attention"][0] == "flash" and set(names["attention"]) == {"flash", "rows", "blas"}
+    assert names["attention"][0] == "blas" and set(names["attention"]) == {"flash", "rows", "blas"}
+
+
+def test_blas_variants_give_way_where_numpy_has_no_suitable_openblas(monkeypatch):
+    """Where NumPy bundles no OpenBLAS with the functions the blas variants call, they say why and
+    `--backend numba` takes the next variant of each op instead."""
+    from backends.numba import _openblas
+    from euler_core.kernels import SelectionError
+    monkeypatch.setattr(_openblas, "unavailable_reason", lambda: "no OpenBLAS here (test)")
+    k = Kernels("numba")
+    assert k.variants["matmul"].qualname == "numba:blocked"
+    assert k.variants["attention"].qualname == "numba:flash"
+    with pytest.raises(SelectionError, match="numba:blas of op matmul cannot run here: no OpenBLAS here"):
+        Kernels("numba,matmul=numba:blas")
+
+
+def test_openblas_functions_found():
+    from backends.numba import _openblas
+    assert _openblas.unavailable_reason() is None, _openblas.unavailable_reason()
+    assert set(_openblas.addresses()) == set(_openblas.SYMBOLS) and all(_openblas.addresses().values())
 
 
 def test_mixing_per_op():
     k = Kernels("naive,attention=numba")
-    assert k.variants["attention"].qualname == "numba:flash"
+    assert k.variants["attention"].qualname == "numba:blas"
     assert all(v.backend == "naive" for op, v in k.variants.items() if op != "attention")
     k = Kernels("numba,matmul=numba:blocked,attention=numba:rows,gelu=naive")
     assert k.variants["matmul"].qualname == "numba:blocked"

@@ -1,74 +1,92 @@
-"""NumPy's BLAS from several threads at once, each call single-threaded.
+"""BLAS products called from inside numba kernels: `gemm` and `single_threaded_blas`.
 
-The `blas` variants (matmul, attention) cut their products into one block per core and run the
-blocks on this small pool of Python threads. Each pool thread sets OpenBLAS's per-thread thread
-count to 1 (`openblas_set_num_threads_local`, OpenBLAS >= 0.3.27, found in the library NumPy
-loaded), and NumPy releases the GIL inside BLAS, so the blocks run in parallel. Why not let
-OpenBLAS use its own threads: they spin for a while after every call, and on a 2-core machine
-they then compete with numba's threads in the next kernel; our pool's threads sleep on a queue.
-(Measured on the shared 2-core machine: a whole baby-GPT step neither faster nor slower than with
-BLAS's own threads; kept because it never runs more busy threads than cores.)
-Where NumPy's BLAS has no per-thread setting, `pool()` reports no executor and the callers make
-plain NumPy calls (BLAS with its own threads). Process-wide BLAS settings are never changed.
+The `blas` variants (matmul, attention) cut their work into one block per core with `prange` and
+call OpenBLAS's single-threaded GEMM on each block from numba's own threads, so a whole op (the
+products, the bias, the softmax between products) is one compiled kernel:
+
+    gemm(trans_a, trans_b, m, n, k, alpha, a, a_offset, lda, b, b_offset, ldb, beta, c, c_offset, ldc)
+
+is CBLAS's row-major  C = alpha op(A) op(B) + beta C  with A, B and C given as a NumPy array plus an
+element offset into it (any shape: only the data pointer is used) and leading dimensions in
+elements; trans_* is NO_TRANS or TRANS. What this buys over NumPy's matmul:
+- beta = 1 accumulates into the output (weight gradients, dk and dv) with no temporary;
+- leading dimensions let products read heads straight out of qkv (B,T,3C) and write into dqkv,
+  with no split-heads copies;
+- no Python between the products, and no second thread pool: OpenBLAS's own threads spin for a
+  while after each call and, on a 2-core machine, fight numba's threads for the cores, so each
+  block first calls single_threaded_blas() (OpenBLAS's per-thread thread count, set to 1).
+
+How the calls reach OpenBLAS: _openblas.py finds the functions' addresses in the OpenBLAS NumPy
+ships; we register them with LLVM under fixed names (euler_cblas_sgemm, ...) and the compiled
+kernels call those names. Compiled code refers to the names, not the addresses, so numba's on-disk
+cache stays valid across processes (each process registers the addresses again when it imports
+this module, before any kernel that calls them is loaded).
 """
 
-import numpy as np
+import llvmlite.binding as llvm
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
-from ._jit import threads
+from . import _openblas
 
-_POOL = {}
-MIN_PARALLEL_FLOPS = 4e6  # below this a product runs in the calling thread
+NO_TRANS, TRANS = 111, 112     # CBLAS_TRANSPOSE
+_ROW_MAJOR = 101               # CBLAS_ORDER
 
-
-def _blas_single_threaded_setter():
-    """OpenBLAS's openblas_set_num_threads_local from the library NumPy loaded, or None."""
-    import ctypes
-    import glob
-    import os
-    here = os.path.dirname(np.__file__)
-    for pattern in ("../numpy.libs/*openblas*.so*", ".libs/*openblas*.so*", "../numpy.libs/*openblas*.dylib"):
-        for path in glob.glob(os.path.join(here, pattern)):
-            try:
-                fn = ctypes.CDLL(path).openblas_set_num_threads_local
-            except (OSError, AttributeError):
-                continue
-            fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-            return fn
-    return None
+if _openblas.unavailable_reason() is None:   # else the blas variants are unavailable and never compiled
+    for _name, _address in _openblas.addresses().items():
+        llvm.add_symbol(_name, _address)
 
 
-def pool():
-    """(executor, parts): a pool of one thread per core whose BLAS calls are single-threaded, or
-    (None, 1) where that cannot be arranged (then BLAS uses its own threads)."""
-    import os
-    if _POOL.get("pid") != os.getpid():      # none yet, or a forked child: its copy has no threads
-        _POOL.clear()
-        _POOL["pid"] = os.getpid()
-    if "pool" not in _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-        setter = _blas_single_threaded_setter()
-        parts = threads()
-        if setter is None or parts < 2:
-            _POOL["pool"] = (None, 1)
-        else:
-            _POOL["pool"] = (ThreadPoolExecutor(parts, thread_name_prefix="euler-blas",
-                                                initializer=lambda: setter(1)), parts)
-    return _POOL["pool"]
+def _data_pointer(context, builder, array_type, array, offset):
+    """Address of element `offset` of the array's buffer."""
+    data = cgutils.create_struct_proxy(array_type)(context, builder, value=array).data
+    return builder.gep(data, [offset])
 
 
-def blocks(n, parts, flops):
-    """[(lo, hi), ...]: n rows cut into `parts` blocks (one when the product is small)."""
-    parts = parts if flops >= MIN_PARALLEL_FLOPS else 1
-    parts = max(1, min(parts, n))
-    step = (n + parts - 1) // parts
-    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+@intrinsic
+def gemm(typingctx, trans_a, trans_b, m, n, k, alpha, a, a_offset, lda, b, b_offset, ldb, beta, c, c_offset, ldc):
+    """C = alpha op(A) op(B) + beta C in row-major order (CBLAS sgemm/dgemm by A's dtype)."""
+    if not (isinstance(a, types.Array) and a.dtype in (types.float32, types.float64)
+            and isinstance(b, types.Array) and b.dtype == a.dtype and isinstance(c, types.Array) and c.dtype == a.dtype):
+        return None
+    sig = types.void(trans_a, trans_b, m, n, k, alpha, a, a_offset, lda, b, b_offset, ldb, beta, c, c_offset, ldc)
+
+    def codegen(context, builder, signature, args):
+        ta, tb, m_, n_, k_, alpha_, a_, ao, lda_, b_, bo, ldb_, beta_, c_, co, ldc_ = args
+        argtys = signature.args
+        flt = context.get_value_type(a.dtype)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, flt, flt.as_pointer(), i64,
+                                               flt.as_pointer(), i64, flt, flt.as_pointer(), i64])
+        name = "euler_cblas_sgemm" if a.dtype == types.float32 else "euler_cblas_dgemm"
+        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+
+        def as_int(value, ty, width):
+            return context.cast(builder, value, ty, types.int32 if width == 32 else types.int64)
+
+        builder.call(fn, [
+            ir.Constant(i32, _ROW_MAJOR), as_int(ta, argtys[0], 32), as_int(tb, argtys[1], 32),
+            as_int(m_, argtys[2], 64), as_int(n_, argtys[3], 64), as_int(k_, argtys[4], 64),
+            context.cast(builder, alpha_, argtys[5], a.dtype),
+            _data_pointer(context, builder, a, a_, as_int(ao, argtys[7], 64)), as_int(lda_, argtys[8], 64),
+            _data_pointer(context, builder, b, b_, as_int(bo, argtys[10], 64)), as_int(ldb_, argtys[11], 64),
+            context.cast(builder, beta_, argtys[12], a.dtype),
+            _data_pointer(context, builder, c, c_, as_int(co, argtys[14], 64)), as_int(ldc_, argtys[15], 64),
+        ])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
-def run(fn, blocks):
-    executor, _ = pool()
-    if executor is None or len(blocks) == 1:
-        for lo, hi in blocks:
-            fn(lo, hi)
-        return
-    for f in [executor.submit(fn, lo, hi) for lo, hi in blocks]:
-        f.result()
+@intrinsic
+def single_threaded_blas(typingctx):
+    """Make the calling thread's BLAS calls run on this thread only (openblas_set_num_threads_local(1))."""
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "euler_blas_threads_local")
+        builder.call(fn, [ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
+
+    return types.void(), codegen

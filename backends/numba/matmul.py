@@ -3,17 +3,14 @@
 Same math as backends/naive/matmul.py:  dx = dout @ weight,  dweight += dout.T @ x,  dbias += sum_n dout.
 
 Variants
-- `blas` (the default): the products go to the BLAS that NumPy ships (OpenBLAS), called with
-  `out=` and transpose flags, so no transposed copy is made. We split each product into one block
-  of rows per core ourselves and run the blocks on a small pool of Python threads, each calling a
-  single-threaded BLAS (OpenBLAS's per-thread `openblas_set_num_threads_local(1)`; NumPy releases
-  the GIL inside BLAS). Why: OpenBLAS's own worker threads spin for a while after every call, and
-  on a 2-core machine they then fight numba's threads in the next kernel (attention, layernorm)
-  for the cores; our pool's threads sleep on a queue instead. The bias add and the bias gradient
-  run in the same row (or column) blocks. dweight is accumulated through a temporary of at most
-  4096 rows of weight at a time (BLAS through NumPy cannot accumulate into its output). Where
-  NumPy's BLAS offers no per-thread setting, the products are plain np.matmul calls (BLAS's own
-  threads). Numba's own np.dot needs SciPy, which the project does not depend on.
+- `blas` (the default): the products go to the OpenBLAS that NumPy ships, called from inside one
+  numba kernel per direction (_blas.py): `prange` cuts the rows (forward, dx) or the weight rows
+  (dweight) into one block per core, and each block is one single-threaded GEMM with transpose
+  flags (no transposed copy). The bias is written into y first and the GEMM adds to it (beta = 1);
+  dweight is accumulated by the GEMM itself (beta = 1, no temporary); dbias is summed in the same
+  weight-row blocks, in float64. Why our own blocks instead of OpenBLAS's threads: those spin for a
+  while after every call and, on a 2-core machine, fight numba's threads in the next kernel for the
+  cores. Unavailable (with the reason) where NumPy bundles no suitable OpenBLAS (_openblas.py).
 - `blocked`: our own tiled kernels, no BLAS. Rows of x are split into blocks run in parallel; inside
   a block, tiles of weight small enough for L1/L2 are reused across every row of the block, and
   the innermost loop is a contiguous dot product (forward) or a contiguous axpy (backward) that
@@ -25,15 +22,15 @@ Both take any shapes (N, K, M of 1, primes) in float32 and float64.
 from dataclasses import dataclass
 
 import numpy as np
-from numba import prange
+from numba import get_num_threads, prange
 
-from ._blas import blocks as _blocks, pool as _pool, run as _run
+from ._blas import NO_TRANS, TRANS, gemm, single_threaded_blas
 from ._jit import accumulator, contiguous, deliver, dest, jit, pjit, scalar, settle
 
 NB = 32     # rows of x per parallel block (blocked variant)
 MB = 64     # rows of weight per tile
 KB = 256    # columns of K per tile
-DW_CHUNK = 4096  # rows of dweight per BLAS temporary (blas variant)
+MIN_PARALLEL_FLOPS = 4e6  # below this a blas product runs as one block (splitting costs more)
 
 
 @dataclass
@@ -61,62 +58,81 @@ def _colsum_range(dout, db, m0, m1):
 @pjit
 def _colsum_into(dout, db):
     """db[m] += sum_n dout[n, m], columns split into blocks run in parallel."""
-    N, M = dout.shape
-    nblk = (M + 255) // 256
-    for blk in prange(nblk):
-        m0, m1 = blk * 256, min(M, blk * 256 + 256)
-        acc = np.zeros(m1 - m0, np.float64)
-        for n in range(N):
-            dr = dout[n, m0:m1]
-            for m in range(m1 - m0):
-                acc[m] += dr[m]
-        for m in range(m0, m1):
-            db[m] += acc[m - m0]
+    M = dout.shape[1]
+    for blk in prange((M + 255) // 256):
+        _colsum_range(dout, db, blk * 256, min(M, blk * 256 + 256))
+
+
+@jit
+def _parts(n, flops, threads):
+    """How many blocks to cut n rows into: one per thread, one for a small product."""
+    if flops < MIN_PARALLEL_FLOPS:
+        return 1
+    return max(1, min(n, threads))
+
+
+@pjit
+def _forward_blas(x, w, bias, has_bias, y, threads):
+    """y = x @ w.T (+ bias): row blocks in parallel, one single-threaded GEMM each."""
+    N, K = x.shape
+    M = w.shape[0]
+    parts = _parts(N, 2.0 * N * K * M, threads)
+    step = (N + parts - 1) // parts
+    for p in prange(parts):
+        single_threaded_blas()
+        lo, hi = p * step, min(N, p * step + step)
+        if hi > lo:
+            if has_bias:
+                for n in range(lo, hi):
+                    y[n] = bias
+            gemm(NO_TRANS, TRANS, hi - lo, M, K, 1.0, x, lo * K, K, w, 0, K,
+                 1.0 if has_bias else 0.0, y, lo * M, M)
+
+
+@pjit
+def _backward_blas(x, w, dout, dx, dw, db, has_bias, threads):
+    """dx = dout @ w (row blocks); dw += dout.T @ x and db += colsum(dout) (weight-row blocks)."""
+    N, K = x.shape
+    M = w.shape[0]
+    flops = 2.0 * N * K * M
+    parts = _parts(N, flops, threads)
+    step = (N + parts - 1) // parts
+    for p in prange(parts):
+        single_threaded_blas()
+        lo, hi = p * step, min(N, p * step + step)
+        if hi > lo:
+            gemm(NO_TRANS, NO_TRANS, hi - lo, K, M, 1.0, dout, lo * M, M, w, 0, K, 0.0, dx, lo * K, K)
+    parts = _parts(M, flops, threads)
+    step = (M + parts - 1) // parts
+    for p in prange(parts):
+        single_threaded_blas()
+        lo, hi = p * step, min(M, p * step + step)
+        if hi > lo:   # dout[:, lo:hi] is an (N, hi-lo) matrix at offset lo with leading dimension M
+            gemm(TRANS, NO_TRANS, hi - lo, K, N, 1.0, dout, lo, M, x, 0, K, 1.0, dw, lo * K, K)
+            if has_bias:
+                _colsum_range(dout, db, lo, hi)
 
 
 class Blas:
-    """BLAS through NumPy for the products, one row block per core; bias in the same blocks."""
+    """OpenBLAS GEMMs on one block per core, called from numba; bias and dbias in the same blocks."""
 
     @staticmethod
     def forward(inputs, attrs, out=None):
         x, w, bias = contiguous(inputs["x"]), contiguous(inputs["weight"]), inputs.get("bias")
-        N, K = x.shape
-        M = w.shape[0]
-        y = dest(out, (N, M), x.dtype)                         # (N,M)
-        b = contiguous(bias) if bias is not None else None
-
-        def rows(lo, hi):                                      # y[lo:hi] = x[lo:hi] @ w.T (+ bias)
-            np.matmul(x[lo:hi], w.T, out=y[lo:hi])             # gemm with a transpose flag: no copy
-            if b is not None:
-                y[lo:hi] += b
-
-        _run(rows, _blocks(N, _pool()[1], 2.0 * N * K * M))
+        y = dest(out, (x.shape[0], w.shape[0]), x.dtype)      # (N,M)
+        b = contiguous(bias) if bias is not None else np.zeros(w.shape[0], x.dtype)
+        _forward_blas(x, w, b, bias is not None, y, get_num_threads())
         return deliver(y, out), Saved(x, w, bias is not None)
 
     @staticmethod
     def backward(saved, dout, grads):
         x, w, has_bias = saved.x, saved.weight, saved.has_bias
-        N, K = x.shape
-        M = w.shape[0]
         dout = contiguous(dout)                                # (N,M)
         dx = dest(grads.get("x"), x.shape, x.dtype)            # (N,K) overwritten
-        dw = grads["weight"]                                   # (M,K) accumulated
-        db = accumulator(grads["bias"]) if has_bias else None  # (M,) accumulated
-        parts = _pool()[1]
-
-        def dx_rows(lo, hi):                                   # dx[lo:hi] = dout[lo:hi] @ w
-            np.matmul(dout[lo:hi], w, out=dx[lo:hi])
-
-        def dw_rows(lo, hi):                                   # dw[lo:hi] += dout[:, lo:hi].T @ x
-            for m0 in range(lo, hi, DW_CHUNK):
-                m1 = min(hi, m0 + DW_CHUNK)
-                dw[m0:m1] += dout[:, m0:m1].T @ x              # (m,N) @ (N,K) into a temporary
-                if db is not None:
-                    _colsum_range(dout, db, m0, m1)
-
-        _run(dx_rows, _blocks(N, parts, 2.0 * N * K * M))
-        _run(dw_rows, _blocks(M, parts, 2.0 * N * K * M))
-        result = {"x": deliver(dx, grads.get("x")), "weight": dw}
+        dw = accumulator(grads["weight"])                      # (M,K) accumulated
+        db = accumulator(grads["bias"]) if has_bias else np.zeros(1, x.dtype)
+        _backward_blas(x, w, dout, dx, dw, db, has_bias, get_num_threads())
+        result = {"x": deliver(dx, grads.get("x")), "weight": settle(dw, grads["weight"])}
         if has_bias:
             result["bias"] = settle(db, grads["bias"])
         return result
