@@ -39,6 +39,8 @@ from pathlib import Path
 
 T_START = time.time()
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from euler_core.hostmem import GLIBC_TUNABLES, keep_freed_memory  # noqa: E402  (light: ctypes only)
 
 BABY = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 65, "vocab_multiple": 1,
         "B": 12, "T": 256}
@@ -105,6 +107,7 @@ def worker(args) -> dict:
     from euler_core.model import GPT
     from euler_core.optim import AdamW, clip_scale
 
+    keep_freed_memory()                  # as euler train does (euler_core.train.run_loop)
     s = json.loads(args.settings)
     B, T = s.pop("B"), s.pop("T")
     config = GPTConfig(**s)
@@ -187,7 +190,9 @@ def run_one(impl: str, model: str, settings: dict, args, env_extra: dict | None 
                "--settings", json.dumps(settings), "--warmup", str(args.warmup), "--steps", str(steps)]
         if impl in ("naive", "numba") and steps > 0:
             cmd.append("--per-op")
-    env = {**os.environ, **(env_extra or {})}
+    # The allocator setting `euler train` makes for itself (euler_core/hostmem.py), given to PyTorch
+    # too, from outside, so that neither side gains by it alone.
+    env = {**os.environ, "GLIBC_TUNABLES": GLIBC_TUNABLES, **(env_extra or {})}
     load_before = os.getloadavg()
     t_launch = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)

@@ -26,6 +26,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .config import GPTConfig, preset
 from .data.loader import TokenSource
 from .generate import generate
+from .hostmem import keep_freed_memory
 from .kernels import Kernels
 from .model import GPT
 from .optim import AdamW, clip_scale, learning_rate
@@ -212,6 +213,7 @@ def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Pa
     data.train / data.val offer `batch(index, B, T, seed) -> (inputs, targets)`; `meta(accum)` gives
     the JSON a checkpoint records; `sample(model, seed) -> str`, when given, makes the samples.
     """
+    keep_freed_memory()   # each step's activations reuse the last step's memory (see hostmem.py)
     B = cfg.batch_size
     T = cfg.seq_len or model.config.block_size
     per_micro = B * T
