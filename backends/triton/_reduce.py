@@ -1,16 +1,23 @@
-"""Column sums that accumulate into a parameter gradient, deterministically: dbias += sum_n dout[n, :].
+"""Deterministic reductions into parameter gradients: column sums (dbias += sum_n dout[n, :]) and
+the split-K GEMM's sum of its float32 slices.
 
-Two launches. `_colsum_partial`: program (j, g) sums rows g*ROWS .. (g+1)*ROWS of a BLOCK_C-wide
-column strip into partial[g, strip] (float32); `_colsum_finish`: program j adds the G partials of its
-strip, in order, to the gradient buffer. No atomics, so results are bitwise repeatable; the partial
-buffer is G x M float32 (G <= 256), small next to the input. Layernorm's backward writes its own
-partials (of dweight and dbias) and finishes with `_colsum_finish` too.
+Column sums, two launches. `_colsum_partial`: program (j, g) sums rows g*ROWS .. (g+1)*ROWS of a
+BLOCK_C-wide column strip into partial[g, strip] (float32), keeping a (BLOCK_R, BLOCK_C) sum in
+registers so that no step waits on a cross-warp reduction; `_colsum_finish`: program j adds the G
+partials of its strip, 128 partial rows at a time in a fixed order, to the gradient buffer. No
+atomics, so results are bitwise repeatable; the partial buffer is G x M float32 (G <= 256 here),
+small next to the input. Layernorm's backward writes its own partials (of dweight and dbias side by
+side) and finishes both with one `_colsum_finish`.
+
+Split-K (matmul.py): `_splitk_finish` adds the S float32 slices of a (S, M, N) partial product in
+order, then the bias and the previous C when accumulating, and rounds once to C's dtype.
 """
 
 from ._runtime import cdiv, kernel, launch, tl
 
 GROUPS = 256     # at most this many row groups: enough programs to fill an H200 (132 SMs)
-BLOCK_C = 128    # columns per program
+BLOCK_C = 128    # columns per program of _colsum_partial
+FINISH_C = 32    # columns per program of _colsum_finish: more programs, each 128 partial rows a step
 
 
 @kernel
@@ -19,26 +26,35 @@ def _colsum_partial(x_ptr, partial_ptr, N, M, ROWS, BLOCK_R: tl.constexpr, BLOCK
     g = tl.program_id(1)
     cols = j * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < M
-    acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)  # reduced over rows once, at the end
     start = g * ROWS
     for r0 in range(start, start + ROWS, BLOCK_R):
         rows = r0 + tl.arange(0, BLOCK_R)
         rmask = (rows < N) & (rows < start + ROWS)
-        x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * M + cols[None, :],
-                    mask=rmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
-        acc += tl.sum(x, axis=0)
-    tl.store(partial_ptr + g * M + cols, acc, mask=cmask)
+        acc += tl.load(x_ptr + rows.to(tl.int64)[:, None] * M + cols[None, :],
+                       mask=rmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+    tl.store(partial_ptr + g * M + cols, tl.sum(acc, axis=0), mask=cmask)
 
 
 @kernel
-def _colsum_finish(partial_ptr, out_ptr, G, M, BLOCK_C: tl.constexpr):
+def _colsum_finish(partial_ptr, out_ptr, out2_ptr, G, M, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    # program (j, part): columns j*BLOCK_C.. of partial[:, part*M:(part+1)*M] -> out (part 0) or out2
     j = tl.program_id(0)
+    part = tl.program_id(1)
     cols = j * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < M
-    acc = tl.load(out_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    for g in range(0, G):
-        acc += tl.load(partial_ptr + g * M + cols, mask=cmask, other=0.0)
-    tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
+    width = M * tl.num_programs(1)
+    acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for g0 in range(0, G, BLOCK_G):  # BLOCK_G partial rows at a time, a fixed reduction order
+        g = g0 + tl.arange(0, BLOCK_G)
+        acc += tl.sum(tl.load(partial_ptr + g[:, None] * width + part * M + cols[None, :],
+                              mask=(g < G)[:, None] & cmask[None, :], other=0.0), axis=0)
+    if part == 0:
+        acc += tl.load(out_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
+    else:
+        acc += tl.load(out2_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        tl.store(out2_ptr + cols, acc.to(out2_ptr.dtype.element_ty), mask=cmask)
 
 
 def groups_for(N: int) -> tuple[int, int]:
@@ -59,6 +75,33 @@ def colsum_into(x, out, xp):
     return out
 
 
-def finish_into(partial, out):
-    G, M = partial.shape
-    launch(_colsum_finish, (cdiv(M, BLOCK_C),), partial, out, G, M, BLOCK_C=BLOCK_C)
+def finish_into(partial, out, out2=None):
+    """out (M,) += partial (G, M).sum(axis=0); with out2, partial is (G, 2M) and its second half
+    goes to out2 (layernorm's dweight and dbias in one launch)."""
+    parts = 1 if out2 is None else 2
+    G, M = partial.shape[0], partial.shape[1] // parts
+    launch(_colsum_finish, (cdiv(M, FINISH_C), parts), partial, out, out if out2 is None else out2, G, M,
+           BLOCK_G=128, BLOCK_C=FINISH_C)
+
+
+@kernel
+def _splitk_finish(partial_ptr, c_ptr, bias_ptr, MN, N, S, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    acc = tl.load(partial_ptr + offs, mask=mask, other=0.0)
+    for s in range(1, S):
+        acc += tl.load(partial_ptr + s * MN + offs, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs % N, mask=mask, other=0.0).to(tl.float32)
+    if ACCUMULATE:
+        acc += tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def splitk_finish_into(partial, c, bias=None, accumulate=False):
+    """c (M,N) (+)= sum_s partial[s] (+ bias): the split-K GEMM's slices added in order (float32)."""
+    S, M, N = partial.shape
+    block = 1024
+    launch(_splitk_finish, (cdiv(M * N, block),), partial, c, bias if bias is not None else c, M * N, N, S,
+           HAS_BIAS=bias is not None, ACCUMULATE=accumulate, BLOCK=block, num_warps=4)

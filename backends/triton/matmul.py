@@ -1,4 +1,4 @@
-"""matmul, triton: a tiled tensor-core GEMM with the bias (and optionally GELU) in its epilogue.
+"""matmul, triton: a persistent tensor-core GEMM with the bias (and optionally GELU) in its epilogue.
 
 One kernel computes C = A @ B (+ bias) (+ C, to accumulate) for any strides, so the forward and
 both backward products are the same code with the operands' strides swapped:
@@ -8,99 +8,265 @@ both backward products are the same code with the operands' strides swapped:
                dW (M,K) += dy.T @ x           A[m, n] = dy[n, m], B = x       (ACCUMULATE: load, add, store)
                db (M)  += column sums of dy   _reduce.colsum_into (deterministic, no atomics)
 
-Each program owns a BLOCK_M x BLOCK_N tile of C and walks K in BLOCK_K steps, keeping the float32
-accumulator in registers; Triton pipelines the loads (num_stages) and, for fp16/bf16 on sm_90,
-issues wgmma. Programs are ordered in groups of GROUP_M row-tiles so that neighbouring programs
-share tiles of B in L2. float32 inputs are multiplied in IEEE float32 (input_precision="ieee"), as
-the float32 contract asks; a TF32 variant would be about 8x faster and 1e-3 accurate.
+Tiling. A work item is one BLOCK_M x BLOCK_N tile of C and one slice of K (SPLIT_K slices, see
+below); the kernel walks K in BLOCK_K steps keeping the float32 accumulator in registers, and
+Triton pipelines the loads (num_stages) and issues wgmma for fp16/bf16 on sm_90. The grid is
+persistent: at most `ctas_per_sm` programs per SM, each walking the work items p, p + P, ... in one
+flattened loop, so the software pipeline already loads the next tile while the epilogue of the
+last one stores (with K = 768, twelve BLOCK_K steps a tile, the epilogue is not negligible). Work
+items are ordered in groups of GROUP_M tile rows so that programs running together share tiles of
+B in L2.
+
+Loads. For fp16/bf16 operands whose rows are 16-byte aligned (every GPT-2 shape) the tiles come
+through Hopper's tensor memory accelerator: device-side tensor descriptors (`TMA`), one per operand,
+over the operand as it is stored, row-major: A as (M, K), or, for dW's A = dy.T, as the (K, M)
+array dy, loaded (BLOCK_K, BLOCK_M) and transposed in shared memory (`A_T`), which wgmma reads
+directly (16-bit operands may be either major); B likewise as (K, N), or (N, K) for the forward's
+W (`B_T`). The descriptors zero-fill out-of-range rows and columns, so no masks. C is stored
+(and, when accumulating, first loaded) through a descriptor as well (`TMA_C`): the accumulator is
+staged in shared memory and written by the copy engine, asynchronously, while the next tile starts;
+`EPI_HALVES=2` stages it in two column halves (half the shared memory, room for a deeper pipeline).
+Anything else
+(float32, unaligned rows, the small test shapes) uses plain masked pointer loads in the same loop.
+
+Split-K. dW's output is small (768 x 768 for the attention projection: 18 tiles of 128 x 256 for
+132 SMs) while its depth is the batch (16384 rows). With SPLIT_K > 1 each slice of K writes its own
+float32 partial tile to a (SPLIT_K, M, N) buffer and `_reduce.splitk_finish_into` adds the slices in
+order (then the bias, then C) - deterministic, no atomics.
+
+float32 inputs are multiplied in IEEE float32 (input_precision="ieee"), as the float32 contract
+asks; a TF32 variant would be about 8x faster and 1e-3 accurate.
 
 `ACT=1` applies GPT-2's tanh GELU to the result in the epilogue (y = gelu(x @ W.T + b)) and can also
 write the pre-activation for the backward: the fused matmul+GELU of the MLP's first layer. It is
 compiled and tested here; the core has no fused op to register it under yet.
+
+Launch configurations: `CONFIGS` (below) per product and dtype, from the sweep in
+bench/matmul_layernorm_h200.py (reports/triton-h200/notes-matmul-layernorm.md).
 """
 
 from dataclasses import dataclass
 
 from . import _common, _reduce
-from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
+from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
 
 
 @kernel
-def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, M, N, K, K_SPLIT, sam, sak, sbk, sbn,
           HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, ACT: tl.constexpr, WRITE_PRE: tl.constexpr,
           PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-          GROUP_M: tl.constexpr):
-    # program id -> (tile row, tile column), GROUP_M tile rows at a time for L2 reuse of B
-    pid = tl.program_id(0)
+          GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+          TMA_C: tl.constexpr, EPI_HALVES: tl.constexpr, FLATTEN: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n
     per_group = GROUP_M * tiles_n
-    group = pid // per_group
-    first_m = group * GROUP_M
-    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
-    tile_m = first_m + (pid % per_group) % rows_in_group
-    tile_n = (pid % per_group) // rows_in_group
+    work_items = tiles * tl.cdiv(K, K_SPLIT)
+    if TMA:  # descriptors over the operands as stored (row-major); A_T / B_T: stored transposed
+        if A_T:
+            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[sak, 1], block_shape=[BLOCK_K, BLOCK_M])
+        else:
+            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BLOCK_M, BLOCK_K])
+        if B_T:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[sbn, 1], block_shape=[BLOCK_N, BLOCK_K])
+        else:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[sbk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    if TMA_C:  # C through TMA too (not for split-K partials), in EPI_HALVES column halves
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // EPI_HALVES])
 
-    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    mmask = rm < M
-    nmask = rn < N
-    a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * sam + rk[None, :] * sak
-    b_ptrs = b_ptr + rk[:, None] * sbk + rn.to(tl.int64)[None, :] * sbn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kmask = (k0 + rk) < K
-        a = tl.load(a_ptrs, mask=mmask[:, None] & kmask[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=kmask[:, None] & nmask[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        a_ptrs += BLOCK_K * sak
-        b_ptrs += BLOCK_K * sbk
+    for work in tl.range(tl.program_id(0), work_items, tl.num_programs(0), flatten=FLATTEN):
+        # work item -> (K slice, tile row, tile column), GROUP_M tile rows at a time for L2 reuse of B
+        split = work // tiles
+        t = work % tiles
+        first_m = (t // per_group) * GROUP_M
+        rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+        tile_m = first_m + (t % per_group) % rows_in_group
+        tile_n = (t % per_group) // rows_in_group
+        rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mmask = rm < M
+        nmask = rn < N
+        k_lo = split * K_SPLIT
+        k_hi = tl.minimum(K, k_lo + K_SPLIT)
 
-    cmask = mmask[:, None] & nmask[None, :]
-    c_ptrs = c_ptr + rm.to(tl.int64)[:, None] * scm + rn.to(tl.int64)[None, :] * scn
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
-    if ACT == 1:
-        if WRITE_PRE:
-            tl.store(pre_ptr + rm.to(tl.int64)[:, None] * scm + rn.to(tl.int64)[None, :] * scn,
-                     acc.to(pre_ptr.dtype.element_ty), mask=cmask)
-        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-        acc = acc / (1.0 + tl.exp(-2.0 * u))  # x * sigmoid(2u) = GELU(x), tanh form
-    if ACCUMULATE:
-        acc += tl.load(c_ptrs, mask=cmask, other=0.0).to(tl.float32)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=cmask)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            if TMA:
+                if A_T:
+                    a = a_desc.load([k0, tile_m * BLOCK_M]).T
+                else:
+                    a = a_desc.load([tile_m * BLOCK_M, k0])
+                if B_T:
+                    b = b_desc.load([tile_n * BLOCK_N, k0]).T
+                else:
+                    b = b_desc.load([k0, tile_n * BLOCK_N])
+            else:
+                rk = k0 + tl.arange(0, BLOCK_K)
+                kmask = rk < k_hi
+                a = tl.load(a_ptr + rm.to(tl.int64)[:, None] * sam + rk.to(tl.int64)[None, :] * sak,
+                            mask=mmask[:, None] & kmask[None, :], other=0.0)
+                b = tl.load(b_ptr + rk.to(tl.int64)[:, None] * sbk + rn.to(tl.int64)[None, :] * sbn,
+                            mask=kmask[:, None] & nmask[None, :], other=0.0)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+        # epilogue; with split-K, c_ptr is the (splits, M, N) float32 partial buffer
+        cmask = mmask[:, None] & nmask[None, :]
+        offs = rm.to(tl.int64)[:, None] * N + rn.to(tl.int64)[None, :]
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        if ACT == 1:
+            if WRITE_PRE:
+                tl.store(pre_ptr + offs, acc.to(pre_ptr.dtype.element_ty), mask=cmask)
+            u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+            acc = acc / (1.0 + tl.exp(-2.0 * u))  # x * sigmoid(2u) = GELU(x), tanh form
+        if TMA_C:
+            m0 = tile_m * BLOCK_M
+            n0 = tile_n * BLOCK_N
+            if EPI_HALVES == 2:  # two (BLOCK_M, BLOCK_N/2) stores: half the staging shared memory
+                acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+                if ACCUMULATE:
+                    acc0 += c_desc.load([m0, n0]).to(tl.float32)
+                    acc1 += c_desc.load([m0, n0 + BLOCK_N // 2]).to(tl.float32)
+                c_desc.store([m0, n0], acc0.to(c_ptr.dtype.element_ty))
+                c_desc.store([m0, n0 + BLOCK_N // 2], acc1.to(c_ptr.dtype.element_ty))
+            else:
+                if ACCUMULATE:
+                    acc += c_desc.load([m0, n0]).to(tl.float32)
+                c_desc.store([m0, n0], acc.to(c_ptr.dtype.element_ty))
+        else:
+            c_ptrs = c_ptr + split.to(tl.int64) * M * N + offs
+            if ACCUMULATE:
+                acc += tl.load(c_ptrs, mask=cmask, other=0.0).to(tl.float32)
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=cmask)
 
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) for fp16/bf16 inputs, forward and backward
-#: products: picked from a sweep of seven tiles on the H200 (reports/triton-h200/sweep.json)
-TILE16 = (256, 128, 64, 8, 3)
-TILE16_BACKWARD = (128, 256, 64, 8, 4)
+def _tile16(bm, bn, stages, warps=8, ctas_per_sm=1, epi_halves=2, split_k=1, busy=0.8):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, num_warps=warps, num_stages=stages, GROUP_M=8, FLATTEN=True,
+                ctas_per_sm=ctas_per_sm, epi_halves=epi_halves, split_k=split_k, busy=busy)
 
 
-def _config(dtype: str, M: int, N: int, K: int, backward: bool = False) -> dict:
-    """Tile sizes and pipeline depth for one product (M x N output, depth K)."""
+#: Launch configurations, from the H200 sweep at GPT-2 124M's shapes (bench/matmul_layernorm_h200.py,
+#: reports/triton-h200/notes-matmul-layernorm.md). "forward" is y = x @ W.T, "dx" is dy @ W, "dW" is
+#: dy.T @ x. ctas_per_sm caps the persistent grid (None: one program per tile); split_k is the most
+#: K slices a product may be cut into and busy the wave occupancy that is enough (see `_split`);
+#: epi_halves=2 stores C in two column halves.
+CONFIGS = {
+    # two 128 x 128 programs per SM: one's epilogue overlaps the other's main loop (K = 768 is only
+    # 12 BLOCK_K steps a tile); 0.86-0.90x cuBLAS, against 0.86-0.87x for one 128 x 256 program
+    ("16", "forward"): _tile16(128, 128, 3, ctas_per_sm=2),
+    ("16", "dx"): _tile16(128, 256, 3),                  # 0.86-0.98x
+    ("16", "dW"): _tile16(128, 256, 4, split_k=16),      # split-K where the output has few tiles
+    ("32", "forward"): dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3, GROUP_M=8,
+                            FLATTEN=False, ctas_per_sm=None, split_k=1, busy=0.8),
+}
+CONFIGS[("32", "dx")] = CONFIGS[("32", "dW")] = CONFIGS[("32", "forward")]
+
+#: fp16/bf16 exceptions by (product, weight shape (out, in)) where the sweep found another config
+#: better by more than 3%
+SHAPE_CONFIGS = {
+    ("forward", 768, 3072): _tile16(128, 256, 3),        # fc_proj (K = 3072): 0.95x against 0.91x
+    ("dW", 2304, 768): _tile16(128, 128, 4, warps=4, epi_halves=1),  # qkv: 108 tiles, no split: 0.93x, not 0.88x
+}
+
+#: SMs of the GPU the recorded (compile-test) and interpreted launches are sized for: an H200's
+H200_SMS = 132
+_SMS: dict = {}
+
+
+def _num_sms(xp) -> int:
+    if xp.__name__ != "cupy":
+        return H200_SMS
+    dev = xp.cuda.Device().id
+    if dev not in _SMS:
+        _SMS[dev] = xp.cuda.Device(dev).attributes["MultiProcessorCount"]
+    return _SMS[dev]
+
+
+def _split(cfg: dict, tiles: int, K: int, sms: int) -> int:
+    """K slice length. The persistent grid runs `slots` = SMs x ctas_per_sm work items at a time;
+    tiles x S items fill ceil(tiles x S / slots) waves, so a small output (72 tiles on 132 SMs)
+    leaves SMs idle. S is the fewest slices (at most split_k, each at least 512 deep) whose waves are
+    at least `busy` (80%) busy, or the busiest; one slice whenever the tiles alone get there (every forward
+    and dx product at GPT-2 shapes). Each extra slice costs a float32 (M, N) partial write and read."""
+    steps = cdiv(K, cfg["BLOCK_K"])
+    slots = sms * (cfg["ctas_per_sm"] or sms)
+    most = max(1, min(cfg["split_k"], steps * cfg["BLOCK_K"] // 512))
+    busy = [tiles * s / (slots * cdiv(tiles * s, slots)) for s in range(1, most + 1)]
+    splits = next((s for s, b in enumerate(busy, 1) if b >= cfg["busy"]), busy.index(max(busy)) + 1)
+    return cdiv(steps, splits) * cfg["BLOCK_K"]
+
+
+class _Scratch:
+    """Global memory for the kernel's device-side tensor descriptors (Triton asks for it per launch)."""
+
+    def __init__(self, size: int):
+        import cupy
+        self.mem = cupy.cuda.alloc(size)
+
+    def data_ptr(self) -> int:
+        return self.mem.ptr
+
+
+def _tma_ok(xp, dtype: str, *operands) -> bool:
+    """TMA needs 16-bit data (here), a 16-byte-aligned base, 16-byte-aligned row strides and
+    contiguous rows; operands are (array, row stride, stride along the row)."""
     if dtype == "float32":
-        bm, bn, bk, warps, stages = 64, 64, 32, 4, 3
-    else:  # two warpgroups on a 256 x 128 (128 x 256) tile: 147 KB (196 KB) of shared memory
-        bm, bn, bk, warps, stages = TILE16_BACKWARD if backward else TILE16
-    # small problems (tests, T=1): shrink the tile to the problem, never below tl.dot's 16
-    bm = min(bm, max(16, next_pow2(M)))
-    bn = min(bn, max(16, next_pow2(N)))
-    bk = min(bk, max(16, next_pow2(K)))
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+        return False
+    if xp.__name__ == "cupy" and not _SCRATCH:
+        triton.set_allocator(lambda size, align, stream: _Scratch(size))
+        _SCRATCH.append(True)
+    for a, row_stride, inner_stride in operands:
+        ptr = a.data.ptr if xp.__name__ == "cupy" else a.ctypes.data
+        if ptr % 16 or (row_stride * a.itemsize) % 16 or inner_stride != 1:
+            return False
+    return True
+
+
+_SCRATCH: list = []
+
+
+def _config(dtype: str, product: str, weight_shape: tuple) -> dict:
+    if dtype != "float32" and (product, *weight_shape) in SHAPE_CONFIGS:
+        return SHAPE_CONFIGS[(product, *weight_shape)]
+    return CONFIGS[("32" if dtype == "float32" else "16", product)]
 
 
 def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, act=0, pre=None,
-         backward=False):
-    """c (M,N) (+)= a @ b (+ bias), with a and b given by (pointer array, element strides)."""
+         product="forward", weight_shape=(), config=None):
+    """c (M,N) (+)= a @ b (+ bias), with a and b given by (pointer array, element strides).
+    `product` and the linear's `weight_shape` (out, in) pick the launch configuration (CONFIGS,
+    SHAPE_CONFIGS); `config` overrides it (the sweep)."""
     dt = str(a.dtype)
-    cfg = _config(dt, M, N, K, backward)
-    grid = (cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]),)
-    launch(_gemm, grid, a, b, c, bias if bias is not None else c, pre if pre is not None else c,
-           M, N, K, a_strides[0], a_strides[1], b_strides[0], b_strides[1], N, 1,
-           HAS_BIAS=bias is not None, ACCUMULATE=accumulate, ACT=act, WRITE_PRE=pre is not None,
-           PRECISION=_common.dot_precision(dt), **cfg)
+    xp = xp_of(a)
+    cfg = dict(config or _config(dt, product, weight_shape))
+    # small problems (tests, T=1): shrink the tile to the problem, never below tl.dot's 16
+    cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, next_pow2(M)))
+    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, next_pow2(N)))
+    cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, next_pow2(K)))
+    sms = _num_sms(xp)
+    tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
+    k_split = _split(cfg, tiles, K, sms) if act == 0 else K
+    splits = cdiv(K, k_split)
+    ctas = cfg.pop("ctas_per_sm")
+    cfg.pop("split_k")
+    cfg.pop("busy")
+    allow_tma = cfg.pop("tma", True)  # the sweep's switch: pointer loads even where TMA would do
+    programs = tiles * splits if ctas is None else min(tiles * splits, ctas * sms)
+    epi_halves = cfg.pop("epi_halves", 1)
+    a_t, b_t = a_strides[0] == 1 and a_strides[1] != 1, b_strides[0] == 1 and b_strides[1] != 1
+    tma = allow_tma and _tma_ok(xp, dt, (a, *(a_strides[::-1] if a_t else a_strides)),
+                                (b, *(b_strides[::-1] if b_t else b_strides)))
+    one = splits == 1
+    tma_c = tma and one and _tma_ok(xp, dt, (c, N, 1))
+    out = c if one else xp.empty((splits, M, N), dtype="float32")
+    launch(_gemm, (programs,), a, b, out, bias if bias is not None else c, pre if pre is not None else c,
+           M, N, K, k_split, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
+           HAS_BIAS=one and bias is not None, ACCUMULATE=one and accumulate, ACT=act, WRITE_PRE=pre is not None,
+           PRECISION=_common.dot_precision(dt), TMA=tma, A_T=tma and a_t, B_T=tma and b_t, TMA_C=tma_c,
+           EPI_HALVES=epi_halves if tma_c else 1, **cfg)
+    if not one:
+        _reduce.splitk_finish_into(out, c, bias, accumulate)
     return c
 
 
@@ -125,7 +291,7 @@ def forward(inputs, attrs, out=None):
     N, K = x.shape
     M = weight.shape[0]
     y = _common.output("matmul", xp_of(x), out, (N, M), x.dtype)
-    gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias)   # B[k, m] = W[m, k]
+    gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, weight_shape=(M, K))   # B[k, m] = W[m, k]
     return y, Saved(x, weight, bias is not None)
 
 
@@ -136,7 +302,7 @@ def forward_gelu(x, weight, bias=None, out=None, pre=None):
     M = weight.shape[0]
     xp = xp_of(x)
     y = _common.output("matmul", xp, out, (N, M), x.dtype)
-    gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=pre)
+    gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=pre, weight_shape=(M, K))
     return y
 
 
@@ -147,8 +313,9 @@ def backward(saved, dout, grads):
     M = weight.shape[0]
     xp = xp_of(x)
     dx = _common.grad_buffer("matmul", grads, "x", x, xp)
-    gemm(dout, weight, dx, (M, 1), (K, 1), N, K, M, backward=True)                        # dx = dy @ W
-    gemm(dout, x, grads["weight"], (1, M), (K, 1), M, K, N, accumulate=True, backward=True)  # dW += dy.T @ x
+    gemm(dout, weight, dx, (M, 1), (K, 1), N, K, M, product="dx", weight_shape=(M, K))    # dx = dy @ W
+    gemm(dout, x, grads["weight"], (1, M), (K, 1), M, K, N, accumulate=True,               # dW += dy.T @ x
+         product="dW", weight_shape=(M, K))
     result = {"x": dx, "weight": grads["weight"]}
     if saved.has_bias:
         _reduce.colsum_into(dout, grads["bias"], xp)                           # db += sum_n dy

@@ -19,8 +19,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 _VARIANTS = [
     ("embedding", "gather", "gather forward; sorted, deterministic scatter-add backward"),
-    ("layernorm", "rows", "one program per row; deterministic dweight/dbias partial sums"),
-    ("matmul", "tiled", "tiled tensor-core GEMM, bias in the epilogue, fp32 accumulation"),
+    ("layernorm", "rows", "a block of rows per program; deterministic dweight/dbias partial sums"),
+    ("matmul", "tiled", "persistent TMA tensor-core GEMM, bias in the epilogue, split-K dW, fp32 accumulation"),
     ("attention", "flash", "FlashAttention-2: online softmax, logsumexp saved, no T x T matrix"),
     ("gelu", "fused", "tanh GELU, one pass each way"),
     ("residual", "fused", "a + b in one pass"),
