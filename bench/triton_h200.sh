@@ -1,16 +1,37 @@
 #!/usr/bin/env bash
-# The triton backend on the H200, in one call of the device tool (no network there):
-#   1. install the project (no deps: the image has numpy, cupy, triton 3.6.0, torch, ml_dtypes)
-#   2. euler conformance --backend triton, every variant and dtype (float32, float16, bfloat16)
-#   3. bench/triton_h200.py: our kernels and PyTorch's references at GPT-2 124M shapes, bf16
-#   4. euler train --backend triton: the small preset beside naive (same seed), and the 124M preset
-# Everything lands in $OUT (at most 8 files come back); commit them under reports/triton-h200/.
-#   usage: GIT_SHA=<sha> bash bench/triton_h200.sh [stages...]   (stages: conformance bench sweep train)
+# The triton backend on the H200, in one call of the device tool (no network there, < 600 s):
+#   conformance  euler conformance --backend triton: every variant, float32, float16, bfloat16   (~80 s, cap 120)
+#   bench        euler bench ops --backend torch,triton --baseline torch: our kernels beside PyTorch's
+#                (bench/euler-torch-reference: cuBLAS, SDPA cuDNN/flash/efficient, F.layer_norm, F.gelu,
+#                F.cross_entropy, fused AdamW, embedding) at GPT-2 124M's shapes, B*T = 16384 (gpt2) and
+#                32768 (gpt2-b32), bf16, in one process on one card (torch listed first: it is
+#                imported before Triton, see euler_torch_reference/_tensors.py)                    (~150 s, cap 200)
+#   train        euler train --backend triton: the small preset beside naive (same seed, 30 steps), the
+#                124M preset with GPT-2's tokenizer (vocabulary 50257, padded to 50304) on the embedded
+#                corpus (the Python standard library's source), B=16, T=1024, 50 steps; then
+#                euler bench step: a run of 8 steps of the same model timed op by op (where the time goes)
+#                (step 0 compiles for ~25 s; then ~0.67 s a step at B=16; the last step writes a 1.5 GB
+#                checkpoint and samples a few tokens)                                             (~130 s, caps 30+30+130+70)
+#
+# GPT-2's BPE ranks do not travel with the checkout: copy them into the ignored folder .h200/ and carry it.
+#   mkdir -p .h200 && cp ../shared/data/gpt2.tiktoken .h200/
+#   run(command="GIT_SHA=$(git rev-parse HEAD) bash bench/triton_h200.sh", carry=[".h200"], timeout_s=600)
+# (write the sha into the command: there is no .git on the device). Stages can be named:
+#   bash bench/triton_h200.sh conformance bench train        (the default: all three)
+#   SMOKE=1 bash bench/triton_h200.sh bench train            (small shapes, 3 steps: a check of the path)
+#
+# What comes back in $OUT (8 files at most): log.txt (environment and everything printed), conformance.txt,
+# bench/records.jsonl and bench/run.json (render them here: euler bench report reports/triton-h200/bench
+# --out reports/triton-h200/bench), train_small_triton.jsonl, train_small_naive.jsonl, train_gpt2.jsonl
+# (metrics per step), step_profile.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/triton-h200}; mkdir -p "$OUT"
-STAGES=${*:-conformance bench sweep train}
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+STAGES=${*:-conformance bench train}
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
+export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"; }
+if [[ -n ${SMOKE:-} ]]; then SHAPES=small SMALL_STEPS=3 GPT2_STEPS=3 PROFILE_STEPS=3 SKIP=1
+else SHAPES=gpt2,gpt2-b32 SMALL_STEPS=30 GPT2_STEPS=50 PROFILE_STEPS=8 SKIP=2; fi
 
 log "env"
 {
@@ -18,40 +39,40 @@ log "env"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
   python3 -c "import sys, numpy, cupy, triton, ml_dtypes; print('python', sys.version.split()[0]); print('numpy', numpy.__version__); print('cupy', cupy.__version__); print('triton', triton.__version__); print('ml_dtypes', ml_dtypes.__version__); print('cuda runtime', cupy.cuda.runtime.runtimeGetVersion(), 'driver', cupy.cuda.runtime.driverGetVersion())"
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/log.txt" 2>&1 || log "pip install failed"
-euler backends 2>&1 | grep -E "^triton" | tee -a "$OUT/log.txt"
+} 2>&1 | tee -a "$OUT/log.txt"
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e bench/euler-torch-reference >> "$OUT/log.txt" 2>&1 \
+  || log "pip install failed"
+euler backends 2>&1 | grep -E "^(triton|torch)" | tee -a "$OUT/log.txt"
 
 if [[ " $STAGES " == *" conformance "* ]]; then
   log "conformance"
-  timeout 250 euler conformance --backend triton --quiet > "$OUT/conformance.txt" 2>&1; echo "exit $?" >> "$OUT/conformance.txt"
-  tail -40 "$OUT/conformance.txt"
+  timeout 120 euler conformance --backend triton --quiet > "$OUT/conformance.txt" 2>&1; echo "exit $?" >> "$OUT/conformance.txt"
+  tail -25 "$OUT/conformance.txt" | tee -a "$OUT/log.txt"
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
-  log "bench: triton"
-  timeout 130 python3 bench/triton_h200.py --side triton --out /tmp/bench_triton.json 2>&1 | tee -a "$OUT/log.txt"
-  log "bench: torch"
-  timeout 130 python3 bench/triton_h200.py --side torch --out /tmp/bench_torch.json 2>&1 | tee -a "$OUT/log.txt"
-  python3 bench/triton_h200.py --merge /tmp/bench_triton.json /tmp/bench_torch.json --out /tmp/bench.json > /dev/null 2>&1
-  cp /tmp/bench.json "$OUT/bench.json"; cat /tmp/bench.md | tee -a "$OUT/log.txt"
-fi
-
-if [[ " $STAGES " == *" sweep "* ]]; then
-  log "sweep: GEMM tiles"
-  timeout 120 python3 bench/triton_h200.py --side sweep --out "$OUT/sweep.json" 2>&1 | tee -a "$OUT/log.txt"
+  log "bench: triton beside torch, $SHAPES, bfloat16"
+  timeout 200 euler bench ops --backend torch,triton --baseline torch --shapes $SHAPES \
+    --dtype bfloat16 --min-time 0.2 --no-cache --out "$OUT/bench" 2>&1 | tee -a "$OUT/log.txt"
+  euler bench report "$OUT/bench" --out /tmp/bench-report --no-plots > /dev/null 2>&1 \
+    && sed -n '/^## Speedup summary/,$p' /tmp/bench-report/report.md >> "$OUT/log.txt"
 fi
 
 if [[ " $STAGES " == *" train "* ]]; then
-  common="--tokenizer bytes --eval-every 1000 --eval-batches 2 --checkpoint-every 0 --sample-tokens 20 --no-progress --seed 1"
+  common="--eval-batches 4 --checkpoint-every 0 --sample-tokens 8 --no-progress --seed 1"
   for b in triton naive; do
     log "train small $b"
-    timeout 100 euler train --backend $b --preset small --steps 30 $common --out /tmp/train_small_$b 2>&1 | tail -4 | tee -a "$OUT/log.txt"
+    timeout 30 euler train --backend $b --preset small --tokenizer bytes --steps $SMALL_STEPS --eval-every 1000 $common \
+      --out /tmp/train_small_$b 2>&1 | tail -3 | tee -a "$OUT/log.txt"
     cp /tmp/train_small_$b/metrics.jsonl "$OUT/train_small_$b.jsonl" 2>/dev/null
   done
-  log "train gpt2 (124M) triton"
-  timeout 170 euler train --backend triton --preset gpt2 --batch-size 8 --seq-len 1024 --steps 50 --lr 6e-4 --warmup 10 $common --out /tmp/train_gpt2 2>&1 | tail -6 | tee -a "$OUT/log.txt"
+  gpt2="--backend triton --preset gpt2 --tokenizer gpt2 --batch-size 16 --seq-len 1024 --lr 6e-4 --warmup 10"
+  log "train gpt2 (124M, GPT-2 tokenizer) triton"
+  timeout 130 euler train $gpt2 --steps $GPT2_STEPS --eval-every 25 $common --out /tmp/train_gpt2 2>&1 \
+    | grep -v "^step" | tail -8 | tee -a "$OUT/log.txt"
   cp /tmp/train_gpt2/metrics.jsonl "$OUT/train_gpt2.jsonl" 2>/dev/null
+  log "step profile: gpt2 (124M) triton, op by op"
+  timeout 70 euler bench step $gpt2 --steps $PROFILE_STEPS --skip-steps $SKIP --eval-every 0 $common \
+    --out /tmp/step_gpt2 --profile-out "$OUT/step_profile.json" 2>&1 | sed -n '/^median step/,$p' | tee -a "$OUT/log.txt"
 fi
 log "done"

@@ -1,6 +1,8 @@
 """Planted variants for the benchmark tests (tests/test_bench*.py): one right but slow, one wrong
 everywhere, one wrong only at shapes wider than the conformance cases. Registered as the backend
-"planted" through `Registry(plugins=[Planted()])`; nothing here is used by the project itself."""
+"planted" through `Registry(plugins=[Planted()])`; `References()` registers "refs", a stand-in for an
+outside reference with several variants (right and fast, right and slow, wrong). Nothing here is
+used by the project itself."""
 
 import time
 
@@ -56,4 +58,21 @@ class Planted:
             Variant("gelu", "slow", impl="planted_bench:GeluSlow"),
             Variant("gelu", "off", impl="planted_bench:GeluOff"),
             Variant("gelu", "widerows", impl="planted_bench:GeluWideRowsWrong"),
+        ])]
+
+
+class GeluFast:
+    """Right and fast: the naive GELU itself."""
+
+    forward = staticmethod(naive_gelu.forward)
+    backward = staticmethod(naive_gelu.backward)
+
+
+class References:
+    @hookimpl
+    def nanoeuler_backends(self):
+        return [Backend("refs", "a reference backend of several variants", [
+            Variant("gelu", "slow", impl="planted_bench:GeluSlow"),
+            Variant("gelu", "fast", impl="planted_bench:GeluFast"),
+            Variant("gelu", "off", impl="planted_bench:GeluOff"),
         ])]

@@ -179,10 +179,65 @@ def test_unknown_shape_set_and_op_are_clear_errors(tmp_path):
 def test_every_shape_set_covers_the_gpt2_ops_and_small_examples_validate():
     from euler_core.bench.shapes import SHAPE_SETS
     from euler_core.ops import OPS
-    for shapes in SHAPE_SETS.values():
-        assert set(shapes) == {"embedding", "layernorm", "matmul", "attention", "gelu", "residual",
-                               "crossentropy", "adamw"} and set(shapes) <= set(OPS)
+    for name, shapes in SHAPE_SETS.items():
+        row_ops = {"embedding", "layernorm", "matmul", "attention", "gelu", "residual", "crossentropy"}
+        assert set(shapes) == row_ops | ({"adamw"} if name != "gpt2-b32" else set()) and set(shapes) <= set(OPS)
+    assert SHAPE_SETS["gpt2-b32"]["layernorm"][0][1] == {"N": 32768, "C": 768}
     for op, entries in SHAPE_SETS["small"].items():
         for _, dims in entries:
             inputs, attrs = OPS[op].example(dims, "float32", np.random.default_rng(0))
             OPS[op].validate(inputs, OPS[op].fill_attrs(attrs))
+
+
+def test_check_dims_keep_small_and_mid_and_shrink_gpt2_rows_only():
+    from euler_core.bench.shapes import SHAPE_SETS, check_dims
+    for name in ("small", "mid"):
+        for op, entries in SHAPE_SETS[name].items():
+            assert all(check_dims(op, dims) == dims for _, dims in entries), (name, op)
+    g = {op: entries[-1][1] for op, entries in SHAPE_SETS["gpt2-b32"].items()}
+    assert check_dims("matmul", g["matmul"]) == {"N": 1024, "K": 768, "M": 50304, "bias": False}  # lm_head
+    assert check_dims("attention", g["attention"]) == {"B": 4, "T": 256, "C": 768, "NH": 12}
+    assert check_dims("crossentropy", g["crossentropy"]) == {"B": 1, "T": 1024, "V": 50304, "n_valid": 50257}
+    assert check_dims("embedding", g["embedding"]) == {"B": 1, "T": 1024, "C": 768, "V": 50304, "maxT": 1024}
+    assert check_dims("adamw", SHAPE_SETS["gpt2"]["adamw"][0][1]) == {"N": 1 << 23}
+
+
+def test_large_shapes_are_checked_on_fewer_rows_and_timed_on_fresh_inputs(registry, tmp_path, monkeypatch):
+    import euler_core.bench.shapes as shapes
+    monkeypatch.setattr(shapes, "CHECK_ROWS", 8)  # small/mlp is N=32, C=128: checked at N=8, C=128
+    cfg = BenchConfig(backend="naive,planted:widerows", ops=["gelu"], timing=QUICK, peak_timing=QUICK,
+                      conformance=False)
+    records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    ok = by(records, "naive:reference")
+    assert ok["status"] == "ok" and ok["check_dims"] == "N=8,C=128" and ok["dims_text"] == "N=32,C=128"
+    assert ok["bytes"] == 2 * 32 * 128 * 4  # timed at the full shape: x in, out back
+    wide = by(records, "planted:widerows")
+    assert wide["status"] == "failed" and "p50_s" not in wide  # the widths were kept, so it is caught
+    assert "wrong at N=8,C=128 (the check shape of the benchmarked N=32,C=128)" in wide["message"]
+
+
+def test_make_inputs_follow_the_op_spec_at_the_timed_shape():
+    from euler_core.bench.ops import make_inputs
+    ce = make_inputs("crossentropy", {"B": 2, "T": 8, "V": 64, "n_valid": 50}, "bfloat16", 0, "cpu")
+    assert ce.typed["logits"].shape == (2, 8, 64) and str(ce.typed["logits"].dtype) == "bfloat16"
+    assert ce.typed["targets"].dtype == np.int32 and ce.typed["targets"].max() < 50
+    assert ce.dout.shape == (2, 8) and ce.dout.dtype == np.float32  # the losses' gradient: float32
+    adamw = make_inputs("adamw", {"N": 100}, "float32", 0, "cpu")
+    assert adamw.dout is None and (adamw.typed["v"] >= 0).all()
+
+
+def test_a_backend_baseline_is_its_fastest_variant_and_a_wrong_reference_is_timed_but_marked(tmp_path):
+    registry = Registry(plugins=[Planted(), __import__("planted_bench").References()])
+    cfg = BenchConfig(backend="planted:slow", baseline="refs", ops=["gelu"], timing=QUICK, peak_timing=QUICK)
+    records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    timed = {r["variant"] for r in records if r.get("kind") == "op" and r["status"] == "ok"}
+    assert timed == {"planted:slow", "refs:slow", "refs:fast", "refs:off"}  # every reference is timed
+    for direction in ("forward", "backward"):
+        assert by(records, "planted:slow", direction)["baseline"] == "refs:fast"
+    off = by(records, "refs:off")
+    assert off["reference"] and off["check"] == "failed" and off["conformance"] == "failed"
+    assert "differs from" in off["message"] and not by(records, "planted:slow")["reference"]
+    assert "refs:off" in auto.choose("gelu", "float32", registry, dirs=[tmp_path]).excluded
+    render([tmp_path], tmp_path / "report", plots=False)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "`refs:off` (ref.) ‡" in text and "timed although it missed" in text

@@ -49,3 +49,18 @@ def test_bench_ops_exit_status_says_a_variant_failed(tmp_path, monkeypatch, caps
                    "--no-cache", "--out", str(tmp_path)])
     assert status == 1
     assert "FAILED the check at this shape, not timed" in capsys.readouterr().out
+
+
+def test_bench_step_profiles_a_training_run_op_by_op(tmp_path, capsys):
+    prof = tmp_path / "prof.json"
+    status = main(["bench", "step", "--backend", "naive", "--preset", "micro", "--steps", "4", "--eval-every", "0",
+                   "--checkpoint-every", "0", "--sample-tokens", "2", "--out", str(tmp_path / "run"),
+                   "--skip-steps", "1", "--profile-out", str(prof)])
+    printed = capsys.readouterr().out
+    assert status == 0 and "| op | direction | calls/step | ms/step | % of step |" in printed
+    summary = json.loads(prof.read_text())
+    assert summary["steps"] == 3 and summary["skipped"] == 1  # 4 steps, the first left out
+    rows = {(r["op"], r["direction"]): r for r in summary["rows"]}
+    assert rows[("adamw", "forward")]["calls"] == 2           # decayed and non-decayed halves
+    assert rows[("matmul", "forward")]["calls"] == 2 * 4 + 1   # 4 linears per layer, 2 layers, the lm_head
+    assert 0 < summary["kernels_s"] <= summary["wall_s"]

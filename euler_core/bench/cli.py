@@ -2,8 +2,12 @@
 
     euler bench ops --backend naive,numba --shapes small --out reports/bench-cpu
     euler bench ops --backend all --ops attention,matmul --shapes gpt2 --dtype bfloat16 --out runs/bench
+    euler bench ops --backend triton,torch --baseline torch --shapes gpt2,gpt2-b32 --dtype bfloat16 --out runs/h200
+                                       # beside PyTorch (bench/euler-torch-reference, installed separately)
     euler bench report reports/bench-cpu --out reports/bench-cpu
     euler bench report runs/before runs/after --out runs/compare    # what got faster or slower
+    euler bench step --backend triton --preset gpt2 --steps 8 --eval-every 0 --profile-out prof.json
+                                       # a training run, timed op by op: where a step's time goes
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ def add_commands(sub) -> None:
     bench = p.add_subparsers(dest="bench_command", required=True, metavar="SUBCOMMAND")
 
     o = bench.add_parser("ops", help="time every selected variant of every op, forward and backward",
-                         description="Check each variant against float64 naive at the very shapes it is timed "
-                                     "at (a wrong variant is reported, never timed), then time it: warm-up, "
+                         description="Check each variant against float64 naive at the shape it is timed at "
+                                     "(at GPT-2's training shapes: the same op and widths on 1024 rows; "
+                                     "euler_core/bench/shapes.py) - a wrong variant is reported, never timed - "
+                                     "then time it: warm-up, "
                                      "batches of back-to-back calls, rotated inputs, p20/p50/p80. Writes one "
                                      "JSON record per measurement to --out and to the bench cache that "
                                      "--backend auto reads.")
@@ -34,9 +40,10 @@ def add_commands(sub) -> None:
     o.add_argument("--shapes", default="small", help=f"comma-separated shape sets: {', '.join(SHAPE_SETS)} "
                    "(default small; see euler_core/bench/shapes.py)")
     o.add_argument("--dtype", default="float32", help="comma-separated dtypes (default float32)")
-    o.add_argument("--baseline", default="naive", help="the variant speedups are measured against: a backend "
-                   "(its first variant per op), backend:variant, or op=... overrides; 'none' for no speedups "
-                   "(default naive). Baseline variants are timed too.")
+    o.add_argument("--baseline", default="naive", help="what speedups are measured against: a backend (at "
+                   "each shape its fastest variant of the op), backend:variant, or op=... overrides; 'none' for "
+                   "no speedups (default naive). Baseline variants are timed too, as references: even where they "
+                   "miss NanoEuler's tolerance (the records and the report say so).")
     o.add_argument("--out", required=True, help="folder for records.jsonl and run.json")
     o.add_argument("--no-conformance", action="store_true",
                    help="skip the conformance suite before timing (the check at the benchmarked shape still runs; "
@@ -56,6 +63,18 @@ def add_commands(sub) -> None:
     r.add_argument("--out", required=True, help="folder for report.md and the PNG plots")
     r.add_argument("--no-plots", action="store_true", help="markdown only (no matplotlib needed)")
     r.set_defaults(func=_report)
+
+    from euler_core.cli import TRAIN_HELP, add_config_options
+    from euler_core.train import TrainConfig
+    st = bench.add_parser("step", help="a training run (euler train's options), timed op by op",
+                          description="Run `euler train` with every kernel call timed (CUDA events on the GPU) "
+                                      "and print where a step's time goes: per op and direction, the time per "
+                                      "step and its share, and what no kernel accounts for (euler_core/bench/"
+                                      "profile.py). Use --eval-every 0 and a few steps.")
+    add_config_options(st, TrainConfig, TRAIN_HELP)
+    st.add_argument("--skip-steps", type=int, default=2, help="first steps left out (compilation, warm-up) (default 2)")
+    st.add_argument("--profile-out", default=None, help="also write the profile as JSON here")
+    st.set_defaults(func=_step)
 
 
 def _ops(args) -> int:
@@ -86,4 +105,24 @@ def _report(args) -> int:
         print(f"euler bench report: wrote {args.out}/report.md, but no plots: {e}", file=sys.stderr)
         return 1
     print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def _step(args) -> int:
+    import json
+    from dataclasses import fields
+
+    from euler_core.train import TrainConfig, train
+
+    from .profile import StepProfile, table
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+             if f.name != "progress" and getattr(args, f.name) is not None}
+    profile = StepProfile(skip=args.skip_steps)
+    with profile.active():
+        train(TrainConfig(**given, progress=False))
+    summary = profile.summary()
+    print("\n" + table(summary))
+    if args.profile_out:
+        with open(args.profile_out, "w", encoding="utf-8") as f:
+            json.dump({"config": given, **summary}, f, indent=1)
     return 0

@@ -1,18 +1,31 @@
 """`euler bench ops`: time every selected variant of every op, forward and backward separately.
 
 For each (op, shape, dtype) the run
-1. computes the float64 naive reference once, from inputs rounded to the dtype (the same inputs are
-   then timed);
+1. computes the float64 naive reference once, on the host, from inputs rounded to the dtype, at the
+   shape's check dims (shapes.check_dims: the timed shape itself up to 1024 rows, which is every
+   shape of `small` and `mid`, and the same op with the same widths on fewer rows at GPT-2's training
+   shapes, whose float64 reference would not fit the host);
 2. for each variant: runs the conformance suite for that op and dtype (unless asked not to), then
-   checks the variant, through the dispatcher, against the reference at these very shapes (STYLE.md 6).
-   A variant that fails either is recorded as failed, with the reason, and is not timed;
+   checks the variant, through the dispatcher, against that reference (STYLE.md 6). A variant that
+   fails either is recorded as failed, with the reason, and is not timed;
 3. times the variant's forward and backward as the model calls them (forward with out=None, backward
    with the parameter-gradient buffers only), directly on its implementation (the dispatcher's
    Python-side validation is not part of a kernel's time), rotating through copies of the inputs
-   (timing.py says how samples are taken on the CPU and the GPU);
+   (timing.py says how samples are taken on the CPU and the GPU). The inputs are the checked ones
+   when the check ran at the timed shape; else fresh random inputs of the timed shape, made by the
+   op spec's example on the variant's device (CuPy's generator on the GPU: seconds, where NumPy
+   would spend minutes making gigabytes of logits);
 4. derives TFLOP/s and GB/s from the op spec's counts (STYLE.md 7), the fraction of the roofline
    built from the peaks measured at the start of this run (peaks.py), and at the end the speedup of
-   every measurement against the baseline variant of its op.
+   every measurement against the baseline of its op.
+
+The baseline (--baseline) is a variant, or a backend: then each of its variants of the op is timed
+and, per shape and dtype, the fastest (forward + backward) is the denominator, so a reference with
+several implementations (PyTorch's attention backends) is represented by its best. The baseline's
+variants are *references*: what ours are measured against, not ours to fix. A reference goes
+through the same conformance suite and check, and is timed even when it misses our tolerance (not
+when it raises); its records then keep check/conformance "failed" with the reason in `message`,
+`reference` true, and the report marks them. `--backend auto` never chooses such a variant.
 
 Records (records.py) are written as they are made; `euler bench report` renders them.
 """
@@ -32,7 +45,7 @@ from euler_core.registry import Registry, Variant, get_registry
 
 from . import records as rec
 from .peaks import measure_peaks
-from .shapes import SHAPE_SETS, dims_text, shapes_for
+from .shapes import SHAPE_SETS, check_dims, dims_text, shapes_for
 from .timing import TimingConfig, measure, timer_for
 
 DIRECTIONS = ("forward", "backward")
@@ -63,21 +76,22 @@ def select(text: str, ops, registry: Registry) -> list[Variant]:
     return select_variants(tokens, ops, registry)
 
 
-def baseline_of(text: str | None, op: str, registry: Registry) -> Variant | None:
-    """The baseline variant of `op` named by a selection string (a backend: its first variant)."""
+def baseline_variants(text: str | None, op: str, registry: Registry) -> list[Variant]:
+    """The baseline candidates of `op` named by a selection string: a variant, or every variant of a
+    backend (the fastest of them at each shape is the baseline there)."""
     if not text:
-        return None
+        return []
     sel = Selection.parse(text)
     choice = sel.overrides.get(op, sel.default)
     if choice is None:
-        return None
+        return []
     name, _, variant_name = choice.partition(":")
     if name not in registry.backends:
-        return None
+        return []
     candidates = registry.backends[name].variants_of(op)
     if variant_name:
         candidates = [v for v in candidates if v.name == variant_name]
-    return candidates[0] if candidates else None
+    return candidates
 
 
 # ---- the reference and the check --------------------------------------------------------------------
@@ -87,11 +101,34 @@ def _np_dtype(name: str):
 
 
 @dataclass
-class Reference:
-    typed: dict            # host inputs in the tested dtype (what is checked and timed)
+class Inputs:
+    typed: dict            # inputs in the tested dtype (NumPy, or CuPy when made on the GPU)
     attrs: dict            # the example's attributes (not filled)
-    dout: np.ndarray | None
+    dout: object           # the output gradient (None for adamw)
+
+
+@dataclass
+class Reference(Inputs):
     expected: dict         # float64: 'out' and a gradient per differentiable input; adamw: param, m, v
+
+
+def make_inputs(op: str, dims: dict, dtype: str, seed: int, device: str) -> Inputs:
+    """Random inputs and output gradient of `op` at `dims` in `dtype`, made on `device` by the op
+    spec's example (its NumPy calls are also CuPy's). No reference: for timing at shapes checked
+    smaller."""
+    from conformance.arrays import is_float
+    spec = OPS[op]
+    xp = array_module(device)
+    rng = xp.random.default_rng(seed)
+    inputs, attrs = spec.example(dims, "float32", rng)
+    dt = _np_dtype(dtype)
+    typed = {k: (v.astype(dt) if is_float(v) else v) for k, v in inputs.items() if v is not None}
+    if spec.output is None:
+        return Inputs(typed, attrs, None)
+    full = spec.fill_attrs(attrs)
+    dout = rng.standard_normal(spec.output_shape(typed, full), dtype=np.float32)
+    dout[dout == 0] = 0.5
+    return Inputs(typed, attrs, dout.astype(_np_dtype(spec.output_dtype(typed, full))))
 
 
 def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
@@ -119,9 +156,10 @@ def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
     return Reference(typed, attrs, dout, expected)
 
 
-def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> str | None:
-    """None when the variant matches the reference at these inputs, forward and backward, within the
-    conformance suite's tolerance for `dtype`; else what is wrong."""
+def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> tuple[str, str]:
+    """('passed', '') when the variant matches the reference at these inputs, forward and backward,
+    within the conformance suite's tolerance for `dtype`; ('wrong', how) when it computes something
+    else; ('raised', what) when it crashed."""
     from conformance.arrays import CheckFailed, compare
     from conformance.tolerances import tolerance
     spec = OPS[op]
@@ -133,7 +171,7 @@ def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> str 
         if spec.output is None:
             for k in ("param", "m", "v"):
                 compare(f"{op} {k} after the update", inputs[k], ref.expected[k], fwd)
-            return None
+            return "passed", ""
         compare(f"{op} forward output", out, ref.expected["out"], fwd)
         xp = array_module(variant.device)
         grads = {p: xp.zeros(inputs[p].shape, dtype=inputs[p].dtype) for p in spec.params if p in inputs}
@@ -142,13 +180,13 @@ def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> str 
         for name in spec.differentiable:
             if f"d{name}" in ref.expected:
                 if result.get(name) is None:
-                    return f"{op} backward returned no gradient for '{name}'"
+                    return "wrong", f"{op} backward returned no gradient for '{name}'"
                 compare(f"{op} gradient of {name}", result[name], ref.expected[f"d{name}"], grad_tol)
     except CheckFailed as e:
-        return str(e)
+        return "wrong", str(e)
     except Exception as e:  # a crash is a failure of the variant
-        return f"raised {type(e).__name__}: {e}"
-    return None
+        return "raised", f"raised {type(e).__name__}: {e}"
+    return "passed", ""
 
 
 # ---- timing one variant ----------------------------------------------------------------------------
@@ -156,7 +194,7 @@ def _nbytes(arrays) -> int:
     return int(sum(a.size * a.dtype.itemsize for a in arrays if hasattr(a, "dtype")))
 
 
-def time_variant(variant: Variant, op: str, ref: Reference, cfg: TimingConfig, timer) -> dict:
+def time_variant(variant: Variant, op: str, ref: Inputs, cfg: TimingConfig, timer) -> dict:
     """{direction: Timing} of the variant's implementation on copies of the reference inputs."""
     spec = OPS[op]
     impl = variant.load()
@@ -204,20 +242,33 @@ def roofline(flops: float, nbytes: float, seconds: float, peaks: dict) -> dict:
 
 
 def add_speedups(records: list[dict], baseline_text: str | None, registry: Registry) -> list[dict]:
-    """Set 'baseline' and 'speedup' (baseline p50 / p50) on every timed op record."""
-    index = {}
+    """Set 'baseline' and 'speedup' (baseline p50 / p50) on every timed op record. Where the baseline
+    has several variants, the one with the least forward + backward median at the record's shape and
+    dtype is the baseline there: of those that passed the check, if any did (only variants timed in
+    every direction compete)."""
+    times: dict[tuple, dict] = {}   # (variant, op, shape set, shape, dtype) -> {direction: p50}
+    wrong = set()
     for r in records:
         if r.get("kind") == "op" and r.get("status") == "ok":
-            index[(r["variant"], r["op"], r["direction"], r["shape_set"], r["shape"], r["dtype"])] = r
+            key = (r["variant"], r["op"], r["shape_set"], r["shape"], r["dtype"])
+            times.setdefault(key, {})[r["direction"]] = r["p50_s"]
+            if r.get("check") == "failed" or r.get("conformance") == "failed":
+                wrong.add(key)
     for r in records:
         if r.get("kind") != "op" or r.get("status") != "ok":
             continue
-        base = baseline_of(baseline_text, r["op"], registry)
-        if base is None:
+        candidates = [v.qualname for v in baseline_variants(baseline_text, r["op"], registry)]
+        if not candidates:
             continue
-        b = index.get((base.qualname, r["op"], r["direction"], r["shape_set"], r["shape"], r["dtype"]))
-        r["baseline"] = base.qualname
-        r["speedup"] = b["p50_s"] / r["p50_s"] if b else None
+        n_directions = len(DIRECTIONS) if OPS[r["op"]].output is not None else 1
+        timed = [((q, r["op"], r["shape_set"], r["shape"], r["dtype"]) in wrong, sum(t.values()), q) for q in candidates
+                 if len(t := times.get((q, r["op"], r["shape_set"], r["shape"], r["dtype"]), {})) == n_directions]
+        if not timed:
+            r["baseline"], r["speedup"] = candidates[0], None
+            continue
+        base = min(timed)[2]
+        r["baseline"] = base
+        r["speedup"] = times[(base, r["op"], r["shape_set"], r["shape"], r["dtype"])][r["direction"]] / r["p50_s"]
     return records
 
 
@@ -238,10 +289,12 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                          "(euler_core/bench/shapes.py)")
     ops = [op for op in ops if op not in shapeless]  # e.g. inference-only ops that training never times
     variants = select(cfg.backend, ops, registry)
+    references = set()
     for op in ops:  # the baseline is timed too, so every speedup has its denominator
-        base = baseline_of(cfg.baseline, op, registry)
-        if base is not None and all(v is not base for v in variants):
-            variants.append(base)
+        for base in baseline_variants(cfg.baseline, op, registry):
+            references.add(base.qualname)
+            if all(v is not base for v in variants):
+                variants.append(base)
     if not variants:
         raise ValueError(f"--backend {cfg.backend!r} selects no variant of {', '.join(ops)}")
 
@@ -279,11 +332,16 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
         directions = DIRECTIONS if spec.output is not None else ("forward",)
         for dtype in cfg.dtypes:
             for set_name, label, dims in shapes_for(cfg.shapes, op):
-                ref = None
+                cdims = check_dims(op, dims)
+                where = (f"the benchmarked shape {dims_text(dims)}" if cdims == dims else
+                         f"{dims_text(cdims)} (the check shape of the benchmarked {dims_text(dims)})")
+                ref, timed_inputs = None, {}
                 for variant in op_variants:
                     common = {"kind": "op", "op": op, "variant": variant.qualname, "backend": variant.backend,
                               "shape_set": set_name, "shape": label, "dims": dims, "dims_text": dims_text(dims),
-                              "dtype": dtype}
+                              "check_dims": dims_text(cdims), "dtype": dtype,
+                              "reference": variant.qualname in references}
+                    name = f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}"
 
                     def emit(status, message="", **extra):
                         for direction in directions:
@@ -295,45 +353,57 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                         reason = f"the variant does not take {dtype} (it takes {', '.join(variant.dtypes)})"
                     if reason:
                         emit("skipped", reason)
-                        log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}: skipped ({reason})")
+                        log(f"{name}: skipped ({reason})")
                         continue
-                    conf = "not run"
+                    conf, conf_message = "not run", ""
                     if cfg.conformance:
                         key = (variant.qualname, op, dtype)
                         if key not in conformance_cache:
                             conformance_cache[key] = _conformance(variant, op, dtype, registry, cfg.seed)
                         conf, conf_message = conformance_cache[key]
-                        if conf == "failed":
+                        if conf == "failed" and not common["reference"]:
                             emit("failed", "conformance: " + conf_message, check="not run", conformance=conf)
-                            log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}: FAILED conformance, not timed\n"
-                                f"    {conf_message.splitlines()[0]}")
+                            log(f"{name}: FAILED conformance, not timed\n    {conf_message.splitlines()[0]}")
                             continue
                     if ref is None:
-                        ref = make_reference(op, dims, dtype, cfg.seed)
-                    wrong = check_variant(variant, op, ref, dtype)
-                    if wrong:
-                        emit("failed", f"wrong at the benchmarked shape {dims_text(dims)}: {wrong}",
-                             check="failed", conformance=conf)
-                        log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}: FAILED the check at this shape, "
-                            f"not timed\n    {wrong.splitlines()[0]}")
+                        ref = make_reference(op, cdims, dtype, cfg.seed)
+                    check, wrong = check_variant(variant, op, ref, dtype)
+                    if check == "raised" or (check == "wrong" and not common["reference"]):
+                        emit("failed", f"wrong at {where}: {wrong}", check="failed", conformance=conf)
+                        log(f"{name}: FAILED the check at this shape, not timed\n    {wrong.splitlines()[0]}")
                         continue
+                    notes = ([f"conformance: {conf_message}"] if conf == "failed" else []) + \
+                            ([f"wrong at {where}: {wrong}"] if check == "wrong" else [])
+                    if notes:
+                        log(f"{name}: a reference, timed although it FAILED " + "; ".join(
+                            n.splitlines()[0] for n in notes))
+                    if cdims != dims and variant.device not in timed_inputs:
+                        timed_inputs[variant.device] = make_inputs(op, dims, dtype, cfg.seed, variant.device)
+                    inputs = ref if cdims == dims else timed_inputs[variant.device]
                     peak = peak_for(variant.device, dtype)
-                    timings = time_variant(variant, op, ref, cfg.timing, timer_for(variant.device))
-                    full = spec.fill_attrs(ref.attrs)
-                    flops, nbytes = spec.flops(ref.typed, full), spec.bytes_moved(ref.typed, full)
+                    try:
+                        timings = time_variant(variant, op, inputs, cfg.timing, timer_for(variant.device))
+                    except Exception as e:  # e.g. out of memory at the timed shape: the run goes on
+                        emit("failed", f"raised while timed at {dims_text(dims)}: {type(e).__name__}: {e}",
+                             check="passed" if check == "passed" else "failed", conformance=conf)
+                        log(f"{name}: FAILED while timed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                        continue
+                    full = spec.fill_attrs(inputs.attrs)
+                    flops, nbytes = spec.flops(inputs.typed, full), spec.bytes_moved(inputs.typed, full)
                     for direction, t in timings.items():
                         r = {**base_record(variant.device), **common, "direction": direction, "status": "ok",
-                             "message": "", "check": "passed", "conformance": conf,
+                             "message": "\n".join(notes), "check": "passed" if check == "passed" else "failed",
+                             "conformance": conf,
                              "p20_s": t.p20, "p50_s": t.p50, "p80_s": t.p80, "samples": len(t.samples),
                              "calls_per_sample": t.calls_per_sample, "input_sets": t.input_sets,
                              "flops": flops[direction], "bytes": nbytes[direction],
                              **roofline(flops[direction], nbytes[direction], t.p50, peak)}
                         writer.write(r)
-                        log(f"{op:<12} {variant.qualname:<24} {label:<10} {dtype} {direction:<8} "
+                        log(f"{name} {direction:<8} "
                             f"p50 {t.p50 * 1e3:9.4f} ms [{t.p20 * 1e3:.4f}, {t.p80 * 1e3:.4f}]  "
                             f"{r['tflops'] * 1e3:8.2f} GFLOP/s {r['gbps']:8.2f} GB/s  "
                             f"{100 * r['roofline_fraction']:5.1f}% of roofline")
-                ref = None
+                ref, timed_inputs = None, {}
     records = add_speedups(writer.records, cfg.baseline, registry)
     writer.rewrite(records)
     meta = {"schema": rec.SCHEMA, "run_id": run_id, "started": started, "finished": rec.now_iso(),

@@ -111,8 +111,10 @@ def markdown(order, by_run, meta) -> str:
              "Made by `euler bench report` from the records (`records.jsonl`, one JSON object per measurement). "
              "Times are per call: the median (p50) of samples of back-to-back calls, and the p20-p80 spread. "
              "Throughput comes from the op spec's FLOP and byte counts; *roofline* is the ideal time at this "
-             "run's measured peaks (a large matmul, a large copy) over the measured time; *speedup* is the "
-             "baseline's median over the variant's.", "", "## Runs", "",
+             "run's measured peaks (a large matmul, a large copy) over the measured time, i.e. the fraction of "
+             "the card's measured peak at the op's arithmetic intensity; *speedup* is the baseline's median over "
+             "the variant's (where the baseline is a backend, its fastest variant at that shape). (ref.) marks "
+             "the baseline's own variants, the references.", "", "## Runs", "",
              "| run | device | git | versions | load avg (before / after) | peak matmul | peak copy |",
              "|---|---|---|---|---|---|---|"]
     for rid in order:
@@ -149,13 +151,24 @@ def markdown(order, by_run, meta) -> str:
             order = lambda r: (sets.index(r["shape_set"]), r["shape"], r["dtype"], r["direction"] != "forward", r["p50_s"])
             for r in sorted(ok, key=order):
                 sp = r.get("speedup")
+                missed = r.get("reference") and (r.get("check") == "failed" or r.get("conformance") == "failed")
                 cells = ([f"`{r['run_id'][:15]}`"] if many else []) + [
-                    f"`{r['variant']}`", r["direction"], f"{r['shape_set']}/{r['shape']} ({r['dims_text']})", r["dtype"],
+                    f"`{r['variant']}`" + (" (ref.)" if r.get("reference") else "") + (" ‡" if missed else ""),
+                    r["direction"], f"{r['shape_set']}/{r['shape']} ({r['dims_text']})", r["dtype"],
                     fmt_time(r["p50_s"]), f"{fmt_time(r['p20_s'])} - {fmt_time(r['p80_s'])}",
                     fmt_rate(r["tflops"] * 1e12, "FLOP/s"), fmt_rate(r["gbps"] * 1e9, "B/s"),
                     f"{100 * r['roofline_fraction']:.1f}%" + (" †" if r["roofline_fraction"] > 1 else ""), r["bound"],
                     "-" if sp is None else f"{sp:.2f}x vs `{r['baseline']}`"]
                 lines.append("| " + " | ".join(cells) + " |")
+            missed = {}
+            for r in ok:
+                if r.get("reference") and r.get("message"):
+                    missed.setdefault((r["variant"], r["message"].splitlines()[0]), set()).add(
+                        f"{r['shape_set']}/{r['shape']} {r['dtype']}")
+            if missed:
+                lines += ["", "‡ a reference (a variant of the baseline), timed although it missed NanoEuler's "
+                          "tolerance or another conformance check; what it missed:", ""]
+                lines += [f"- `{v}` at {', '.join(sorted(w))}: {m}" for (v, m), w in missed.items()]
             if any(r["roofline_fraction"] > 1 for r in ok):
                 lines += ["", "† above the measured roofline: the data stayed in a cache smaller than the peak's "
                           "copy, or the call did less work than the spec counts (a backward that returns its "

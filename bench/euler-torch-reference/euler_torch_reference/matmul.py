@@ -1,0 +1,53 @@
+"""matmul, torch:cublas: cuBLAS through PyTorch, as a PyTorch linear layer runs it.
+
+    out = x @ weight.T + bias        torch.addmm(bias, x, weight.T)    (torch.matmul without bias)
+    dx  = dout @ weight              torch.matmul (into the buffer when given)
+    dweight += dout.T @ x            dweight.addmm_(dout.T, x): cuBLAS adds into the buffer (beta = 1)
+    dbias   += sum_n dout            dbias.add_(dout.sum(0))
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from ._tensors import array, into, tensor
+
+
+@dataclass
+class Saved:
+    x: torch.Tensor       # (N,K)
+    weight: torch.Tensor  # (M,K)
+    has_bias: bool
+    like: object          # an input array: the kind of array to hand back
+
+
+def forward(inputs, attrs, out=None):
+    x, w = tensor(inputs["x"]), tensor(inputs["weight"])
+    bias = inputs.get("bias")
+    if out is not None:
+        y = tensor(out)
+        if bias is None:
+            torch.matmul(x, w.t(), out=y)
+        else:
+            torch.addmm(tensor(bias), x, w.t(), out=y)
+        result = out
+    else:
+        result = array(torch.matmul(x, w.t()) if bias is None else torch.addmm(tensor(bias), x, w.t()),
+                       inputs["x"])
+    return result, Saved(x, w, bias is not None, inputs["x"])
+
+
+def backward(saved, dout, grads):
+    dy = tensor(dout)
+    buf = grads.get("x")
+    if buf is not None:
+        torch.matmul(dy, saved.weight, out=tensor(buf))
+        dx = buf
+    else:
+        dx = array(torch.matmul(dy, saved.weight), saved.like)
+    tensor(grads["weight"]).addmm_(dy.t(), saved.x)
+    result = {"x": dx, "weight": grads["weight"]}
+    if saved.has_bias:
+        tensor(grads["bias"]).add_(dy.sum(0))
+        result["bias"] = grads["bias"]
+    return result
