@@ -241,3 +241,23 @@ def test_a_backend_baseline_is_its_fastest_variant_and_a_wrong_reference_is_time
     render([tmp_path], tmp_path / "report", plots=False)
     text = (tmp_path / "report" / "report.md").read_text()
     assert "`refs:off` (ref.) ‡" in text and "timed although it missed" in text
+
+
+def test_an_interrupted_run_keeps_its_records_speedups_and_run_json(registry, tmp_path, monkeypatch):
+    import euler_core.bench.ops as ops
+    timed = []
+    real = ops.time_variant
+
+    def time_once_then_stop(*args, **kwargs):
+        if timed:
+            raise KeyboardInterrupt  # as SIGTERM from `timeout` arrives in `euler bench ops`
+        timed.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ops, "time_variant", time_once_then_stop)
+    cfg = BenchConfig(backend="naive", ops=["gelu", "residual"], timing=QUICK, peak_timing=QUICK, conformance=False)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    records = load_records([tmp_path])
+    ok = [r for r in records if r.get("kind") == "op" and r["status"] == "ok"]
+    assert {r["op"] for r in ok} == {"gelu"} and all(r["speedup"] == pytest.approx(1.0) for r in ok)
+    assert json.loads((tmp_path / "run.json").read_text())["interrupted"] is True

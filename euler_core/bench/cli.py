@@ -88,7 +88,16 @@ def _ops(args) -> int:
                       baseline=None if args.baseline in ("none", "") else args.baseline,
                       conformance=not args.no_conformance, seed=args.seed, timing=timing,
                       peak_timing=TimingConfig.quick() if args.quick else None)
-    records = run(cfg, args.out, argv=["euler", *sys.argv[1:]], copy_to_cache=not args.no_cache)
+    import signal
+
+    def stop(signum, frame):  # `timeout` sends SIGTERM: finish the records as Ctrl-C would
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        records = run(cfg, args.out, argv=["euler", *sys.argv[1:]], copy_to_cache=not args.no_cache)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the records measured so far are in {args.out}", file=sys.stderr)
+        return 130
     ops = [r for r in records if r.get("kind") == "op"]
     failed = sorted({r["variant"] + " / " + r["op"] for r in ops if r["status"] == "failed"})
     print(f"\n{sum(r['status'] == 'ok' for r in ops)} measurements, {len(failed)} variant/op failed "

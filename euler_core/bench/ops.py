@@ -27,7 +27,9 @@ through the same conformance suite and check, and is timed even when it misses o
 when it raises); its records then keep check/conformance "failed" with the reason in `message`,
 `reference` true, and the report marks them. `--backend auto` never chooses such a variant.
 
-Records (records.py) are written as they are made; `euler bench report` renders them.
+Records (records.py) are written as they are made; `euler bench report` renders them. An interrupted
+run (Ctrl-C, or `timeout`'s SIGTERM under `euler bench ops`) still gets its speedups and run.json
+(with "interrupted": true) before it stops.
 """
 
 from __future__ import annotations
@@ -326,84 +328,89 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
     if load_before and load_before[0] > 0.5 * rec.cores():
         log(f"warning: the machine is busy (load average {load_before[0]} on {rec.cores()} cores): "
             "CPU timings will be noisy; the load is recorded with every measurement")
-    for op in ops:
-        op_variants = [v for v in variants if v.op == op]
-        spec = OPS[op]
-        directions = DIRECTIONS if spec.output is not None else ("forward",)
-        for dtype in cfg.dtypes:
-            for set_name, label, dims in shapes_for(cfg.shapes, op):
-                cdims = check_dims(op, dims)
-                where = (f"the benchmarked shape {dims_text(dims)}" if cdims == dims else
-                         f"{dims_text(cdims)} (the check shape of the benchmarked {dims_text(dims)})")
-                ref, timed_inputs = None, {}
-                for variant in op_variants:
-                    common = {"kind": "op", "op": op, "variant": variant.qualname, "backend": variant.backend,
-                              "shape_set": set_name, "shape": label, "dims": dims, "dims_text": dims_text(dims),
-                              "check_dims": dims_text(cdims), "dtype": dtype,
-                              "reference": variant.qualname in references}
-                    name = f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}"
+    interrupted = False
+    try:
+        for op in ops:
+            op_variants = [v for v in variants if v.op == op]
+            spec = OPS[op]
+            directions = DIRECTIONS if spec.output is not None else ("forward",)
+            for dtype in cfg.dtypes:
+                for set_name, label, dims in shapes_for(cfg.shapes, op):
+                    cdims = check_dims(op, dims)
+                    where = (f"the benchmarked shape {dims_text(dims)}" if cdims == dims else
+                             f"{dims_text(cdims)} (the check shape of the benchmarked {dims_text(dims)})")
+                    ref, timed_inputs = None, {}
+                    for variant in op_variants:
+                        common = {"kind": "op", "op": op, "variant": variant.qualname, "backend": variant.backend,
+                                  "shape_set": set_name, "shape": label, "dims": dims, "dims_text": dims_text(dims),
+                                  "check_dims": dims_text(cdims), "dtype": dtype,
+                                  "reference": variant.qualname in references}
+                        name = f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}"
 
-                    def emit(status, message="", **extra):
-                        for direction in directions:
-                            writer.write({**base_record(variant.device), **common, "direction": direction,
-                                          "status": status, "message": message, **extra})
+                        def emit(status, message="", **extra):
+                            for direction in directions:
+                                writer.write({**base_record(variant.device), **common, "direction": direction,
+                                              "status": status, "message": message, **extra})
 
-                    reason = variant.unavailable_reason()
-                    if reason is None and dtype not in variant.dtypes:
-                        reason = f"the variant does not take {dtype} (it takes {', '.join(variant.dtypes)})"
-                    if reason:
-                        emit("skipped", reason)
-                        log(f"{name}: skipped ({reason})")
-                        continue
-                    conf, conf_message = "not run", ""
-                    if cfg.conformance:
-                        key = (variant.qualname, op, dtype)
-                        if key not in conformance_cache:
-                            conformance_cache[key] = _conformance(variant, op, dtype, registry, cfg.seed)
-                        conf, conf_message = conformance_cache[key]
-                        if conf == "failed" and not common["reference"]:
-                            emit("failed", "conformance: " + conf_message, check="not run", conformance=conf)
-                            log(f"{name}: FAILED conformance, not timed\n    {conf_message.splitlines()[0]}")
+                        reason = variant.unavailable_reason()
+                        if reason is None and dtype not in variant.dtypes:
+                            reason = f"the variant does not take {dtype} (it takes {', '.join(variant.dtypes)})"
+                        if reason:
+                            emit("skipped", reason)
+                            log(f"{name}: skipped ({reason})")
                             continue
-                    if ref is None:
-                        ref = make_reference(op, cdims, dtype, cfg.seed)
-                    check, wrong = check_variant(variant, op, ref, dtype)
-                    if check == "raised" or (check == "wrong" and not common["reference"]):
-                        emit("failed", f"wrong at {where}: {wrong}", check="failed", conformance=conf)
-                        log(f"{name}: FAILED the check at this shape, not timed\n    {wrong.splitlines()[0]}")
-                        continue
-                    notes = ([f"conformance: {conf_message}"] if conf == "failed" else []) + \
-                            ([f"wrong at {where}: {wrong}"] if check == "wrong" else [])
-                    if notes:
-                        log(f"{name}: a reference, timed although it FAILED " + "; ".join(
-                            n.splitlines()[0] for n in notes))
-                    if cdims != dims and variant.device not in timed_inputs:
-                        timed_inputs[variant.device] = make_inputs(op, dims, dtype, cfg.seed, variant.device)
-                    inputs = ref if cdims == dims else timed_inputs[variant.device]
-                    peak = peak_for(variant.device, dtype)
-                    try:
-                        timings = time_variant(variant, op, inputs, cfg.timing, timer_for(variant.device))
-                    except Exception as e:  # e.g. out of memory at the timed shape: the run goes on
-                        emit("failed", f"raised while timed at {dims_text(dims)}: {type(e).__name__}: {e}",
-                             check="passed" if check == "passed" else "failed", conformance=conf)
-                        log(f"{name}: FAILED while timed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                        continue
-                    full = spec.fill_attrs(inputs.attrs)
-                    flops, nbytes = spec.flops(inputs.typed, full), spec.bytes_moved(inputs.typed, full)
-                    for direction, t in timings.items():
-                        r = {**base_record(variant.device), **common, "direction": direction, "status": "ok",
-                             "message": "\n".join(notes), "check": "passed" if check == "passed" else "failed",
-                             "conformance": conf,
-                             "p20_s": t.p20, "p50_s": t.p50, "p80_s": t.p80, "samples": len(t.samples),
-                             "calls_per_sample": t.calls_per_sample, "input_sets": t.input_sets,
-                             "flops": flops[direction], "bytes": nbytes[direction],
-                             **roofline(flops[direction], nbytes[direction], t.p50, peak)}
-                        writer.write(r)
-                        log(f"{name} {direction:<8} "
-                            f"p50 {t.p50 * 1e3:9.4f} ms [{t.p20 * 1e3:.4f}, {t.p80 * 1e3:.4f}]  "
-                            f"{r['tflops'] * 1e3:8.2f} GFLOP/s {r['gbps']:8.2f} GB/s  "
-                            f"{100 * r['roofline_fraction']:5.1f}% of roofline")
-                ref, timed_inputs = None, {}
+                        conf, conf_message = "not run", ""
+                        if cfg.conformance:
+                            key = (variant.qualname, op, dtype)
+                            if key not in conformance_cache:
+                                conformance_cache[key] = _conformance(variant, op, dtype, registry, cfg.seed)
+                            conf, conf_message = conformance_cache[key]
+                            if conf == "failed" and not common["reference"]:
+                                emit("failed", "conformance: " + conf_message, check="not run", conformance=conf)
+                                log(f"{name}: FAILED conformance, not timed\n    {conf_message.splitlines()[0]}")
+                                continue
+                        if ref is None:
+                            ref = make_reference(op, cdims, dtype, cfg.seed)
+                        check, wrong = check_variant(variant, op, ref, dtype)
+                        if check == "raised" or (check == "wrong" and not common["reference"]):
+                            emit("failed", f"wrong at {where}: {wrong}", check="failed", conformance=conf)
+                            log(f"{name}: FAILED the check at this shape, not timed\n    {wrong.splitlines()[0]}")
+                            continue
+                        notes = ([f"conformance: {conf_message}"] if conf == "failed" else []) + \
+                                ([f"wrong at {where}: {wrong}"] if check == "wrong" else [])
+                        if notes:
+                            log(f"{name}: a reference, timed although it FAILED " + "; ".join(
+                                n.splitlines()[0] for n in notes))
+                        if cdims != dims and variant.device not in timed_inputs:
+                            timed_inputs[variant.device] = make_inputs(op, dims, dtype, cfg.seed, variant.device)
+                        inputs = ref if cdims == dims else timed_inputs[variant.device]
+                        peak = peak_for(variant.device, dtype)
+                        try:
+                            timings = time_variant(variant, op, inputs, cfg.timing, timer_for(variant.device))
+                        except Exception as e:  # e.g. out of memory at the timed shape: the run goes on
+                            emit("failed", f"raised while timed at {dims_text(dims)}: {type(e).__name__}: {e}",
+                                 check="passed" if check == "passed" else "failed", conformance=conf)
+                            log(f"{name}: FAILED while timed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                            continue
+                        full = spec.fill_attrs(inputs.attrs)
+                        flops, nbytes = spec.flops(inputs.typed, full), spec.bytes_moved(inputs.typed, full)
+                        for direction, t in timings.items():
+                            r = {**base_record(variant.device), **common, "direction": direction, "status": "ok",
+                                 "message": "\n".join(notes), "check": "passed" if check == "passed" else "failed",
+                                 "conformance": conf,
+                                 "p20_s": t.p20, "p50_s": t.p50, "p80_s": t.p80, "samples": len(t.samples),
+                                 "calls_per_sample": t.calls_per_sample, "input_sets": t.input_sets,
+                                 "flops": flops[direction], "bytes": nbytes[direction],
+                                 **roofline(flops[direction], nbytes[direction], t.p50, peak)}
+                            writer.write(r)
+                            log(f"{name} {direction:<8} "
+                                f"p50 {t.p50 * 1e3:9.4f} ms [{t.p20 * 1e3:.4f}, {t.p80 * 1e3:.4f}]  "
+                                f"{r['tflops'] * 1e3:8.2f} GFLOP/s {r['gbps']:8.2f} GB/s  "
+                                f"{100 * r['roofline_fraction']:5.1f}% of roofline")
+                    ref, timed_inputs = None, {}
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (cli.py): keep what was measured
+        interrupted = True
+        log("interrupted: writing the records measured so far, with their speedups")
     records = add_speedups(writer.records, cfg.baseline, registry)
     writer.rewrite(records)
     meta = {"schema": rec.SCHEMA, "run_id": run_id, "started": started, "finished": rec.now_iso(),
@@ -411,7 +418,8 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
             "config": {"backend": cfg.backend, "ops": ops, "shapes": cfg.shapes, "dtypes": cfg.dtypes,
                        "baseline": cfg.baseline, "conformance": cfg.conformance, "seed": cfg.seed,
                        "timing": cfg.timing.__dict__, "peak_size": peak_size},
-            "environments": envs, "peaks": {f"{d}/{t}": p for (d, t), p in peaks.items()}}
+            "environments": envs, "peaks": {f"{d}/{t}": p for (d, t), p in peaks.items()},
+            "interrupted": interrupted}
     writer.write_run(meta)
     writer.close()
     if copy_to_cache:
@@ -424,4 +432,6 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                 shutil.copy2(writer.dir / rec.RUN_FILE, dest / rec.RUN_FILE)
         except OSError as e:
             log(f"warning: could not copy the records to the bench cache {dest}: {e}")
+    if interrupted:
+        raise KeyboardInterrupt("the benchmark was interrupted; its records so far are written")
     return records
