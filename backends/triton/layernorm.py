@@ -27,7 +27,8 @@ from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
 MAX_C = 16384
 
 #: elements of a (ROWS, BLOCK_C) block per program (ROWS shrinks as rows grow) and warps, forward
-#: and backward; the backward's programs per SM (G = that x SMs, at most one per ROWS rows)
+#: and backward; the backward's programs per SM (G = that x SMs, at most one per ROWS rows). At
+#: C = 768 (4 rows a step), on the GPU: forward 66-75% of the copy bandwidth, backward 45-52%.
 CONFIG = {"forward": dict(elems=4096, num_warps=4), "backward": dict(elems=4096, num_warps=4, per_sm=2)}
 SMS = 132  # an H200's SMs: the backward's G is sized for it (any G is correct)
 
