@@ -309,10 +309,17 @@ _INTERPRETED: dict = {}
 def _call_interpreted(self, *args, **kwargs):
     """JITFunction.__call__ while interpreting: run the function (tl.sum, tl.max, ... are themselves
     @triton.jit functions of Triton's standard library) through the interpreter."""
-    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.interpreter import InterpretedFunction, _patch_lang
     if self.fn not in _INTERPRETED:
         _INTERPRETED[self.fn] = InterpretedFunction(self.fn)
-    return _INTERPRETED[self.fn](*args, **kwargs)
+    # InterpretedFunction.__call__ would patch triton.language for the call and never undo it; a
+    # kernel's own @triton.jit helper then leaves tl.arange & co. patched, and a later compile in the
+    # same process fails. So: patch, run, restore.
+    scope = _patch_lang(self.fn)
+    try:
+        return _INTERPRETED[self.fn].rewrite()(*args, **kwargs)
+    finally:
+        scope.restore()
 
 
 @contextlib.contextmanager

@@ -5,98 +5,113 @@ Forward (one program per BLOCK_M queries of one (batch, head)): Q stays in regis
 blocks stream through shared memory; the softmax is computed online: a running row max m and row
 sum l, the accumulator rescaled by exp(m_old - m_new) whenever the max grows. Key blocks entirely
 below the diagonal run without a mask; only the diagonal blocks pay for one. Scores are kept in
-base 2 (scale * log2(e) folded into one multiply, exp2 instead of exp). Saved for the backward:
-L = m + log2(l) per row (B,NH,T) float32: the logsumexp, 4 bytes a row instead of T*4; and, for
-fp16/bf16 inputs, the output unrounded in float32 (the backward's delta needs it; see Saved).
+base 2: the raw dot is scaled by scale * log2(e) inside the exponent's argument (one FMA per score),
+exp2 instead of exp. Programs are launched heaviest first (the last query blocks see the most keys)
+so that the light first blocks fill the tail of the launch. Saved for the backward: L = m +
+log2(l) per row (B,NH,T) float32, the logsumexp (4 bytes a row instead of T*4), and the output.
 
 Backward (FlashAttention-2's split, written out):
     delta = rowsum(dy * y)                      _attn_delta, one pass over y and dy
-    dK, dV: one program per BLOCK_N keys        _attn_dkdv: walks the queries at or after its keys,
-        P^T = exp2(K Q^T * s - L)                recomputing P from L; dV += P^T dY;
-        dS^T = P^T * (V dY^T - delta)            dK += dS^T Q
-    dQ: one program per BLOCK_M queries         _attn_dq: walks the keys at or before its queries,
+    one program per BLOCK rows j of a head      _attn_backward:
+      dK, dV of keys block j: walks the queries at or after them (the diagonal steps masked),
+        P^T = exp2(K Q^T * s - L)               recomputing P from L; dV += P^T dY;
+        dS^T = P^T * (V dY^T - delta)           dK += dS^T Q
+      dQ of queries block j: walks the keys at or before them (the diagonal steps masked),
         dQ += (P * (dY V^T - delta)) K
-Two kernels instead of one with atomic dQ updates: every gradient element is written by exactly one
-program, so results are bitwise repeatable (conformance asks that), at the price of computing
-Q K^T twice.
+Key block j has T/BLOCK - j query blocks to walk and query block j has j + 1 key blocks, so every
+program does the same work: one launch with no causal tail. dQ is not accumulated across programs
+with atomics: every gradient element is written by exactly one program, so results are bitwise
+repeatable (conformance asks that), at the price of computing Q K^T and dY V^T twice. The dK/dV
+walk takes BLOCK_M1 queries a step and the dQ walk BLOCK_N2 keys a step; steps smaller than BLOCK
+keep the two (BLOCK, BLOCK_D) float32 accumulators and the step's score tiles in registers at once
+(on the H200, heads of 64, BLOCK = steps = 64 won the sweep). The delta pass stays a kernel of its
+own: every dK/dV program needs the delta of all later rows.
+
+Saved: fp16/bf16 outputs are rounded; delta from the rounded y is off by ~|dy||y| 2^-9, which dS =
+P (dP - delta) turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (seen on
+the GPU at T257, bf16; a NumPy model of the rounding fails the HS64 case too). So the forward also writes the rounding residual res = o - y in the input
+dtype (2 bytes an element, not a float32 copy of o): y + res restores o to ~16 bits. The backward
+reads the caller's y, which must not be overwritten in between (the model never does).
 
 Any T (T=1, ragged T: loads are masked, rows past T carry L = +inf so they contribute nothing) and
 any head size HS <= 128 (the head dimension is padded to a power of two >= 16 in registers, masked
-in memory); HS > 128 is refused. float32 inputs use IEEE float32 dots (exact contract); fp16 and
-bf16 use the tensor cores with float32 accumulation, P and dS rounded to the input dtype before
-their products, as FlashAttention does.
+in memory; HS is a compile-time constant, so the mask vanishes when HS is a power of two); HS > 128
+is refused. float32 inputs use IEEE float32 dots (exact contract); fp16 and bf16 use the tensor
+cores with float32 accumulation, P and dS rounded to the input dtype before their products, as
+FlashAttention does. Tile sizes: TILES, one table, from the H200 sweep (reports/triton-h200/
+notes-attention.md, bench/attention_h200.py).
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import _common
-from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
+from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
 
 MAX_HS = 128
 LOG2E = 1.4426950408889634
 
 
 @kernel
-def _attn_forward(qkv_ptr, y_ptr, o32_ptr, lse_ptr, T, C, NH, HS, qk_scale,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PRECISION: tl.constexpr, SAVE_O32: tl.constexpr):
-    start_m = tl.program_id(0) * BLOCK_M
+def _attn_forward(qkv_ptr, y_ptr, res_ptr, lse_ptr, T, qk_scale, C: tl.constexpr, NH: tl.constexpr,
+                  HS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                  PRECISION: tl.constexpr, SAVE_RES: tl.constexpr):
+    # grid (blocks, B*NH): one head's blocks run together (its K, V shared in L2), its last block first
     bh = tl.program_id(1)
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     b = bh // NH
     h = bh % NH
-    row_stride = 3 * C
-    base = qkv_ptr + b.to(tl.int64) * T * row_stride + h * HS
+    base = qkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     dmask = offs_d < HS
     mmask = offs_m < T
-    q = tl.load(base + offs_m[:, None] * row_stride + offs_d[None, :], mask=mmask[:, None] & dmask[None, :],
+    q = tl.load(base + offs_m[:, None] * (3 * C) + offs_d[None, :], mask=mmask[:, None] & dmask[None, :],
                 other=0.0)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     # 1. key blocks wholly before this query block: every score is visible, no mask
     for start_n in range(0, start_m, BLOCK_N):
-        kv_rows = (start_n + offs_n)[:, None] * row_stride + offs_d[None, :]
+        kv_rows = (start_n + offs_n)[:, None] * (3 * C) + offs_d[None, :]
         k = tl.load(base + C + kv_rows, mask=dmask[None, :], other=0.0)
         v = tl.load(base + 2 * C + kv_rows, mask=dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_new
-    # 2. the diagonal blocks: causal mask (key <= query) and the ragged end (key < T)
+    # 2. the diagonal blocks: causal mask (key <= query; keys past T only meet rows past T)
     for start_n in range(start_m, tl.minimum(start_m + BLOCK_M, T), BLOCK_N):
         cols = start_n + offs_n
-        nmask = cols < T
-        kv_rows = cols[:, None] * row_stride + offs_d[None, :]
-        k = tl.load(base + C + kv_rows, mask=nmask[:, None] & dmask[None, :], other=0.0)
-        v = tl.load(base + 2 * C + kv_rows, mask=nmask[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        visible = (cols[None, :] <= offs_m[:, None]) & nmask[None, :]
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        kv_rows = cols[:, None] * (3 * C) + offs_d[None, :]
+        kv_mask = (cols < T)[:, None] & dmask[None, :]
+        k = tl.load(base + C + kv_rows, mask=kv_mask, other=0.0)
+        v = tl.load(base + 2 * C + kv_rows, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        s = tl.where(cols[None, :] <= offs_m[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_new
     acc = acc / l_i[:, None]
-    y_base = y_ptr + b.to(tl.int64) * T * C + h * HS
-    tl.store(y_base + offs_m[:, None] * C + offs_d[None, :], acc.to(y_ptr.dtype.element_ty),
-             mask=mmask[:, None] & dmask[None, :])
-    if SAVE_O32:  # the unrounded output, for the backward's delta (see Saved)
-        tl.store(o32_ptr + b.to(tl.int64) * T * C + h * HS + offs_m[:, None] * C + offs_d[None, :], acc,
-                 mask=mmask[:, None] & dmask[None, :])
+    at = b.to(tl.int64) * T * C + h * HS + offs_m[:, None] * C + offs_d[None, :]
+    ymask = mmask[:, None] & dmask[None, :]
+    y = acc.to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + at, y, mask=ymask)
+    if SAVE_RES:  # what rounding y lost, for the backward's delta (see Saved)
+        tl.store(res_ptr + at, (acc - y.to(tl.float32)).to(res_ptr.dtype.element_ty), mask=ymask)
     tl.store(lse_ptr + bh.to(tl.int64) * T + offs_m, m_i + tl.log2(l_i), mask=mmask)
 
 
 @kernel
-def _attn_delta(y_ptr, dy_ptr, delta_ptr, T, C, NH, HS, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+def _attn_delta(y_ptr, res_ptr, dy_ptr, delta_ptr, T, C: tl.constexpr, NH: tl.constexpr, HS: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_RES: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b = bh // NH
@@ -105,116 +120,161 @@ def _attn_delta(y_ptr, dy_ptr, delta_ptr, T, C, NH, HS, BLOCK_M: tl.constexpr, B
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m < T)[:, None] & (offs_d < HS)[None, :]
     at = b.to(tl.int64) * T * C + h * HS + offs_m[:, None] * C + offs_d[None, :]
-    y = tl.load(y_ptr + at, mask=mask, other=0.0).to(tl.float32)
+    o = tl.load(y_ptr + at, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        o += tl.load(res_ptr + at, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(dy_ptr + at, mask=mask, other=0.0).to(tl.float32)
-    tl.store(delta_ptr + bh.to(tl.int64) * T + offs_m, tl.sum(y * dy, axis=1), mask=offs_m < T)
+    tl.store(delta_ptr + bh.to(tl.int64) * T + offs_m, tl.sum(o * dy, axis=1), mask=offs_m < T)
 
 
-@kernel
-def _attn_dkdv(qkv_ptr, dy_ptr, lse_ptr, delta_ptr, dqkv_ptr, T, C, NH, HS, qk_scale, sm_scale,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
-    start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
-    b = bh // NH
-    h = bh % NH
-    row_stride = 3 * C
-    base = qkv_ptr + b.to(tl.int64) * T * row_stride + h * HS
-    dy_base = dy_ptr + b.to(tl.int64) * T * C + h * HS
-    stat = bh.to(tl.int64) * T
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_m0 = tl.arange(0, BLOCK_M)
+@triton.jit
+def _dkdv_steps(dk, dv, k, v, offs_n, q_base, dy_base, lse_ptr, delta_ptr, lo, hi, T, qk_scale,
+                C: tl.constexpr, HS: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_D: tl.constexpr,
+                PRECISION: tl.constexpr, MASK: tl.constexpr):
+    """dK, dV of one key block (k, v (BLOCK_N, BLOCK_D)) from the queries lo..hi, BLOCK_M1 a step;
+    MASK: the causal mask (the diagonal steps)."""
     offs_d = tl.arange(0, BLOCK_D)
     dmask = offs_d < HS
-    nmask = offs_n < T
-    kv_mask = nmask[:, None] & dmask[None, :]
-    kv_rows = offs_n[:, None] * row_stride + offs_d[None, :]
-    k = tl.load(base + C + kv_rows, mask=kv_mask, other=0.0)
-    v = tl.load(base + 2 * C + kv_rows, mask=kv_mask, other=0.0)
-    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-    for start_m in range(start_n, T, BLOCK_M):
-        offs_m = start_m + offs_m0
+    for start_m in range(lo, hi, BLOCK_M1):
+        offs_m = start_m + tl.arange(0, BLOCK_M1)
         mmask = offs_m < T
-        q = tl.load(base + offs_m[:, None] * row_stride + offs_d[None, :], mask=mmask[:, None] & dmask[None, :],
-                    other=0.0)
+        qt = tl.load(q_base + offs_m[None, :] * (3 * C) + offs_d[:, None], mask=dmask[:, None] & mmask[None, :],
+                     other=0.0)                                                  # (BLOCK_D, BLOCK_M1) Q^T
         dy = tl.load(dy_base + offs_m[:, None] * C + offs_d[None, :], mask=mmask[:, None] & dmask[None, :],
                      other=0.0)
-        lse = tl.load(lse_ptr + stat + offs_m, mask=mmask, other=float("inf"))
-        delta = tl.load(delta_ptr + stat + offs_m, mask=mmask, other=0.0)
-        st = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale   # (BLOCK_N, BLOCK_M) scores^T
-        pt = tl.exp2(st - lse[None, :])
-        if start_m < start_n + BLOCK_N:  # a diagonal block: queries before keys see nothing
+        lse = tl.load(lse_ptr + offs_m, mask=mmask, other=float("inf"))
+        delta = tl.load(delta_ptr + offs_m, mask=mmask, other=0.0)
+        st = tl.dot(k, qt, input_precision=PRECISION)                            # (BLOCK_N, BLOCK_M1) S^T
+        pt = tl.exp2(st * qk_scale - lse[None, :])
+        if MASK:  # queries before a key see nothing of it
             pt = tl.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
-        dv += tl.dot(pt.to(dy.dtype), dy, input_precision=PRECISION)
+        dv = tl.dot(pt.to(dy.dtype), dy, dv, input_precision=PRECISION)
         dpt = tl.dot(v, tl.trans(dy), input_precision=PRECISION)
         dst = pt * (dpt - delta[None, :])
-        dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
-    dk = dk * sm_scale
-    dbase = dqkv_ptr + b.to(tl.int64) * T * row_stride + h * HS
-    tl.store(dbase + C + kv_rows, dk.to(dqkv_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(dbase + 2 * C + kv_rows, dv.to(dqkv_ptr.dtype.element_ty), mask=kv_mask)
+        dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _dq_steps(dq, q, dy, lse, delta, offs_m, k_base, lo, hi, T, qk_scale, C: tl.constexpr, HS: tl.constexpr,
+              BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, MASK: tl.constexpr):
+    """dQ of one query block (q, dy (BLOCK_M, BLOCK_D)) from the keys lo..hi, BLOCK_N2 a step;
+    MASK: the causal mask (the diagonal steps)."""
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < HS
+    for start_n in range(lo, hi, BLOCK_N2):
+        offs_n = start_n + tl.arange(0, BLOCK_N2)
+        kv_mask = dmask[:, None] & (offs_n < T)[None, :]
+        kv_cols = offs_n[None, :] * (3 * C) + offs_d[:, None]
+        kt = tl.load(k_base + kv_cols, mask=kv_mask, other=0.0)                  # (BLOCK_D, BLOCK_N2) K^T
+        vt = tl.load(k_base + C + kv_cols, mask=kv_mask, other=0.0)              # V^T
+        s = tl.dot(q, kt, input_precision=PRECISION)
+        p = tl.exp2(s * qk_scale - lse[:, None])
+        if MASK:  # keys after a query (and so every key past T of a real row) are invisible
+            p = tl.where(offs_n[None, :] <= offs_m[:, None], p, 0.0)
+        dp = tl.dot(dy, vt, input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq, input_precision=PRECISION)
+    return dq
 
 
 @kernel
-def _attn_dq(qkv_ptr, dy_ptr, lse_ptr, delta_ptr, dqkv_ptr, T, C, NH, HS, qk_scale, sm_scale,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
-    start_m = tl.program_id(0) * BLOCK_M
+def _attn_backward(qkv_ptr, dy_ptr, lse_ptr, delta_ptr, dqkv_ptr, T, qk_scale, sm_scale, C: tl.constexpr,
+                   NH: tl.constexpr, HS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M1: tl.constexpr,
+                   BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+    start = tl.program_id(0) * BLOCK
     bh = tl.program_id(1)
     b = bh // NH
     h = bh % NH
-    row_stride = 3 * C
-    base = qkv_ptr + b.to(tl.int64) * T * row_stride + h * HS
-    stat = bh.to(tl.int64) * T
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
+    base = qkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
+    dbase = dqkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
+    dy_base = dy_ptr + b.to(tl.int64) * T * C + h * HS
+    lse_base = lse_ptr + bh.to(tl.int64) * T
+    delta_base = delta_ptr + bh.to(tl.int64) * T
+    offs = start + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, BLOCK_D)
     dmask = offs_d < HS
-    mmask = offs_m < T
-    qmask = mmask[:, None] & dmask[None, :]
-    q = tl.load(base + offs_m[:, None] * row_stride + offs_d[None, :], mask=qmask, other=0.0)
-    dy = tl.load(dy_ptr + b.to(tl.int64) * T * C + h * HS + offs_m[:, None] * C + offs_d[None, :], mask=qmask,
-                 other=0.0)
-    lse = tl.load(lse_ptr + stat + offs_m, mask=mmask, other=float("inf"))
-    delta = tl.load(delta_ptr + stat + offs_m, mask=mmask, other=0.0)
-    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-    for start_n in range(0, tl.minimum(start_m + BLOCK_M, T), BLOCK_N):
-        offs_n = start_n + offs_n0
-        nmask = offs_n < T
-        kv_rows = offs_n[:, None] * row_stride + offs_d[None, :]
-        k = tl.load(base + C + kv_rows, mask=nmask[:, None] & dmask[None, :], other=0.0)
-        v = tl.load(base + 2 * C + kv_rows, mask=nmask[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        p = tl.exp2(s - lse[:, None])
-        if start_n + BLOCK_N > start_m:  # a diagonal block
-            p = tl.where((offs_n[None, :] <= offs_m[:, None]) & nmask[None, :], p, 0.0)
-        dp = tl.dot(dy, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-    dq = dq * sm_scale
-    tl.store(dqkv_ptr + b.to(tl.int64) * T * row_stride + h * HS + offs_m[:, None] * row_stride + offs_d[None, :],
-             dq.to(dqkv_ptr.dtype.element_ty), mask=qmask)
+    rmask = (offs < T)[:, None] & dmask[None, :]
+    rows = offs[:, None] * (3 * C) + offs_d[None, :]
+    end = tl.minimum(start + BLOCK, T)
+
+    # dK, dV of keys start..start+BLOCK: the diagonal queries (masked), then every later one
+    k = tl.load(base + C + rows, mask=rmask, other=0.0)
+    v = tl.load(base + 2 * C + rows, mask=rmask, other=0.0)
+    dk = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+    dk, dv = _dkdv_steps(dk, dv, k, v, offs, base, dy_base, lse_base, delta_base, start, end, T, qk_scale,
+                         C, HS, BLOCK_M1, BLOCK_D, PRECISION, True)
+    dk, dv = _dkdv_steps(dk, dv, k, v, offs, base, dy_base, lse_base, delta_base, start + BLOCK, T, T,
+                         qk_scale, C, HS, BLOCK_M1, BLOCK_D, PRECISION, False)
+    tl.store(dbase + C + rows, (dk * sm_scale).to(dqkv_ptr.dtype.element_ty), mask=rmask)
+    tl.store(dbase + 2 * C + rows, dv.to(dqkv_ptr.dtype.element_ty), mask=rmask)
+
+    # dQ of queries start..start+BLOCK: every earlier key, then the diagonal ones (masked)
+    q = tl.load(base + rows, mask=rmask, other=0.0)
+    dy = tl.load(dy_base + offs[:, None] * C + offs_d[None, :], mask=rmask, other=0.0)
+    lse = tl.load(lse_base + offs, mask=offs < T, other=float("inf"))
+    delta = tl.load(delta_base + offs, mask=offs < T, other=0.0)
+    dq = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+    dq = _dq_steps(dq, q, dy, lse, delta, offs, base + C, 0, start, T, qk_scale, C, HS, BLOCK_N2, BLOCK_D,
+                   PRECISION, False)
+    dq = _dq_steps(dq, q, dy, lse, delta, offs, base + C, start, end, T, qk_scale, C, HS, BLOCK_N2, BLOCK_D,
+                   PRECISION, True)
+    tl.store(dbase + rows, (dq * sm_scale).to(dqkv_ptr.dtype.element_ty), mask=rmask)
 
 
-def _blocks(dtype: str, T: int, HS: int) -> dict:
-    """Tile sizes: (forward BLOCK_M, BLOCK_N), backward block, head block, warps."""
-    block_d = max(16, next_pow2(HS))
-    if dtype == "float32":
-        fm, fn, bb = 64, 32, 32
-    else:
-        fm, fn, bb = 128, 64, 64
-    cap = max(16, next_pow2(T))  # short sequences (T=1, tests): smaller tiles, never below 16
-    fm, fn, bb = min(fm, cap), min(fn, cap), min(bb, cap)
-    warps = 4 if block_d <= 64 else 8
-    return dict(fwd_m=fm, fwd_n=fn, bwd=bb, block_d=block_d, warps=warps)
+@dataclass(frozen=True)
+class Tiles:
+    """One launch configuration (every block a power of two; fwd_n divides fwd_m, bwd_m1 and bwd_n2
+    divide bwd)."""
+    fwd_m: int            # queries per forward program
+    fwd_n: int            # keys per forward step
+    fwd_warps: int
+    fwd_stages: int
+    bwd: int              # keys (dK, dV) and queries (dQ) per backward program
+    bwd_m1: int           # queries per dK/dV step
+    bwd_n2: int           # keys per dQ step
+    bwd_warps: int
+    bwd_stages: int
+
+    def __post_init__(self):  # the loops step from block edges: a step may not overrun its block
+        if self.fwd_n > self.fwd_m or self.bwd_m1 > self.bwd or self.bwd_n2 > self.bwd:
+            raise ValueError(f"attention tiles: steps larger than their blocks: {self}")
+
+
+#: (dtype class, padded head size) -> tiles. "16bit": fp16/bf16 on the tensor cores; heads up to 64
+#: take the H200 sweep's fastest (reports/triton-h200/notes-attention.md): 64-row blocks everywhere,
+#: 4 warps. 128-row ones lost by 6-12% (measured, not profiled; likely: a 128-query forward block
+#: masks more of its diagonal and gives the causal tail 8 programs a head instead of 16; 128-row
+#: backward blocks hold two (128, 64) float32 accumulators, which spill at 4 warps (ptxas: 216 bytes
+#: of stack) and halve occupancy at 8). Heads of 128 keep tiles checked at HS=128 but not swept.
+#: "float32": IEEE dots, small tiles for registers.
+TILES = {
+    ("16bit", 16): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 2),
+    ("16bit", 32): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 2),
+    ("16bit", 64): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 2),
+    ("16bit", 128): Tiles(128, 64, 8, 3, 64, 32, 32, 4, 2),
+    ("float32", 16): Tiles(64, 32, 4, 3, 64, 32, 32, 4, 2),
+    ("float32", 32): Tiles(64, 32, 4, 3, 64, 32, 32, 4, 2),
+    ("float32", 64): Tiles(64, 32, 4, 3, 64, 32, 32, 4, 2),
+    ("float32", 128): Tiles(64, 32, 8, 3, 32, 16, 16, 4, 2),
+}
+
+
+def tiles(dtype: str, T: int, HS: int) -> Tiles:
+    """TILES' entry for this dtype and head size, shrunk for short sequences (T=1, tests), never
+    below 16."""
+    t = TILES[("float32" if dtype == "float32" else "16bit", max(16, next_pow2(HS)))]
+    cap = max(16, next_pow2(T))
+    return replace(t, fwd_m=min(t.fwd_m, cap), fwd_n=min(t.fwd_n, cap), bwd=min(t.bwd, cap),
+                   bwd_m1=min(t.bwd_m1, cap), bwd_n2=min(t.bwd_n2, cap))
 
 
 @dataclass
 class Saved:
     qkv: object   # (B,T,3C) the input
-    out: object   # (B,T,C) the output in float32: the backward's delta = rowsum(dy * out). For fp16 and
-                  # bf16 inputs the forward also writes this unrounded copy: delta from the rounded
-                  # output is off by ~|dy||y| 2^-9, which dS = P (dP - delta) turns into dq errors
-                  # beyond the bf16 tolerance where dP and delta nearly cancel (seen: T257, bf16)
+    y: object     # (B,T,C) the output (the caller's array)
+    res: object   # (B,T,C) o - y for fp16/bf16 (see the module docstring, Saved); None for float32
     lse: object   # (B,NH,T) float32: log2-sum-exp2 of each row's scaled scores
     n_head: int
 
@@ -236,13 +296,12 @@ def forward(inputs, attrs, out=None):
     xp = xp_of(qkv)
     y = _common.output("attention", xp, out, (B, T, C), qkv.dtype)
     lse = xp.empty((B, n_head, T), dtype="float32")
-    o32 = y if dt == "float32" else xp.empty((B, T, C), dtype="float32")
-    cfg = _blocks(dt, T, HS)
-    qk_scale = LOG2E / math.sqrt(HS)
-    launch(_attn_forward, (cdiv(T, cfg["fwd_m"]), B * n_head), qkv, y, o32, lse, T, C, n_head, HS, qk_scale,
-           BLOCK_M=cfg["fwd_m"], BLOCK_N=cfg["fwd_n"], BLOCK_D=cfg["block_d"], PRECISION=_common.dot_precision(dt),
-           SAVE_O32=o32 is not y, num_warps=cfg["warps"], num_stages=3)
-    return y, Saved(qkv, o32, lse, n_head)
+    res = None if dt == "float32" else xp.empty((B, T, C), dtype=qkv.dtype)
+    t = tiles(dt, T, HS)
+    launch(_attn_forward, (cdiv(T, t.fwd_m), B * n_head), qkv, y, y if res is None else res, lse, T, LOG2E / math.sqrt(HS), C=C,
+           NH=n_head, HS=HS, BLOCK_M=t.fwd_m, BLOCK_N=t.fwd_n, BLOCK_D=max(16, next_pow2(HS)),
+           PRECISION=_common.dot_precision(dt), SAVE_RES=res is not None, num_warps=t.fwd_warps, num_stages=t.fwd_stages)
+    return y, Saved(qkv, y, res, lse, n_head)
 
 
 def backward(saved, dout, grads):
@@ -251,16 +310,13 @@ def backward(saved, dout, grads):
     _common.check_contiguous("attention", dout=dout)
     xp = xp_of(qkv)
     dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
-    cfg = _blocks(dt, T, HS)
+    t = tiles(dt, T, HS)
+    block_d = max(16, next_pow2(HS))
     delta = xp.empty((B, n_head, T), dtype="float32")
-    launch(_attn_delta, (cdiv(T, 64), B * n_head), saved.out, dout, delta, T, C, n_head, HS,
-           BLOCK_M=64, BLOCK_D=cfg["block_d"])
+    launch(_attn_delta, (cdiv(T, 64), B * n_head), saved.y, saved.y if saved.res is None else saved.res, dout,
+           delta, T, C=C, NH=n_head, HS=HS, BLOCK_M=64, BLOCK_D=block_d, HAS_RES=saved.res is not None)
     sm_scale = 1.0 / math.sqrt(HS)
-    common = dict(BLOCK_M=cfg["bwd"], BLOCK_N=cfg["bwd"], BLOCK_D=cfg["block_d"],
-                  PRECISION=_common.dot_precision(dt), num_warps=cfg["warps"], num_stages=2)
-    grid = (cdiv(T, cfg["bwd"]), B * n_head)
-    launch(_attn_dkdv, grid, qkv, dout, saved.lse, delta, dqkv, T, C, n_head, HS, sm_scale * LOG2E, sm_scale,
-           **common)
-    launch(_attn_dq, grid, qkv, dout, saved.lse, delta, dqkv, T, C, n_head, HS, sm_scale * LOG2E, sm_scale,
-           **common)
+    launch(_attn_backward, (cdiv(T, t.bwd), B * n_head), qkv, dout, saved.lse, delta, dqkv, T,
+           sm_scale * LOG2E, sm_scale, C=C, NH=n_head, HS=HS, BLOCK=t.bwd, BLOCK_M1=t.bwd_m1, BLOCK_N2=t.bwd_n2,
+           BLOCK_D=block_d, PRECISION=_common.dot_precision(dt), num_warps=t.bwd_warps, num_stages=t.bwd_stages)
     return {"qkv": dqkv}
