@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The triton backend on the H200, in one call of the device tool (no network there, < 600 s):
-#   conformance  euler conformance --backend triton: every variant, float32, float16, bfloat16   (~80 s, cap 120)
+#   conformance  euler conformance --backend triton: every variant, float32, float16, bfloat16, and the
+#                model step; one process per op, side by side                                     (cap 150)
 #   bench        euler bench ops --backend torch,triton --baseline torch: our kernels beside PyTorch's
 #                (bench/euler-torch-reference: cuBLAS, SDPA cuDNN/flash/efficient, F.layer_norm, F.gelu,
 #                F.cross_entropy, fused AdamW, embedding) at GPT-2 124M's shapes, B*T = 16384 (gpt2) and
@@ -8,16 +9,16 @@
 #                imported before Triton, see euler_torch_reference/_tensors.py)                    (~150 s, cap 200)
 #   train        euler train --backend triton: the small preset beside naive (same seed, 30 steps), the
 #                124M preset with GPT-2's tokenizer (vocabulary 50257, padded to 50304) on the embedded
-#                corpus (the Python standard library's source), B=16, T=1024, 50 steps; then
-#                euler bench step: a run of 8 steps of the same model timed op by op (where the time goes)
+#                corpus (the Python standard library's source), B=16, T=1024, 50 steps
 #                (step 0 compiles for ~25 s; then ~0.67 s a step at B=16; the last step writes a 1.5 GB
-#                checkpoint and samples a few tokens)                                             (~130 s, caps 30+30+130+70)
+#                checkpoint and samples a few tokens)                                             (~100 s, caps 30+30+130)
+#   profile      euler bench step: 8 steps of the same 124M run timed op by op (where the time goes) (~35 s, cap 70)
 #
 # GPT-2's BPE ranks do not travel with the checkout: copy them into the ignored folder .h200/ and carry it.
 #   mkdir -p .h200 && cp ../shared/data/gpt2.tiktoken .h200/
 #   run(command="GIT_SHA=$(git rev-parse HEAD) bash bench/triton_h200.sh", carry=[".h200"], timeout_s=600)
 # (write the sha into the command: there is no .git on the device). Stages can be named:
-#   bash bench/triton_h200.sh conformance bench train        (the default: all three)
+#   bash bench/triton_h200.sh conformance bench train profile   (the default: all four)
 #   SMOKE=1 bash bench/triton_h200.sh bench train            (small shapes, 3 steps: a check of the path)
 #
 # What comes back in $OUT (8 files at most): log.txt (environment and everything printed), conformance.txt,
@@ -26,7 +27,7 @@
 # (metrics per step), step_profile.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/triton-h200}; mkdir -p "$OUT"
-STAGES=${*:-conformance bench train}
+STAGES=${*:-conformance bench train profile}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
 export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"; }
@@ -45,9 +46,17 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . -e bench/euler-tor
 euler backends 2>&1 | grep -E "^(triton|torch)" | tee -a "$OUT/log.txt"
 
 if [[ " $STAGES " == *" conformance "* ]]; then
-  log "conformance"
-  timeout 120 euler conformance --backend triton --quiet > "$OUT/conformance.txt" 2>&1; echo "exit $?" >> "$OUT/conformance.txt"
-  tail -25 "$OUT/conformance.txt" | tee -a "$OUT/log.txt"
+  # one process per op, plus the model row, side by side (Triton compiles each kernel once per process:
+  # one process for the whole suite took over 120 s)
+  log "conformance (one process per op, and the model step)"
+  mkdir -p /tmp/conf
+  for op in embedding layernorm matmul attention gelu residual crossentropy adamw; do
+    timeout 150 euler conformance --backend triton --op $op --quiet > /tmp/conf/$op.txt 2>&1 &
+  done
+  timeout 150 euler conformance --backend triton --check model_step --quiet > /tmp/conf/model.txt 2>&1 &
+  wait
+  for f in /tmp/conf/*.txt; do echo "## $(basename $f .txt)"; cat $f; done > "$OUT/conformance.txt"
+  grep -E "passed, .* failed" "$OUT/conformance.txt" | tee -a "$OUT/log.txt"
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
@@ -71,8 +80,14 @@ if [[ " $STAGES " == *" train "* ]]; then
   timeout 130 euler train $gpt2 --steps $GPT2_STEPS --eval-every 25 $common --out /tmp/train_gpt2 2>&1 \
     | grep -v "^step" | tail -8 | tee -a "$OUT/log.txt"
   cp /tmp/train_gpt2/metrics.jsonl "$OUT/train_gpt2.jsonl" 2>/dev/null
+fi
+
+if [[ " $STAGES " == *" profile "* ]]; then
   log "step profile: gpt2 (124M) triton, op by op"
-  timeout 70 euler bench step $gpt2 --steps $PROFILE_STEPS --skip-steps $SKIP --eval-every 0 $common \
-    --out /tmp/step_gpt2 --profile-out "$OUT/step_profile.json" 2>&1 | sed -n '/^median step/,$p' | tee -a "$OUT/log.txt"
+  timeout 70 euler bench step --backend triton --preset gpt2 --tokenizer gpt2 --batch-size 16 --seq-len 1024 \
+    --lr 6e-4 --warmup 10 --steps $PROFILE_STEPS --skip-steps $SKIP --eval-every 0 --eval-batches 4 \
+    --checkpoint-every 0 --sample-tokens 8 --seed 1 --out /tmp/step_gpt2 --profile-out "$OUT/step_profile.json" \
+    > /tmp/step.log 2>&1; echo "exit $?" >> /tmp/step.log
+  tail -40 /tmp/step.log | tee -a "$OUT/log.txt"
 fi
 log "done"

@@ -87,26 +87,35 @@ def _fmt_index(idx, shape):
     return str(tuple(int(i) for i in np.unravel_index(idx, shape))) if shape else "()"
 
 
-def compare(name: str, got, ref, tol, what="the float64 naive reference") -> None:
-    """Raise CheckFailed unless |got - ref| <= rtol |ref| + atol rms(ref) everywhere (see tolerances)."""
+def compare(name: str, got, ref, tol, what="the float64 naive reference", outliers_per_million: float = 0.0) -> str:
+    """Raise CheckFailed unless |got - ref| <= rtol |ref| + atol rms(ref) everywhere (see tolerances).
+
+    `outliers_per_million` > 0 (the benchmark's check at shapes far larger than the suite's cases)
+    lets that many elements in a million exceed the bound by at most 2x, all finite: at millions of
+    elements, a bf16 kernel's rounding puts a few elements past a per-element bound that is exact at
+    the suite's sizes (euler_core/bench/shapes.py). Returns a note on the outliers it let pass ('' if none)."""
     g = host64(got)
     r = np.asarray(ref, dtype=np.float64)
     if g.shape != r.shape:
         raise CheckFailed(f"{name}: shape {g.shape}, expected {r.shape}")
     if g.size == 0:
-        return
+        return ""
     scale = max(float(np.sqrt(np.mean(r * r))), 1e-300)
     allowed = tol.rtol * np.abs(r) + tol.atol * scale
     err = np.abs(g - r)
     bad = ~(err <= allowed)  # NaN in got counts as bad
-    if bad.any():
-        ratio = np.where(np.isfinite(err), err / allowed, np.inf)
-        worst = int(np.argmax(np.where(bad, ratio, -1.0)))
-        raise CheckFailed(
-            f"{name} differs from {what} at {int(bad.sum())} of {g.size} elements ({tol}): "
-            f"worst at {_fmt_index(worst, g.shape)}: got {float(g.flat[worst]):.10g}, expected {float(r.flat[worst]):.10g} "
-            f"(|err| {err.flat[worst]:.3g}, allowed {allowed.flat[worst]:.3g}; max |err| overall "
-            f"{np.nanmax(err) if np.isfinite(err).any() else float('nan'):.3g}, rms(ref) {scale:.3g})")
+    if not bad.any():
+        return ""
+    ratio = np.where(np.isfinite(err), err / allowed, np.inf)
+    worst = int(np.argmax(np.where(bad, ratio, -1.0)))
+    n_bad = int(bad.sum())
+    where = (f"{n_bad} of {g.size} elements ({tol}): "
+             f"worst at {_fmt_index(worst, g.shape)}: got {float(g.flat[worst]):.10g}, expected {float(r.flat[worst]):.10g} "
+             f"(|err| {err.flat[worst]:.3g}, allowed {allowed.flat[worst]:.3g}; max |err| overall "
+             f"{np.nanmax(err) if np.isfinite(err).any() else float('nan'):.3g}, rms(ref) {scale:.3g})")
+    if n_bad <= g.size * outliers_per_million / 1e6 and ratio.flat[worst] <= 2.0:
+        return f"{name}: {where}, within the {outliers_per_million:g}-per-million outlier allowance"
+    raise CheckFailed(f"{name} differs from {what} at {where}")
 
 
 def expect_finite(name: str, a) -> None:

@@ -148,11 +148,13 @@ class FakeCudaTimer:
 
     def __init__(self):
         self.batches = []
+        self.host_per_call = None
 
     def batch(self, call, indices):
         self.batches.append(list(indices))
         for i in indices:
             call(i)
+        self.host_per_call = 5e-6  # Python's side of each call
         return 1e-6  # a 1 us kernel
 
     def sync(self):
@@ -167,6 +169,7 @@ def test_gpu_timing_batches_back_to_back_calls_and_rotates_inputs():
     assert t.calls_per_sample >= cfg.min_batch_gpu  # never one kernel per pair of events
     assert all(len(b) == t.calls_per_sample for b in timer.batches[-5:])
     assert set(seen) == {0, 1, 2} and seen[:6] == [0, 1, 2, 0, 1, 2]  # inputs rotate call after call
+    assert t.host_samples == [5e-6] * 5 and t.host_p50 == 5e-6   # the host's time is kept beside the GPU's
 
 
 def test_unknown_shape_set_and_op_are_clear_errors(tmp_path):
@@ -261,3 +264,34 @@ def test_an_interrupted_run_keeps_its_records_speedups_and_run_json(registry, tm
     ok = [r for r in records if r.get("kind") == "op" and r["status"] == "ok"]
     assert {r["op"] for r in ok} == {"gelu"} and all(r["speedup"] == pytest.approx(1.0) for r in ok)
     assert json.loads((tmp_path / "run.json").read_text())["interrupted"] is True
+
+
+def test_gpu_batches_wait_behind_a_spin_long_enough_for_python_to_queue_them():
+    from euler_core.bench.timing import MAX_SPIN_S, spin_seconds
+    assert spin_seconds(None, 50) == 1e-3                      # nothing measured yet
+    assert spin_seconds(100e-6, 40) == 1.5 * 100e-6 * 40 + 50e-6   # 1.5x the host's launch time, + 50 us
+    assert spin_seconds(1.0, 10_000) == MAX_SPIN_S              # bounded
+
+
+def test_the_at_shape_check_lets_a_rounding_tail_pass_and_nothing_more():
+    from conformance.arrays import CheckFailed, compare
+    from conformance.tolerances import Tol
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(2_000_000)
+    tol = Tol(0.04, 0.02)
+    allowed = tol.rtol * np.abs(ref) + tol.atol * np.sqrt(np.mean(ref * ref))
+
+    def with_errors(at, factor):
+        got = ref.copy()
+        got[at] += factor * allowed[at]
+        return got
+
+    assert compare("y", ref, ref, tol, outliers_per_million=1.0) == ""
+    note = compare("y", with_errors([7], 1.5), ref, tol, outliers_per_million=1.0)
+    assert "1 of 2000000 elements" in note and "outlier allowance" in note      # 2 allowed in 2M
+    with pytest.raises(CheckFailed, match="at 3 of 2000000"):                    # more than one in a million
+        compare("y", with_errors([1, 2, 3], 1.5), ref, tol, outliers_per_million=1.0)
+    with pytest.raises(CheckFailed, match="at 1 of 2000000"):                    # far past the bound
+        compare("y", with_errors([7], 3.0), ref, tol, outliers_per_million=1.0)
+    with pytest.raises(CheckFailed, match="at 1 of 2000000"):                    # the suite allows none
+        compare("y", with_errors([7], 1.5), ref, tol)

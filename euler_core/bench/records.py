@@ -112,11 +112,14 @@ def library_versions() -> dict:
 
 @lru_cache(maxsize=None)
 def git_state() -> tuple[str | None, bool | None]:
-    """(sha, dirty) of the checkout euler_core runs from; outside a git checkout (a copy of the tree on
-    a remote machine) the sha in $EULER_GIT_SHA, if set, with dirty unknown; else (None, None)."""
+    """(sha, dirty) of the checkout euler_core runs from; the sha in $EULER_GIT_SHA, if set, with dirty
+    unknown (a copy of the tree on a remote machine, whose .git may be absent or stale); else (None, None)
+    outside a git checkout."""
     root = Path(__file__).resolve().parents[2]
+    if os.environ.get("EULER_GIT_SHA"):     # said by whoever copied the tree (its .git may be stale)
+        return os.environ["EULER_GIT_SHA"], None
     if shutil.which("git") is None or not (root / ".git").exists():
-        return os.environ.get("EULER_GIT_SHA") or None, None
+        return None, None
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10).stdout.strip() or None

@@ -2,10 +2,16 @@
 percentiles. Used by the op benchmarks (ops.py) and the peak measurements (peaks.py).
 
 A *sample* is one batch of `k` back-to-back calls timed as a whole, divided by `k`:
-- on the GPU, between two CUDA events recorded on the current stream around the batch. Timing a
-  single short kernel between a pair of events overstates it by up to a third (launch gaps and event
-  overhead: MACHINE-NOTES.md); a batch long enough (>= `sample_s`, at least `min_batch_gpu` calls)
-  amortises that away.
+- on the GPU, between two CUDA events recorded on the current stream around the batch, with the
+  batch queued behind a *spin kernel*: one GPU thread that waits, on the GPU's own clock, about 1.5x
+  as long as the host took to launch the previous batch. While it spins, Python launches the whole
+  batch; when it ends, the GPU finds every call queued and runs them back to back. So a sample is the
+  GPU's time for the calls, not Python's time to launch them (for a 20 us kernel whose Python side
+  costs 100 us, back-to-back calls would measure the Python). That is the time a CUDA graph of the
+  step would see, and it treats every backend alike whatever its Python costs. The Python side is
+  measured too: the host seconds per call (`host_samples`), what a step run without a graph pays
+  where it exceeds the GPU's time. A batch long enough (>= `sample_s`, at least `min_batch_gpu`
+  calls) amortises the events' own overhead.
 - on the CPU, with `time.perf_counter` around the batch, the garbage collector off, so nothing else
   in this process runs in between. Batches matter less here, but make microsecond kernels measurable.
 Successive calls cycle through `n_sets` copies of the inputs, so a kernel whose inputs fit in a cache
@@ -20,7 +26,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,6 +58,7 @@ class TimingConfig:
 
 class CpuTimer:
     device = "cpu"
+    host_per_call = None   # on the CPU the host time is the time
 
     def batch(self, call, indices) -> float:
         """Seconds per call of call(i) for i in indices, run back to back."""
@@ -64,8 +71,27 @@ class CpuTimer:
         pass
 
 
+_SPIN_SOURCE = r"""
+extern "C" __global__ void euler_spin(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+MAX_SPIN_S = 0.5
+
+
+def spin_seconds(host_per_call: float | None, calls: int) -> float:
+    """How long the GPU waits before a batch: 1.5x the host's launch time for `calls` calls at the
+    last measured rate, plus 50 us; 1 ms before anything was measured; at most MAX_SPIN_S."""
+    if host_per_call is None:
+        return 1e-3
+    return min(MAX_SPIN_S, 1.5 * host_per_call * calls + 50e-6)
+
+
 class CudaTimer:
-    """CUDA events on CuPy's current stream around each batch (every kernel contract launches there)."""
+    """CUDA events on CuPy's current stream around each batch (every kernel contract launches there),
+    the batch queued behind a spin kernel (see the module docstring)."""
 
     device = "cuda"
 
@@ -74,13 +100,19 @@ class CudaTimer:
         self.cupy = cupy
         self.start = cupy.cuda.Event()
         self.end = cupy.cuda.Event()
+        self.spin = cupy.RawKernel(_SPIN_SOURCE, "euler_spin")
+        self.host_per_call: float | None = None   # host seconds per call in the last batch
 
     def batch(self, call, indices) -> float:
         stream = self.cupy.cuda.get_current_stream()
         stream.synchronize()                  # nothing from before is still queued inside our window
+        wait_ns = int(spin_seconds(self.host_per_call, len(indices)) * 1e9)
+        self.spin((1,), (1,), (np.uint64(wait_ns),))   # on the current stream, before the batch
         self.start.record(stream)
+        t0 = time.perf_counter()
         for i in indices:
             call(i)
+        self.host_per_call = (time.perf_counter() - t0) / len(indices)
         self.end.record(stream)
         self.end.synchronize()
         ms = self.cupy.cuda.get_elapsed_time(self.start, self.end)
@@ -99,6 +131,11 @@ class Timing:
     samples: list[float]   # seconds per call, one per batch
     calls_per_sample: int
     input_sets: int
+    host_samples: list[float] = field(default_factory=list)  # GPU only: host (Python) seconds per call
+
+    @property
+    def host_p50(self) -> float | None:
+        return float(np.percentile(self.host_samples, 50)) if self.host_samples else None
 
     @property
     def p20(self) -> float:
@@ -140,9 +177,12 @@ def measure(call, n_sets: int, timer, cfg: TimingConfig) -> Timing:
             k = max(k, cfg.min_batch_gpu)
         k = min(k, cfg.max_batch)
         samples: list[float] = []
+        host: list[float] = []
         start = time.perf_counter()
         while True:
             samples.append(timer.batch(call, next_indices(k)))
+            if timer.host_per_call is not None:
+                host.append(timer.host_per_call)
             spent = time.perf_counter() - start
             if len(samples) >= cfg.max_samples:
                 break
@@ -153,4 +193,4 @@ def measure(call, n_sets: int, timer, cfg: TimingConfig) -> Timing:
     finally:
         if was_enabled:
             gc.enable()
-    return Timing(samples, k, n_sets)
+    return Timing(samples, k, n_sets, host)
