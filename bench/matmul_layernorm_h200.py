@@ -12,7 +12,7 @@ for the accumulated gradients, pre-filled with random values, against PyTorch in
 upcast inputs (TF32 off). Timing (METHOD.md): the median of 5 batches of k back-to-back calls
 between CUDA events. "gpu" times queue the batch behind a spinning kernel, so that the Python launch
 path (~20 us a launch) is hidden and the events time the GPU alone (what a CUDA graph would see);
-"wall" times (final stage) are plain back-to-back calls like bench/triton_h200.py. Layernorm rotates
+"wall" times (final stage) are plain back-to-back calls (launch cost included). Layernorm rotates
 over 4 sets of buffers (more than the 50 MB L2). cuBLAS (torch.matmul / addmm / addmm_ / sum) and
 torch.nn.functional.layer_norm are timed in the same process, the same way.
 
