@@ -11,7 +11,8 @@ exp, of minus the distance between them, whichever is larger:
 At the end the lanes are merged: M = max m, S = sum s exp(m - M); loss = M + log(S) - z[target],
 0 where the target is -1. Saved: the logsumexp (N,) float32. (An earlier version reduced each chunk
 across the block, max then sum, twice a chunk; its loads waited on those reductions and it reached
-60% of the H200's bandwidth against the backward's 91%.)
+60% of the H200's bandwidth against the backward's 91%; this one reaches 66%:
+reports/triton-h200/README.md.)
 
 Backward, one program per (row, chunk): dlogits = dloss * (exp(z - lse) - [v == target]) for v <
 n_valid, 0 in the padded columns and on ignored rows: one read and one write of the logits. Naive
