@@ -30,6 +30,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import _openblas
+from ._jit import jit
 
 NO_TRANS, TRANS = 111, 112     # CBLAS_TRANSPOSE
 _ROW_MAJOR = 101               # CBLAS_ORDER
@@ -90,3 +91,11 @@ def single_threaded_blas(typingctx):
         return context.get_dummy_value()
 
     return types.void(), codegen
+
+
+@jit
+def blocks(n, threads):
+    """(parts, size): n rows (or heads) cut into one contiguous block per thread, the last one shorter;
+    block p is rows p*size .. min(n, (p+1)*size)."""
+    parts = max(1, min(threads, n))
+    return parts, (n + parts - 1) // parts

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import get_num_threads, prange
 
-from ._blas import NO_TRANS, TRANS, gemm, single_threaded_blas
+from ._blas import NO_TRANS, TRANS, blocks, gemm, single_threaded_blas
 from ._jit import contiguous, deliver, dest, exp_as, fexp, jit, pjit, scalar
 
 BK = 64  # keys per block (flash forward and the backward); queries go four at a time
@@ -429,13 +429,6 @@ def _dsoftmax_rows(S, G, nq, nk, q0, lse_h, D, scale):
             grow[j] = zero
 
 
-@jit
-def _head_parts(heads, threads):
-    """(parts, heads per part): the B*NH heads cut into one contiguous range per thread."""
-    parts = max(1, min(threads, heads))
-    return parts, (heads + parts - 1) // parts
-
-
 @pjit
 def _forward_blas(qkv, B, T, NH, scale, y, lse, threads):
     """Per (batch, head), per block of BQ queries q0..q1-1 (they see keys 0..q1-1):
@@ -446,7 +439,7 @@ def _forward_blas(qkv, B, T, NH, scale, y, lse, threads):
     C = C3 // 3
     HS = C // NH
     heads = B * NH
-    parts, step = _head_parts(heads, threads)
+    parts, step = blocks(heads, threads)
     for part in prange(parts):
         single_threaded_blas()
         S = np.empty((BQ, T), qkv.dtype)
@@ -473,7 +466,7 @@ def _backward_blas(qkv, y, dy, lse, B, T, NH, scale, dqkv, threads):
     C = C3 // 3
     HS = C // NH
     heads = B * NH
-    parts, step = _head_parts(heads, threads)
+    parts, step = blocks(heads, threads)
     for part in prange(parts):
         single_threaded_blas()
         S = np.empty((BQ, T), qkv.dtype)

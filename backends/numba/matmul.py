@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import get_num_threads, prange
 
-from ._blas import NO_TRANS, TRANS, gemm, single_threaded_blas
+from ._blas import NO_TRANS, TRANS, blocks, gemm, single_threaded_blas
 from ._jit import accumulator, contiguous, deliver, dest, jit, pjit, scalar, settle
 
 NB = 32     # rows of x per parallel block (blocked variant)
@@ -63,21 +63,14 @@ def _colsum_into(dout, db):
         _colsum_range(dout, db, blk * 256, min(M, blk * 256 + 256))
 
 
-@jit
-def _parts(n, flops, threads):
-    """How many blocks to cut n rows into: one per thread, one for a small product."""
-    if flops < MIN_PARALLEL_FLOPS:
-        return 1
-    return max(1, min(n, threads))
-
-
 @pjit
 def _forward_blas(x, w, bias, has_bias, y, threads):
     """y = x @ w.T (+ bias): row blocks in parallel, one single-threaded GEMM each."""
     N, K = x.shape
     M = w.shape[0]
-    parts = _parts(N, 2.0 * N * K * M, threads)
-    step = (N + parts - 1) // parts
+    if 2.0 * N * K * M < MIN_PARALLEL_FLOPS:
+        threads = 1
+    parts, step = blocks(N, threads)
     for p in prange(parts):
         single_threaded_blas()
         lo, hi = p * step, min(N, p * step + step)
@@ -94,16 +87,15 @@ def _backward_blas(x, w, dout, dx, dw, db, has_bias, threads):
     """dx = dout @ w (row blocks); dw += dout.T @ x and db += colsum(dout) (weight-row blocks)."""
     N, K = x.shape
     M = w.shape[0]
-    flops = 2.0 * N * K * M
-    parts = _parts(N, flops, threads)
-    step = (N + parts - 1) // parts
+    if 2.0 * N * K * M < MIN_PARALLEL_FLOPS:
+        threads = 1
+    parts, step = blocks(N, threads)
     for p in prange(parts):
         single_threaded_blas()
         lo, hi = p * step, min(N, p * step + step)
         if hi > lo:
             gemm(NO_TRANS, NO_TRANS, hi - lo, K, M, 1.0, dout, lo * M, M, w, 0, K, 0.0, dx, lo * K, K)
-    parts = _parts(M, flops, threads)
-    step = (M + parts - 1) // parts
+    parts, step = blocks(M, threads)
     for p in prange(parts):
         single_threaded_blas()
         lo, hi = p * step, min(M, p * step + step)

@@ -49,3 +49,18 @@ def dot_precision(dtype: str) -> str:
     """float32 inputs are multiplied exactly (IEEE fp32 FMA), as the float32 contract needs; fp16 and
     bf16 go to the tensor cores whatever this says."""
     return "ieee" if dtype == "float32" else "tf32"
+
+
+#: SMs of the GPU the recorded (compile-test) and interpreted launches are sized for: an H200's
+H200_SMS = 132
+_SMS: dict = {}
+
+
+def num_sms(xp) -> int:
+    """Multiprocessors of the current GPU (programs-per-SM grid sizing); H200_SMS off the GPU."""
+    if xp.__name__ != "cupy":
+        return H200_SMS
+    dev = xp.cuda.Device().id
+    if dev not in _SMS:
+        _SMS[dev] = xp.cuda.Device(dev).attributes["MultiProcessorCount"]
+    return _SMS[dev]

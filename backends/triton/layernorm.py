@@ -30,7 +30,6 @@ MAX_C = 16384
 #: and backward; the backward's programs per SM (G = that x SMs, at most one per ROWS rows). At
 #: C = 768 (4 rows a step), on the GPU: forward 66-75% of the copy bandwidth, backward 45-52%.
 CONFIG = {"forward": dict(elems=4096, num_warps=4), "backward": dict(elems=4096, num_warps=4, per_sm=2)}
-SMS = 132  # an H200's SMs: the backward's G is sized for it (any G is correct)
 
 
 def _launch_config(C: int, direction: str, config=None) -> dict:
@@ -127,7 +126,7 @@ def backward(saved, dout, grads, config=None):
     dx = _common.grad_buffer("layernorm", grads, "x", x, xp)
     cfg = _launch_config(C, "backward", config)
     rows = cfg["ROWS"]
-    groups = max(1, min(cfg.pop("per_sm") * SMS, cdiv(N, rows)))
+    groups = max(1, min(cfg.pop("per_sm") * _common.num_sms(xp), cdiv(N, rows)))  # any G is correct
     per_program = cdiv(cdiv(N, groups), rows) * rows
     groups = cdiv(N, per_program)
     partial = xp.empty((groups, 2 * C), dtype="float32")

@@ -175,20 +175,6 @@ SHAPE_CONFIGS = {
     ("dW", 768, 768): _tile16(128, 256, 4, split_k=16, busy=0.9),
 }
 
-#: SMs of the GPU the recorded (compile-test) and interpreted launches are sized for: an H200's
-H200_SMS = 132
-_SMS: dict = {}
-
-
-def _num_sms(xp) -> int:
-    if xp.__name__ != "cupy":
-        return H200_SMS
-    dev = xp.cuda.Device().id
-    if dev not in _SMS:
-        _SMS[dev] = xp.cuda.Device(dev).attributes["MultiProcessorCount"]
-    return _SMS[dev]
-
-
 def _split(cfg: dict, tiles: int, K: int, sms: int) -> int:
     """K slice length. The persistent grid runs `slots` = SMs x ctas_per_sm work items at a time;
     tiles x S items fill ceil(tiles x S / slots) waves, so a small output (72 tiles on 132 SMs)
@@ -250,7 +236,7 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, next_pow2(M)))
     cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, next_pow2(N)))
     cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, next_pow2(K)))
-    sms = _num_sms(xp)
+    sms = _common.num_sms(xp)
     tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
     k_split = _split(cfg, tiles, K, sms) if act == 0 else K
     splits = cdiv(K, k_split)

@@ -134,28 +134,23 @@ def make_inputs(op: str, dims: dict, dtype: str, seed: int, device: str) -> Inpu
 
 
 def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
+    """make_inputs on the host, and what the float64 naive backend computes from them."""
     from conformance.arrays import is_float
     spec = OPS[op]
-    rng = np.random.default_rng(seed)
-    inputs, attrs = spec.example(dims, "float64", rng)
-    dt = _np_dtype(dtype)
-    typed = {k: (v.astype(dt) if is_float(v) else v) for k, v in inputs.items() if v is not None}
-    exact = {k: (v.astype(np.float64) if is_float(v) else v) for k, v in typed.items()}
-    full = spec.fill_attrs(attrs)
+    inputs = make_inputs(op, dims, dtype, seed, "cpu")
+    exact = {k: (v.astype(np.float64) if is_float(v) else v) for k, v in inputs.typed.items()}
+    full = spec.fill_attrs(inputs.attrs)
     naive = importlib.import_module(f"backends.naive.{op}")
     if spec.output is None:  # adamw updates param, m, v in place
         state = {k: v.copy() for k, v in exact.items()}
         naive.forward(state, full, None)
-        return Reference(typed, attrs, None, {k: state[k] for k in ("param", "m", "v")})
+        return Reference(inputs.typed, inputs.attrs, None, {k: state[k] for k in ("param", "m", "v")})
     out, saved = naive.forward(exact, full, None)
-    dout = rng.standard_normal(np.shape(out))
-    dout[dout == 0] = 0.5
-    dout = dout.astype(_np_dtype(spec.output_dtype(typed, full)))
     grads = {p: np.zeros_like(exact[p]) for p in spec.params if p in exact}
-    result = naive.backward(saved, dout.astype(np.float64), grads)
+    result = naive.backward(saved, inputs.dout.astype(np.float64), grads)
     expected = {"out": np.asarray(out)}
     expected.update({f"d{n}": np.asarray(result[n]) for n in spec.differentiable if n in exact})
-    return Reference(typed, attrs, dout, expected)
+    return Reference(inputs.typed, inputs.attrs, inputs.dout, expected)
 
 
 OUTLIERS_PER_MILLION = 1.0  # elements past the suite's bound (by at most 2x) the at-shape check allows
@@ -421,7 +416,6 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                                 f"{r['tflops'] * 1e3:8.2f} GFLOP/s {r['gbps']:8.2f} GB/s  "
                                 f"{100 * r['roofline_fraction']:5.1f}% of roofline"
                                 + (f"  (Python {t.host_p50 * 1e3:.4f} ms a call)" if t.host_p50 is not None else ""))
-                    ref, timed_inputs = None, {}
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (cli.py): keep what was measured
         interrupted = True
         log("interrupted: writing the records measured so far, with their speedups")
