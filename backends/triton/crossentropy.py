@@ -9,10 +9,16 @@ exp, of minus the distance between them, whichever is larger:
                          else:   s = s + e                 (z's own term)
 
 At the end the lanes are merged: M = max m, S = sum s exp(m - M); loss = M + log(S) - z[target],
-0 where the target is -1. Saved: the logsumexp (N,) float32. (An earlier version reduced each chunk
-across the block, max then sum, twice a chunk; its loads waited on those reductions and it reached
-60% of the H200's bandwidth against the backward's 91%; this one reaches 66%:
-reports/triton-h200/README.md.)
+0 where the target is -1. Saved: the logsumexp (N,) float32.
+
+What made it fast (reports/triton-h200/crossentropy-sweep.json, H200, B*T = 16384 rows of 50304):
+the chunks wholly below n_valid are read unmasked, and only the last one with a mask. GPT-2's
+n_valid = 50257 is odd, so a mask `cols < n_valid` on every chunk kept Triton from proving that 8
+neighbouring lanes agree on it, and each lane loaded its own 2 bytes: 589 us, 66% of the copy
+bandwidth. Unmasked, the loads are 16 bytes a lane; with 2048-wide chunks on 4 warps (16 logits a
+lane: the loads of several programs in flight on each SM while others do the exps) and the loop's
+loads pipelined two deep (`tl.range(num_stages=2)`, asynchronous copies), 457 us, 85%. Wider chunks
+were slower (4096: 502 us, 8192: 622 us), as was reducing each chunk across the block first (60%).
 
 Backward, one program per (row, chunk): dlogits = dloss * (exp(z - lse) - [v == target]) for v <
 n_valid, 0 in the padded columns and on ignored rows: one read and one write of the logits. Naive
@@ -25,24 +31,34 @@ this variant is the loss alone, as the spec defines it.
 from dataclasses import dataclass
 
 from . import _common
-from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
+from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
 
-BLOCK_V = 4096
+#: chunk widths (a power of two at most; smaller vocabularies take the next power of two above V)
+FORWARD_BLOCK_V, BACKWARD_BLOCK_V = 2048, 4096
+FORWARD_WARPS, FORWARD_STAGES = 4, 2
+
+
+@triton.jit
+def _online_update(m, s, z):
+    """Each lane's running (max, sum of exp(z - max)) after meeting z (-inf: nothing met)."""
+    e = tl.exp(-tl.abs(z - m))
+    return tl.maximum(m, z), tl.where(z > m, s * e + 1.0, s + e)
 
 
 @kernel
-def _ce_forward(logits_ptr, targets_ptr, losses_ptr, lse_ptr, V, n_valid, BLOCK_V: tl.constexpr):
+def _ce_forward(logits_ptr, targets_ptr, losses_ptr, lse_ptr, V, n_valid, BLOCK_V: tl.constexpr,
+                STAGES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * V
     # per lane; m starts below any logit but finite, so that z - m is never -inf - (-inf)
     m = tl.full((BLOCK_V,), -3.0e38, dtype=tl.float32)
     s = tl.zeros((BLOCK_V,), dtype=tl.float32)
-    for v0 in range(0, n_valid, BLOCK_V):
-        cols = v0 + tl.arange(0, BLOCK_V)
-        z = tl.load(base + cols, mask=cols < n_valid, other=float("-inf")).to(tl.float32)
-        e = tl.exp(-tl.abs(z - m))          # a masked column (z = -inf) gives 0
-        s = tl.where(z > m, s * e + 1.0, s + e)
-        m = tl.maximum(m, z)
+    lanes = tl.arange(0, BLOCK_V)
+    n_full = n_valid - n_valid % BLOCK_V
+    for v0 in tl.range(0, n_full, BLOCK_V, num_stages=STAGES):  # whole chunks: no mask
+        m, s = _online_update(m, s, tl.load(base + v0 + lanes).to(tl.float32))
+    cols = n_full + lanes  # the rest, masked (a masked column is -inf: exp gives 0)
+    m, s = _online_update(m, s, tl.load(base + cols, mask=cols < n_valid, other=float("-inf")).to(tl.float32))
     m_row = tl.max(m, axis=0)
     lse = m_row + tl.log(tl.sum(s * tl.exp(m - m_row), axis=0))
     target = tl.load(targets_ptr + row).to(tl.int64)
@@ -76,8 +92,8 @@ class Saved:
     n_valid: int
 
 
-def _block(V: int) -> int:
-    return min(BLOCK_V, max(16, next_pow2(V)))
+def _block(V: int, widest: int) -> int:
+    return min(widest, max(16, next_pow2(V)))
 
 
 def forward(inputs, attrs, out=None):
@@ -90,9 +106,8 @@ def forward(inputs, attrs, out=None):
     targets = xp.ascontiguousarray(targets)  # targets are often a view of a token window: copy (B*T ints)
     losses = _common.output("crossentropy", xp, out, (B, T), "float32")
     lse = xp.empty((B * T,), dtype="float32")
-    block = _block(V)
-    launch(_ce_forward, (B * T,), logits, targets, losses, lse, V, n_valid, BLOCK_V=block,
-           num_warps=8 if block >= 2048 else 4)
+    launch(_ce_forward, (B * T,), logits, targets, losses, lse, V, n_valid, BLOCK_V=_block(V, FORWARD_BLOCK_V),
+           STAGES=FORWARD_STAGES, num_warps=FORWARD_WARPS)
     return losses, Saved(logits, targets, lse, n_valid)
 
 
@@ -102,7 +117,7 @@ def backward(saved, dlosses, grads):
     xp = xp_of(logits)
     dlosses = xp.ascontiguousarray(dlosses)
     dlogits = _common.grad_buffer("crossentropy", grads, "logits", logits, xp)
-    block = _block(V)
+    block = _block(V, BACKWARD_BLOCK_V)
     launch(_ce_backward, (B * T, cdiv(V, block)), logits, saved.targets, saved.lse, dlosses, dlogits, V,
            saved.n_valid, BLOCK_V=block, num_warps=8 if block >= 2048 else 4)
     return {"logits": dlogits}
