@@ -5,8 +5,10 @@
     TRITON_INTERPRET=1 python3 bench/tune/crossentropy_sweep.py --interpret   (here: tiny shapes)
 
 Candidates, all one program per row with per-lane running (max, sum):
-- `product`: backends/triton/crossentropy.py as it is (loads masked by `cols < n_valid`; n_valid = 50257
-  is odd, so Triton cannot prove 8 neighbouring lanes share a mask value: 2-byte loads).
+- `product`: backends/triton/crossentropy.py as it is. In the committed run
+  (reports/triton-h200/crossentropy-sweep.*) that was the kernel before this sweep: every chunk's loads
+  masked by `cols < n_valid`; n_valid = 50257 is odd, so Triton could not prove 8 neighbouring lanes
+  share a mask value: 2-byte loads. The sweep's winner, split-b2048-w4-s2, is the product since.
 - `split`: the chunks wholly below n_valid unmasked (16-byte loads), then one masked tail chunk;
   BLOCK_V x num_warps x the loop's num_stages (tl.range pipelining of the loads).
 Also timed: a read-only pass over the same logits (sum of a bf16 row: the achievable read bandwidth of
