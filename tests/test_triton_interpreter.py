@@ -99,6 +99,30 @@ def test_fused_matmul_gelu_epilogue():
     np.testing.assert_allclose(y, naive_gelu.forward({"x": ref_pre}, {})[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_dw_split_k_with_the_bias_gradient(fused):
+    """dW += dy.T @ x cut into K slices (float32 slices through the 3-D C descriptor, 64 x 64 tiles,
+    ragged M), db += sum_n dy either fused into that kernel (row sums of A) or the column sum."""
+    from backends.triton import _reduce, matmul
+    rng = np.random.default_rng(2)
+    N, K, M = 1000, 64, 136                       # 3 x 1 tiles of 64 x 64, 1000 rows in 2 slices
+    x, dy = rng.standard_normal((N, K)).astype(np.float16), rng.standard_normal((N, M)).astype(np.float16)
+    g0, db0 = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal(M).astype(np.float16)
+    dw, db = g0.copy(), db0.copy()
+    cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3, GROUP_M=2, FLATTEN=True,
+               ctas_per_sm=1, epi_halves=2, split_k=8, busy=0.9)
+    with _runtime.recording() as rec:
+        matmul.gemm(dy, x, dw, (1, M), (K, 1), M, K, N, accumulate=True, rowsum=db, config=cfg)
+    assert rec[0]["grid"] == (6,) and rec[0]["constexprs"]["TMA_C"]   # 3 tiles x 2 slices
+    with _runtime.interpreter():
+        matmul.gemm(dy, x, dw, (1, M), (K, 1), M, K, N, accumulate=True, rowsum=db if fused else None, config=cfg)
+        if not fused:
+            _reduce.colsum_into(dy, db, np)
+    d64 = dy.astype(np.float64)
+    np.testing.assert_allclose(dw, d64.T @ x.astype(np.float64) + g0, rtol=2e-3, atol=2e-2)
+    np.testing.assert_allclose(db, d64.sum(0) + db0, rtol=2e-3, atol=2e-2)
+
+
 def test_plugin_imports_neither_triton_nor_cupy():
     import subprocess
     import sys
