@@ -5,17 +5,20 @@ Forward: program i loads rows i*ROWS .. i*ROWS+ROWS-1 of x (N,C) as one (ROWS, B
 (BLOCK_C = C rounded up to a power of two, masked; 16-byte vector loads along the row), computes
 each row's mean and variance in float32 (two-pass over the registers, not the E[x^2] - E[x]^2
 shortcut), writes y and saves mean and rstd (N,) float32 for the backward. One read of x and one
-write of y: the minimum. Several rows per program give each SM several independent rows in flight
-(a row of GPT-2's 768 bf16 channels is only 1.5 KB).
+write of y: the minimum. x is read once and y is not read again here, so both go through the L2 with
+the evict-first policy (on the H200: about 1 us of 17-30 us). Several rows per program give each SM
+several independent rows in flight (a row of GPT-2's 768 bf16 channels is only 1.5 KB).
 
-Backward: program g owns a contiguous range of rows and walks it ROWS rows at a time: it recomputes
-xhat from x, mean and rstd and writes dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
-g = dout * weight, and it keeps (ROWS, BLOCK_C) float32 sums of dout * xhat and of dout, reduced to
-one row each at the end and written side by side to a (G, 2C) float32 partial. One more launch
-(_reduce.finish_into) adds the G partials, in a fixed order, to dweight and dbias: deterministic, no
-atomics. G is a few programs per SM: enough to fill the GPU, few enough that the partials stay small.
+Backward: G = a few programs per SM (as many as fit at once); program g walks row blocks g, g + G,
+g + 2G, ... (ROWS rows each), with the loads of the next blocks issued while this one is computed
+(tl.range num_stages, through shared memory). For each block it recomputes xhat from x, mean and
+rstd and writes dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight, and adds
+the block's column sums of dout * xhat and of dout (within each thread: a thread holds all ROWS rows
+of its columns) to two float32 rows, written side by side to a (G, 2C) partial at the end. One more
+launch (_reduce.finish_into) adds the G partials, in a fixed order, to dweight and dbias:
+deterministic, no atomics.
 
-Launch configurations in CONFIG (from the H200 sweep, reports/triton-h200/notes-matmul-layernorm.md).
+Launch configurations in CONFIG (from the H200 sweeps, reports/triton-h200/notes-layernorm.md).
 Rows up to MAX_C = 16384 channels (a row must fit in one program's registers); wider is refused.
 """
 
@@ -27,9 +30,14 @@ from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
 MAX_C = 16384
 
 #: elements of a (ROWS, BLOCK_C) block per program (ROWS shrinks as rows grow) and warps, forward
-#: and backward; the backward's programs per SM (G = that x SMs, at most one per ROWS rows). At
-#: C = 768 (4 rows a step), on the GPU: forward 66-75% of the copy bandwidth, backward 45-52%.
-CONFIG = {"forward": dict(elems=4096, num_warps=4), "backward": dict(elems=4096, num_warps=4, per_sm=2)}
+#: and backward; the backward's programs per SM (G = that x SMs, at most one per block) and its
+#: pipeline depth. At C = 768 (4 rows a block), on the H200: forward 73% (N = 16384) and 83%
+#: (32768) of the copy bandwidth, backward 60% and 76% (the finish launch is about 6 us of it).
+CONFIG = {"forward": dict(elems=4096, num_warps=4),
+          "backward": dict(elems=4096, num_warps=4, per_sm=3, stages=3)}
+
+#: shared memory the backward's pipeline may take per program (x and dout blocks, per stage)
+PIPELINE_BYTES = 100 * 1024
 
 
 def _launch_config(C: int, direction: str, config=None) -> dict:
@@ -45,53 +53,55 @@ def _launch_config(C: int, direction: str, config=None) -> dict:
 def _ln_forward(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, C, eps,
                 ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rmask = rows < N
+    base = rows.to(tl.int64) * C
     cols = tl.arange(0, BLOCK_C)
     cmask = cols < C
-    mask = (rows < N)[:, None] & cmask[None, :]
-    offs = rows.to(tl.int64)[:, None] * C + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    mask = rmask[:, None] & cmask[None, :]
+    x = tl.load(x_ptr + base[:, None] + cols[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
     mean = tl.sum(x, axis=1) / C
     xc = tl.where(mask, x - mean[:, None], 0.0)
     var = tl.sum(xc * xc, axis=1) / C
     rstd = 1.0 / tl.sqrt(var + eps)
     w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    y = xc * rstd[:, None] * w[None, :] + b[None, :]
-    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(mean_ptr + rows, mean, mask=rows < N)
-    tl.store(rstd_ptr + rows, rstd, mask=rows < N)
+    y = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + base[:, None] + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")
+    tl.store(mean_ptr + rows, mean, mask=rmask)
+    tl.store(rstd_ptr + rows, rstd, mask=rmask)
 
 
 @kernel
-def _ln_backward(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr, N, C, PER_PROGRAM,
-                 ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+def _ln_backward(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr, N, C,
+                 ROWS: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr):
     grp = tl.program_id(0)
+    groups = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_C)
     cmask = cols < C
     w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    dw = tl.zeros((ROWS, BLOCK_C), dtype=tl.float32)
-    db = tl.zeros((ROWS, BLOCK_C), dtype=tl.float32)
-    first = grp * PER_PROGRAM
-    end = tl.minimum(first + PER_PROGRAM, N)
-    for r0 in range(first, end, ROWS):
-        rows = r0 + tl.arange(0, ROWS)
-        rmask = rows < end
+    dw = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    db = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for i in tl.range(0, tl.cdiv(tl.cdiv(N, ROWS) - grp, groups), num_stages=STAGES):
+        rows = (grp + i * groups) * ROWS + tl.arange(0, ROWS)
+        rmask = rows < N
+        base = rows.to(tl.int64)[:, None] * C
         mask = rmask[:, None] & cmask[None, :]
-        offs = rows.to(tl.int64)[:, None] * C + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
-        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        x = tl.load(x_ptr + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)[:, None]
+        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)[:, None]
+        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
         g = dy * w[None, :]
-        c1 = tl.sum(g, axis=1) / C
-        c2 = tl.sum(g * xhat, axis=1) / C
-        dx = rstd[:, None] * (g - c1[:, None] - xhat * c2[:, None])
-        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * xhat
-        db += dy
-    tl.store(partial_ptr + grp * 2 * C + cols, tl.sum(dw, axis=0), mask=cmask)
-    tl.store(partial_ptr + grp * 2 * C + C + cols, tl.sum(db, axis=0), mask=cmask)
+        c1 = (tl.sum(g, axis=1) / C)[:, None]
+        c2 = (tl.sum(g * xhat, axis=1) / C)[:, None]
+        tl.store(dx_ptr + base + cols[None, :], (rstd * (g - c1 - xhat * c2)).to(dx_ptr.dtype.element_ty),
+                 mask=mask)
+        dw += tl.sum(dy * xhat, axis=0)
+        db += tl.sum(dy, axis=0)
+    tl.store(partial_ptr + grp * 2 * C + cols, dw, mask=cmask)
+    tl.store(partial_ptr + grp * 2 * C + C + cols, db, mask=cmask)
 
 
 @dataclass
@@ -125,12 +135,11 @@ def backward(saved, dout, grads, config=None):
     xp = xp_of(x)
     dx = _common.grad_buffer("layernorm", grads, "x", x, xp)
     cfg = _launch_config(C, "backward", config)
-    rows = cfg["ROWS"]
-    groups = max(1, min(cfg.pop("per_sm") * _common.num_sms(xp), cdiv(N, rows)))  # any G is correct
-    per_program = cdiv(cdiv(N, groups), rows) * rows
-    groups = cdiv(N, per_program)
+    groups = max(1, min(cfg.pop("per_sm") * _common.num_sms(xp), cdiv(N, cfg["ROWS"])))  # any G is correct
+    stage_bytes = 2 * cfg["ROWS"] * cfg["BLOCK_C"] * x.dtype.itemsize  # a block of x and of dout
+    stages = cfg.pop("stages", 1)
+    cfg["STAGES"] = stages if stages * stage_bytes <= PIPELINE_BYTES else 1
     partial = xp.empty((groups, 2 * C), dtype="float32")
-    launch(_ln_backward, (groups,), x, saved.weight, dout, saved.mean, saved.rstd, dx, partial,
-           N, C, per_program, **cfg)
+    launch(_ln_backward, (groups,), x, saved.weight, dout, saved.mean, saved.rstd, dx, partial, N, C, **cfg)
     _reduce.finish_into(partial, grads["weight"], grads["bias"])
     return {"x": dx, "weight": grads["weight"], "bias": grads["bias"]}
