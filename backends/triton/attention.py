@@ -10,22 +10,30 @@ exp2 instead of exp. Programs are launched heaviest first (the last query blocks
 so that the light first blocks fill the tail of the launch. Saved for the backward: L = m +
 log2(l) per row (B,NH,T) float32, the logsumexp (4 bytes a row instead of T*4), and the output.
 
-Backward (FlashAttention-2's split, written out):
-    delta = rowsum(dy * y)                      _attn_delta, one pass over y and dy
-    one program per BLOCK rows j of a head      _attn_backward:
-      dK, dV of keys block j: walks the queries at or after them (the diagonal steps masked),
-        P^T = exp2(K Q^T * s - L)               recomputing P from L; dV += P^T dY;
-        dS^T = P^T * (V dY^T - delta)           dK += dS^T Q
+Backward (FlashAttention-2's split, written out), one kernel, one program per BLOCK rows j of a head:
+      delta of queries block j = rowsum(dy * o), o = y + res; stored, then published (a flag)
       dQ of queries block j: walks the keys at or before them (the diagonal steps masked),
-        dQ += (P * (dY V^T - delta)) K
+        dQ += (P * (dY V^T - delta)) K          P = exp2(Q K^T * s - L), recomputed from L
+      waits until the deltas of every later query block are published
+      dK, dV of keys block j: walks the queries at or after them (the diagonal steps masked),
+        P^T = exp2(K Q^T * s - L)               dV += P^T dY;
+        dS^T = P^T * (V dY^T - delta)           dK += dS^T Q
 Key block j has T/BLOCK - j query blocks to walk and query block j has j + 1 key blocks, so every
 program does the same work: one launch with no causal tail. dQ is not accumulated across programs
 with atomics: every gradient element is written by exactly one program, so results are bitwise
 repeatable (conformance asks that), at the price of computing Q K^T and dY V^T twice. The dK/dV
 walk takes BLOCK_M1 queries a step and the dQ walk BLOCK_N2 keys a step; steps smaller than BLOCK
 keep the two (BLOCK, BLOCK_D) float32 accumulators and the step's score tiles in registers at once
-(on the H200, heads of 64, BLOCK = steps = 64 won the sweep). The delta pass stays a kernel of its
-own: every dK/dV program needs the delta of all later rows.
+(on the H200, heads of 64, BLOCK = steps = 64 won the sweep).
+The delta pass needs no launch (and no pass over y, res and dy of its own) because a program waits
+only for programs started before it: the grid puts the last block of a head first (program_id 0),
+NVIDIA GPUs start a grid's programs in index order (observed behaviour, not a documented promise),
+and each program publishes its delta before it waits for anything, so every program it waits for is
+running or done. Publishing: the block's delta stores, a CTA barrier, then an atomic exchange of
+its flag with release semantics; waiting: atomic reads of the flags with acquire semantics (spinning
+while any is 0), then a barrier. The dQ walk comes before
+the wait, so by then the later blocks' deltas are long published. Triton's interpreter runs the
+programs one after another in grid order, which the same order keeps correct.
 
 Saved: fp16/bf16 outputs are rounded; delta from the rounded y is off by ~|dy||y| 2^-9, which dS =
 P (dP - delta) turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (seen on
@@ -109,24 +117,6 @@ def _attn_forward(qkv_ptr, y_ptr, res_ptr, lse_ptr, T, qk_scale, C: tl.constexpr
     tl.store(lse_ptr + bh.to(tl.int64) * T + offs_m, m_i + tl.log2(l_i), mask=mmask)
 
 
-@kernel
-def _attn_delta(y_ptr, res_ptr, dy_ptr, delta_ptr, T, C: tl.constexpr, NH: tl.constexpr, HS: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_RES: tl.constexpr):
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
-    b = bh // NH
-    h = bh % NH
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = (offs_m < T)[:, None] & (offs_d < HS)[None, :]
-    at = b.to(tl.int64) * T * C + h * HS + offs_m[:, None] * C + offs_d[None, :]
-    o = tl.load(y_ptr + at, mask=mask, other=0.0).to(tl.float32)
-    if HAS_RES:
-        o += tl.load(res_ptr + at, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + at, mask=mask, other=0.0).to(tl.float32)
-    tl.store(delta_ptr + bh.to(tl.int64) * T + offs_m, tl.sum(o * dy, axis=1), mask=offs_m < T)
-
-
 @triton.jit
 def _dkdv_steps(dk, dv, k, v, offs_n, q_base, dy_base, lse_ptr, delta_ptr, lo, hi, T, qk_scale,
                 C: tl.constexpr, HS: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -179,48 +169,72 @@ def _dq_steps(dq, q, dy, lse, delta, offs_m, k_base, lo, hi, T, qk_scale, C: tl.
 
 
 @kernel
-def _attn_backward(qkv_ptr, dy_ptr, lse_ptr, delta_ptr, dqkv_ptr, T, qk_scale, sm_scale, C: tl.constexpr,
-                   NH: tl.constexpr, HS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M1: tl.constexpr,
-                   BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
-    start = tl.program_id(0) * BLOCK
+def _attn_backward(qkv_ptr, y_ptr, res_ptr, dy_ptr, lse_ptr, delta_ptr, flag_ptr, dqkv_ptr, T, qk_scale, sm_scale,
+                   C: tl.constexpr, NH: tl.constexpr, HS: tl.constexpr, BLOCK: tl.constexpr,
+                   BLOCK_M1: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+                   HAS_RES: tl.constexpr):
+    # grid (blocks, B*NH), the last block of a head first: the deltas this program waits for are
+    # published by programs launched before it (module docstring, Backward)
+    nblk = tl.num_programs(0)
+    j = nblk - 1 - tl.program_id(0)
+    start = j * BLOCK
     bh = tl.program_id(1)
     b = bh // NH
     h = bh % NH
     base = qkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
     dbase = dqkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
-    dy_base = dy_ptr + b.to(tl.int64) * T * C + h * HS
+    out_base = b.to(tl.int64) * T * C + h * HS  # of y, res and dy
     lse_base = lse_ptr + bh.to(tl.int64) * T
-    delta_base = delta_ptr + bh.to(tl.int64) * T
+    delta_base = delta_ptr + bh.to(tl.int64) * nblk * BLOCK  # whole blocks a row (see backward())
     offs = start + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, BLOCK_D)
     dmask = offs_d < HS
     rmask = (offs < T)[:, None] & dmask[None, :]
     rows = offs[:, None] * (3 * C) + offs_d[None, :]
+    out_rows = offs[:, None] * C + offs_d[None, :]
     end = tl.minimum(start + BLOCK, T)
 
-    # dK, dV of keys start..start+BLOCK: the diagonal queries (masked), then every later one
-    k = tl.load(base + C + rows, mask=rmask, other=0.0)
-    v = tl.load(base + 2 * C + rows, mask=rmask, other=0.0)
-    dk = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
-    dv = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
-    dk, dv = _dkdv_steps(dk, dv, k, v, offs, base, dy_base, lse_base, delta_base, start, end, T, qk_scale,
-                         C, HS, BLOCK_M1, BLOCK_D, PRECISION, True)
-    dk, dv = _dkdv_steps(dk, dv, k, v, offs, base, dy_base, lse_base, delta_base, start + BLOCK, T, T,
-                         qk_scale, C, HS, BLOCK_M1, BLOCK_D, PRECISION, False)
-    tl.store(dbase + C + rows, (dk * sm_scale).to(dqkv_ptr.dtype.element_ty), mask=rmask)
-    tl.store(dbase + 2 * C + rows, dv.to(dqkv_ptr.dtype.element_ty), mask=rmask)
+    # delta of queries start..start+BLOCK, published: stored, then the block's flag set (release)
+    dy = tl.load(dy_ptr + out_base + out_rows, mask=rmask, other=0.0)
+    o = tl.load(y_ptr + out_base + out_rows, mask=rmask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        o += tl.load(res_ptr + out_base + out_rows, mask=rmask, other=0.0).to(tl.float32)
+    delta = tl.sum(o * dy.to(tl.float32), axis=1)
+    tl.store(delta_base + offs, delta, mask=offs < T)
+    tl.debug_barrier()
+    tl.atomic_xchg(flag_ptr + bh * nblk + j, 1, sem="release")
 
-    # dQ of queries start..start+BLOCK: every earlier key, then the diagonal ones (masked)
+    # dQ of those queries: every earlier key, then the diagonal ones (masked)
     q = tl.load(base + rows, mask=rmask, other=0.0)
-    dy = tl.load(dy_base + offs[:, None] * C + offs_d[None, :], mask=rmask, other=0.0)
     lse = tl.load(lse_base + offs, mask=offs < T, other=float("inf"))
-    delta = tl.load(delta_base + offs, mask=offs < T, other=0.0)
     dq = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
     dq = _dq_steps(dq, q, dy, lse, delta, offs, base + C, 0, start, T, qk_scale, C, HS, BLOCK_N2, BLOCK_D,
                    PRECISION, False)
     dq = _dq_steps(dq, q, dy, lse, delta, offs, base + C, start, end, T, qk_scale, C, HS, BLOCK_N2, BLOCK_D,
                    PRECISION, True)
     tl.store(dbase + rows, (dq * sm_scale).to(dqkv_ptr.dtype.element_ty), mask=rmask)
+
+    # the deltas of every later query block: wait for their flags (acquire)
+    for first in range(j + 1, nblk, 32):
+        later = first + tl.arange(0, 32)
+        fmask = later < nblk
+        ready = 0
+        while ready == 0:
+            ready = tl.min(tl.where(fmask, tl.atomic_add(flag_ptr + bh * nblk + later, 0, mask=fmask, sem="acquire"),
+                                    1), axis=0)
+    tl.debug_barrier()
+
+    # dK, dV of keys start..start+BLOCK: the diagonal queries (masked), then every later one
+    k = tl.load(base + C + rows, mask=rmask, other=0.0)
+    v = tl.load(base + 2 * C + rows, mask=rmask, other=0.0)
+    dk = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+    dk, dv = _dkdv_steps(dk, dv, k, v, offs, base, dy_ptr + out_base, lse_base, delta_base, start, end, T, qk_scale,
+                         C, HS, BLOCK_M1, BLOCK_D, PRECISION, True)
+    dk, dv = _dkdv_steps(dk, dv, k, v, offs, base, dy_ptr + out_base, lse_base, delta_base, start + BLOCK, T, T,
+                         qk_scale, C, HS, BLOCK_M1, BLOCK_D, PRECISION, False)
+    tl.store(dbase + C + rows, (dk * sm_scale).to(dqkv_ptr.dtype.element_ty), mask=rmask)
+    tl.store(dbase + 2 * C + rows, dv.to(dqkv_ptr.dtype.element_ty), mask=rmask)
 
 
 @dataclass(frozen=True)
@@ -247,13 +261,15 @@ class Tiles:
 #: 4 warps. 128-row ones lost by 6-12% (measured, not profiled; likely: a 128-query forward block
 #: masks more of its diagonal and gives the causal tail 8 programs a head instead of 16; 128-row
 #: backward blocks hold two (128, 64) float32 accumulators, which spill at 4 warps (ptxas: 216 bytes
-#: of stack) and halve occupancy at 8). Heads of 128 keep tiles checked at HS=128 but not swept.
+#: of stack) and halve occupancy at 8). The backward, with its dQ walk before its dK/dV walk, takes
+#: 3 stages: 2 made it 0.401 ms instead of 0.298 at B=16 (ptxas: no spills either way; not profiled).
+#: Heads of 128 keep tiles checked at HS=128 but not swept (3 backward stages, as for 64).
 #: "float32": IEEE dots, small tiles for registers.
 TILES = {
-    ("16bit", 16): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 2),
-    ("16bit", 32): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 2),
-    ("16bit", 64): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 2),
-    ("16bit", 128): Tiles(128, 64, 8, 3, 64, 32, 32, 4, 2),
+    ("16bit", 16): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 3),
+    ("16bit", 32): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 3),
+    ("16bit", 64): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 3),
+    ("16bit", 128): Tiles(128, 64, 8, 3, 64, 32, 32, 4, 3),
     ("float32", 16): Tiles(64, 32, 4, 3, 64, 32, 32, 4, 2),
     ("float32", 32): Tiles(64, 32, 4, 3, 64, 32, 32, 4, 2),
     ("float32", 64): Tiles(64, 32, 4, 3, 64, 32, 32, 4, 2),
@@ -311,12 +327,14 @@ def backward(saved, dout, grads):
     xp = xp_of(qkv)
     dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
     t = tiles(dt, T, HS)
-    block_d = max(16, next_pow2(HS))
-    delta = xp.empty((B, n_head, T), dtype="float32")
-    launch(_attn_delta, (cdiv(T, 64), B * n_head), saved.y, saved.y if saved.res is None else saved.res, dout,
-           delta, T, C=C, NH=n_head, HS=HS, BLOCK_M=64, BLOCK_D=block_d, HAS_RES=saved.res is not None)
+    nblk = cdiv(T, t.bwd)
+    # delta: a row of whole blocks per head, so no cache line holds a published block and one still
+    # being written (a stale line in an SM's L1 would outlive the flag); flags: one per block, zeroed
+    delta = xp.empty((B, n_head, nblk * t.bwd), dtype="float32")
+    flags = xp.zeros((B * n_head * nblk,), dtype="int32")
     sm_scale = 1.0 / math.sqrt(HS)
-    launch(_attn_backward, (cdiv(T, t.bwd), B * n_head), qkv, dout, saved.lse, delta, dqkv, T,
-           sm_scale * LOG2E, sm_scale, C=C, NH=n_head, HS=HS, BLOCK=t.bwd, BLOCK_M1=t.bwd_m1, BLOCK_N2=t.bwd_n2,
-           BLOCK_D=block_d, PRECISION=_common.dot_precision(dt), num_warps=t.bwd_warps, num_stages=t.bwd_stages)
+    launch(_attn_backward, (nblk, B * n_head), qkv, saved.y, saved.y if saved.res is None else saved.res, dout,
+           saved.lse, delta, flags, dqkv, T, sm_scale * LOG2E, sm_scale, C=C, NH=n_head, HS=HS, BLOCK=t.bwd,
+           BLOCK_M1=t.bwd_m1, BLOCK_N2=t.bwd_n2, BLOCK_D=max(16, next_pow2(HS)), PRECISION=_common.dot_precision(dt),
+           HAS_RES=saved.res is not None, num_warps=t.bwd_warps, num_stages=t.bwd_stages)
     return {"qkv": dqkv}
