@@ -26,12 +26,13 @@ walk takes BLOCK_M1 queries a step and the dQ walk BLOCK_N2 keys a step; steps s
 keep the two (BLOCK, BLOCK_D) float32 accumulators and the step's score tiles in registers at once
 (on the H200, heads of 64, BLOCK = steps = 64 won the sweep).
 The delta pass needs no launch (and no pass over y, res and dy of its own) because a program waits
-only for programs started before it: the grid puts the last block of a head first (program_id 0),
-NVIDIA GPUs start a grid's programs in index order (observed behaviour, not a documented promise),
-and each program publishes its delta before it waits for anything, so every program it waits for is
-running or done. Publishing: the block's delta stores, a CTA barrier, then an atomic exchange of
-its flag with release semantics; waiting: atomic reads of the flags with acquire semantics (spinning
-while any is 0), then a barrier. The dQ walk comes before
+only for programs that started before it: each program takes a ticket when it starts (an atomic
+counter per head) and works on block nblk - 1 - ticket, so the last block of a head is taken first;
+it publishes its delta before it waits for anything, so every program it waits for (a lower ticket)
+has started and will publish without waiting. No assumption about the order in which the hardware
+starts a grid's programs is needed. Publishing: the block's delta stores, a CTA barrier, then an
+atomic exchange of its flag with release semantics; waiting: atomic reads of the flags with acquire
+semantics (spinning while any is 0), then a barrier. The dQ walk comes before
 the wait, so by then the later blocks' deltas are long published. Triton's interpreter runs the
 programs one after another in grid order, which the same order keeps correct.
 
@@ -173,12 +174,13 @@ def _attn_backward(qkv_ptr, y_ptr, res_ptr, dy_ptr, lse_ptr, delta_ptr, flag_ptr
                    C: tl.constexpr, NH: tl.constexpr, HS: tl.constexpr, BLOCK: tl.constexpr,
                    BLOCK_M1: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
                    HAS_RES: tl.constexpr):
-    # grid (blocks, B*NH), the last block of a head first: the deltas this program waits for are
-    # published by programs launched before it (module docstring, Backward)
+    # grid (blocks, B*NH); the block from a ticket taken at the start, the last block of a head first:
+    # the deltas this program waits for are published by programs that started before it (module
+    # docstring, Backward). flag_ptr: nblk flags per head, then one ticket counter per head.
     nblk = tl.num_programs(0)
-    j = nblk - 1 - tl.program_id(0)
-    start = j * BLOCK
     bh = tl.program_id(1)
+    j = nblk - 1 - tl.atomic_add(flag_ptr + tl.num_programs(1) * nblk + bh, 1)
+    start = j * BLOCK
     b = bh // NH
     h = bh % NH
     base = qkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
@@ -329,9 +331,10 @@ def backward(saved, dout, grads):
     t = tiles(dt, T, HS)
     nblk = cdiv(T, t.bwd)
     # delta: a row of whole blocks per head, so no cache line holds a published block and one still
-    # being written (a stale line in an SM's L1 would outlive the flag); flags: one per block, zeroed
+    # being written (a stale line in an SM's L1 would outlive the flag); flags: one per block, then a
+    # ticket counter per head, all zeroed
     delta = xp.empty((B, n_head, nblk * t.bwd), dtype="float32")
-    flags = xp.zeros((B * n_head * nblk,), dtype="int32")
+    flags = xp.zeros((B * n_head * (nblk + 1),), dtype="int32")
     sm_scale = 1.0 / math.sqrt(HS)
     launch(_attn_backward, (nblk, B * n_head), qkv, saved.y, saved.y if saved.res is None else saved.res, dout,
            saved.lse, delta, flags, dqkv, T, sm_scale * LOG2E, sm_scale, C=C, NH=n_head, HS=HS, BLOCK=t.bwd,
