@@ -153,7 +153,7 @@ def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
     return Reference(inputs.typed, inputs.attrs, inputs.dout, expected)
 
 
-OUTLIERS_PER_MILLION = 1.0  # elements past the suite's bound (by at most 2x) the at-shape check allows
+OUTLIERS_PER_MILLION = 10.0  # elements past the suite's bound (by at most 2x) the at-shape check allows
 
 
 def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> tuple[str, str]:
