@@ -62,6 +62,36 @@ def test_attention_takes_the_issue_head_sizes(hs):
     assert rec and rec[0]["constexprs"]["BLOCK_D"] == hs
 
 
+def test_attention_backward_computes_unpublished_deltas_itself(monkeypatch):
+    """A program whose later blocks have not published their delta yet (flag still 0: they started
+    late) computes those deltas itself instead of waiting. With publishing switched off (the flag's
+    atomic exchange turned into an atomic read), every program takes that path: the same gradient,
+    bit for bit."""
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter
+
+    from backends.triton import attention
+    qkv = _qkv(2, 200, 32)  # ragged T, several blocks a head
+    dy = np.random.default_rng(1).standard_normal((2, 200, 32)).astype("float32")
+    with _runtime.interpreter():
+        y, saved = attention.forward({"qkv": qkv}, {"n_head": 2})
+        published = attention.backward(saved, dy, {})["qkv"].copy()
+        original = interpreter.InterpreterBuilder.create_atomic_rmw
+        flag_writes = []
+
+        def never_publish(self, op, ptr, val, mask, sem, scope):
+            if op == ir.ATOMIC_OP.XCHG:
+                flag_writes.append(op)
+                op, val = ir.ATOMIC_OP.ADD, interpreter.TensorHandle(np.zeros_like(val.data), val.dtype)
+            return original(self, op, ptr, val, mask, sem, scope)
+
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_atomic_rmw", never_publish)
+        computed_here = attention.backward(saved, dy, {})["qkv"]
+    assert flag_writes, "the backward published no flag: the path under test was not reached"
+    assert np.isfinite(published).all()
+    np.testing.assert_array_equal(computed_here, published)
+
+
 def test_wrong_dtype_and_layout_are_refused_before_launch():
     from backends.triton import gelu, matmul
     with _runtime.recording() as rec:

@@ -14,7 +14,7 @@ Backward (FlashAttention-2's split, written out), one kernel, one program per BL
       delta of queries block j = rowsum(dy * o), o = y + res; stored, then published (a flag)
       dQ of queries block j: walks the keys at or before them (the diagonal steps masked),
         dQ += (P * (dY V^T - delta)) K          P = exp2(Q K^T * s - L), recomputed from L
-      waits until the deltas of every later query block are published
+      the deltas of every later query block: published by their programs, else computed here
       dK, dV of keys block j: walks the queries at or after them (the diagonal steps masked),
         P^T = exp2(K Q^T * s - L)               dV += P^T dY;
         dS^T = P^T * (V dY^T - delta)           dK += dS^T Q
@@ -25,16 +25,17 @@ repeatable (conformance asks that), at the price of computing Q K^T and dY V^T t
 walk takes BLOCK_M1 queries a step and the dQ walk BLOCK_N2 keys a step; steps smaller than BLOCK
 keep the two (BLOCK, BLOCK_D) float32 accumulators and the step's score tiles in registers at once
 (on the H200, heads of 64, BLOCK = steps = 64 won the sweep).
-The delta pass needs no launch (and no pass over y, res and dy of its own) because a program waits
-only for programs that started before it: each program takes a ticket when it starts (an atomic
-counter per head) and works on block nblk - 1 - ticket, so the last block of a head is taken first;
-it publishes its delta before it waits for anything, so every program it waits for (a lower ticket)
-has started and will publish without waiting. No assumption about the order in which the hardware
-starts a grid's programs is needed. Publishing: the block's delta stores, a CTA barrier, then an
-atomic exchange of its flag with release semantics; waiting: atomic reads of the flags with acquire
-semantics (spinning while any is 0), then a barrier. The dQ walk comes before
-the wait, so by then the later blocks' deltas are long published. Triton's interpreter runs the
-programs one after another in grid order, which the same order keeps correct.
+The delta pass needs no launch (and no pass over y, res and dy of its own): each program computes
+its own block's delta first and publishes it (the delta stores, a CTA barrier, then an atomic
+exchange of the block's flag with release semantics). Before its dK/dV walk it reads the flags of
+every later block (atomic reads, acquire semantics); a block whose flag is not yet set, it computes
+itself (the same code on the same inputs, so a second writer stores the same bits), then a barrier.
+Nothing ever waits, so no launch order has to be assumed for progress. In practice the fallback
+never runs: the grid puts the last block of a head first (program_id 0), later blocks start first,
+and the dQ walk comes before the flag reads, so by then the later blocks' deltas are long
+published. (Spinning on the flags instead would deadlock if the hardware ever started a later
+program before an earlier one's block; a ticket from an atomic counter taken at the start avoids
+that too, but cost 5 us at B=16 and 17 us at B=32 on the H200: every program waited on it first.)
 
 Saved: fp16/bf16 outputs are rounded; delta from the rounded y is off by ~|dy||y| 2^-9, which dS =
 P (dP - delta) turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (seen on
@@ -169,18 +170,29 @@ def _dq_steps(dq, q, dy, lse, delta, offs_m, k_base, lo, hi, T, qk_scale, C: tl.
     return dq
 
 
+@triton.jit
+def _delta_rows(y_ptr, res_ptr, dy_ptr, out_base, offs, offs_d, T, C: tl.constexpr, HS: tl.constexpr,
+                HAS_RES: tl.constexpr):
+    """delta = rowsum(dy * o), o = y + res, for the rows offs of one head; also dy (input dtype)."""
+    rmask = (offs < T)[:, None] & (offs_d < HS)[None, :]
+    at = out_base + offs[:, None] * C + offs_d[None, :]
+    dy = tl.load(dy_ptr + at, mask=rmask, other=0.0)
+    o = tl.load(y_ptr + at, mask=rmask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        o += tl.load(res_ptr + at, mask=rmask, other=0.0).to(tl.float32)
+    return tl.sum(o * dy.to(tl.float32), axis=1), dy
+
+
 @kernel
 def _attn_backward(qkv_ptr, y_ptr, res_ptr, dy_ptr, lse_ptr, delta_ptr, flag_ptr, dqkv_ptr, T, qk_scale, sm_scale,
                    C: tl.constexpr, NH: tl.constexpr, HS: tl.constexpr, BLOCK: tl.constexpr,
                    BLOCK_M1: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
                    HAS_RES: tl.constexpr):
-    # grid (blocks, B*NH); the block from a ticket taken at the start, the last block of a head first:
-    # the deltas this program waits for are published by programs that started before it (module
-    # docstring, Backward). flag_ptr: nblk flags per head, then one ticket counter per head.
+    # grid (blocks, B*NH), the last block of a head first (module docstring, Backward)
     nblk = tl.num_programs(0)
-    bh = tl.program_id(1)
-    j = nblk - 1 - tl.atomic_add(flag_ptr + tl.num_programs(1) * nblk + bh, 1)
+    j = nblk - 1 - tl.program_id(0)
     start = j * BLOCK
+    bh = tl.program_id(1)
     b = bh // NH
     h = bh % NH
     base = qkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
@@ -193,15 +205,10 @@ def _attn_backward(qkv_ptr, y_ptr, res_ptr, dy_ptr, lse_ptr, delta_ptr, flag_ptr
     dmask = offs_d < HS
     rmask = (offs < T)[:, None] & dmask[None, :]
     rows = offs[:, None] * (3 * C) + offs_d[None, :]
-    out_rows = offs[:, None] * C + offs_d[None, :]
     end = tl.minimum(start + BLOCK, T)
 
     # delta of queries start..start+BLOCK, published: stored, then the block's flag set (release)
-    dy = tl.load(dy_ptr + out_base + out_rows, mask=rmask, other=0.0)
-    o = tl.load(y_ptr + out_base + out_rows, mask=rmask, other=0.0).to(tl.float32)
-    if HAS_RES:
-        o += tl.load(res_ptr + out_base + out_rows, mask=rmask, other=0.0).to(tl.float32)
-    delta = tl.sum(o * dy.to(tl.float32), axis=1)
+    delta, dy = _delta_rows(y_ptr, res_ptr, dy_ptr, out_base, offs, offs_d, T, C, HS, HAS_RES)
     tl.store(delta_base + offs, delta, mask=offs < T)
     tl.debug_barrier()
     tl.atomic_xchg(flag_ptr + bh * nblk + j, 1, sem="release")
@@ -216,14 +223,16 @@ def _attn_backward(qkv_ptr, y_ptr, res_ptr, dy_ptr, lse_ptr, delta_ptr, flag_ptr
                    PRECISION, True)
     tl.store(dbase + rows, (dq * sm_scale).to(dqkv_ptr.dtype.element_ty), mask=rmask)
 
-    # the deltas of every later query block: wait for their flags (acquire)
+    # the deltas of every later query block: published (flags read with acquire), or computed here
     for first in range(j + 1, nblk, 32):
         later = first + tl.arange(0, 32)
         fmask = later < nblk
-        ready = 0
-        while ready == 0:
-            ready = tl.min(tl.where(fmask, tl.atomic_add(flag_ptr + bh * nblk + later, 0, mask=fmask, sem="acquire"),
-                                    1), axis=0)
+        flags = tl.atomic_add(flag_ptr + bh * nblk + later, 0, mask=fmask, sem="acquire")
+        if tl.min(tl.where(fmask, flags, 1), axis=0) == 0:
+            for jj in range(first, tl.minimum(first + 32, nblk)):
+                rows_jj = jj * BLOCK + tl.arange(0, BLOCK)
+                delta_jj, _ = _delta_rows(y_ptr, res_ptr, dy_ptr, out_base, rows_jj, offs_d, T, C, HS, HAS_RES)
+                tl.store(delta_base + rows_jj, delta_jj, mask=rows_jj < T)
     tl.debug_barrier()
 
     # dK, dV of keys start..start+BLOCK: the diagonal queries (masked), then every later one
@@ -331,10 +340,9 @@ def backward(saved, dout, grads):
     t = tiles(dt, T, HS)
     nblk = cdiv(T, t.bwd)
     # delta: a row of whole blocks per head, so no cache line holds a published block and one still
-    # being written (a stale line in an SM's L1 would outlive the flag); flags: one per block, then a
-    # ticket counter per head, all zeroed
+    # being written (a stale line in an SM's L1 would outlive the flag); flags: one per block, zeroed
     delta = xp.empty((B, n_head, nblk * t.bwd), dtype="float32")
-    flags = xp.zeros((B * n_head * (nblk + 1),), dtype="int32")
+    flags = xp.zeros((B * n_head * nblk,), dtype="int32")
     sm_scale = 1.0 / math.sqrt(HS)
     launch(_attn_backward, (nblk, B * n_head), qkv, saved.y, saved.y if saved.res is None else saved.res, dout,
            saved.lse, delta, flags, dqkv, T, sm_scale * LOG2E, sm_scale, C=C, NH=n_head, HS=HS, BLOCK=t.bwd,
