@@ -133,6 +133,15 @@ def test_report_renders_markdown_and_plots(planted_run, tmp_path):
     assert all(f.stat().st_size > 1000 for f in files if f.suffix == ".png")
 
 
+def test_report_of_two_runs_compares_them(planted_run, registry, tmp_path):
+    out, _ = planted_run
+    cfg = BenchConfig(backend="naive,planted", ops=["gelu"], timing=QUICK, peak_timing=QUICK)
+    run(cfg, tmp_path / "second", registry=registry, log=lambda *a: None, copy_to_cache=False)
+    render([out, tmp_path / "second"], tmp_path / "report", plots=False)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## gelu" in text and "## Changes: `" in text and "`planted:slow`" in text
+
+
 def test_report_without_matplotlib_says_so(planted_run, tmp_path, monkeypatch):
     out, _ = planted_run
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)

@@ -148,8 +148,9 @@ def markdown(order, by_run, meta) -> str:
                                                  "FLOP/s", "B/s", "roofline", "bound", "speedup"]
             lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             sets = list(dict.fromkeys(r["shape_set"] for r in ok))
-            order = lambda r: (sets.index(r["shape_set"]), r["shape"], r["dtype"], r["direction"] != "forward", r["p50_s"])
-            for r in sorted(ok, key=order):
+            row_key = lambda r: (sets.index(r["shape_set"]), r["shape"], r["dtype"], r["direction"] != "forward",
+                                 r["p50_s"])
+            for r in sorted(ok, key=row_key):
                 sp = r.get("speedup")
                 missed = r.get("reference") and (r.get("check") == "failed" or r.get("conformance") == "failed")
                 cells = ([f"`{r['run_id'][:15]}`"] if many else []) + [
