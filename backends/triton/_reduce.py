@@ -13,7 +13,7 @@ Split-K (matmul.py): `_splitk_finish` adds the S float32 slices of a (S, M, N) p
 order, then the bias and the previous C when accumulating, and rounds once to C's dtype.
 """
 
-from ._runtime import cdiv, kernel, launch, tl
+from ._runtime import cdiv, dependent_launch, gdc_wait, kernel, launch, tl, xp_of
 
 GROUPS = 128     # at most this many row groups (H200 sweep: 128 beat 64, 256 and 512 by 2-35%)
 BLOCK_C = 128    # columns per program of _colsum_partial
@@ -39,8 +39,11 @@ def _colsum_partial(x_ptr, partial_ptr, N, M, ROWS, BLOCK_R: tl.constexpr, BLOCK
 
 
 @kernel
-def _colsum_finish(partial_ptr, out_ptr, out2_ptr, G, M, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+def _colsum_finish(partial_ptr, out_ptr, out2_ptr, G, M, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
+                   DEPENDENT: tl.constexpr):
     # program (j, part): columns j*BLOCK_C.. of partial[:, part*M:(part+1)*M] -> out (part 0) or out2
+    if DEPENDENT:  # launched before the kernel that wrote the partials finished: wait for it first
+        gdc_wait()
     j = tl.program_id(0)
     part = tl.program_id(1)
     cols = j * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -80,11 +83,15 @@ def colsum_into(x, out, xp, config=None):
 
 def finish_into(partial, out, out2=None):
     """out (M,) += partial (G, M).sum(axis=0); with out2, partial is (G, 2M) and its second half
-    goes to out2 (layernorm's dweight and dbias in one launch)."""
+    goes to out2 (layernorm's dweight and dbias in one launch). On the GPU it is a programmatic
+    dependent launch: it starts while the kernel before it (the one writing the partials) finishes,
+    and waits for it on the GPU (gdc_wait) before reading; that kernel may let it start early by
+    calling gdc_launch_dependents() (layernorm's backward does, at its start)."""
     parts = 1 if out2 is None else 2
     G, M = partial.shape[0], partial.shape[1] // parts
+    dependent = dependent_launch(xp_of(partial))
     launch(_colsum_finish, (cdiv(M, FINISH_C), parts), partial, out, out if out2 is None else out2, G, M,
-           BLOCK_G=FINISH_G, BLOCK_C=FINISH_C, num_warps=FINISH_WARPS)
+           BLOCK_G=FINISH_G, BLOCK_C=FINISH_C, DEPENDENT=dependent, num_warps=FINISH_WARPS, launch_pdl=dependent)
 
 
 @kernel

@@ -48,6 +48,7 @@ _block_torch()
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402,F401
 
 __all__ = ["triton", "tl", "kernel", "launch", "interpreter", "recording", "xp_of", "next_pow2",
            "TL_DTYPES", "cdiv"]
@@ -256,9 +257,13 @@ def _specialize(value):
     return native_specialize_impl(CUDABackend, value, False, True, True)
 
 
-def launch(k: Kernel, grid, *args, num_warps: int = 4, num_stages: int = 3, **constexprs):
+def launch(k: Kernel, grid, *args, num_warps: int = 4, num_stages: int = 3, launch_pdl: bool = False,
+           **constexprs):
     """Launch `k` on `grid` (a tuple) with positional runtime arguments (arrays, ints, floats) and
-    keyword constexprs. Arrays are CuPy (GPU) or NumPy (interpreter or recording); mixing is an error."""
+    keyword constexprs. Arrays are CuPy (GPU) or NumPy (interpreter or recording); mixing is an error.
+    launch_pdl: a programmatic dependent launch (Hopper): the grid may start before the previous
+    kernel on the stream has finished, so `k` must call gdc_wait() before it reads anything that
+    kernel wrote (see `dependent_launch`). Ignored by the interpreter."""
     grid = tuple(int(g) for g in grid)
     if any(g < 1 for g in grid):
         return  # nothing to do (an empty tensor)
@@ -278,7 +283,8 @@ def launch(k: Kernel, grid, *args, num_warps: int = 4, num_stages: int = 3, **co
                 attrs[(names.index(name),)] = [["tt.divisibility", 16]] if "D" in spec else []
         signature.update({n: "constexpr" for n in constexprs})
         rec.append({"kernel": k, "signature": {n: signature[n] for n in names}, "constexprs": consts,
-                    "attrs": attrs, "num_warps": num_warps, "num_stages": num_stages, "grid": grid})
+                    "attrs": attrs, "num_warps": num_warps, "num_stages": num_stages, "launch_pdl": launch_pdl,
+                    "grid": grid})
         return
     device_type = _device_array_type()
     wrapped, on_host, on_device = [], False, False
@@ -291,6 +297,8 @@ def launch(k: Kernel, grid, *args, num_warps: int = 4, num_stages: int = 3, **co
             wrapped.append(a)
     if on_device and not on_host:
         _ensure_driver()
+        if launch_pdl:
+            constexprs["launch_pdl"] = True
         k.jit[grid](*wrapped, num_warps=num_warps, num_stages=num_stages, **constexprs)
         return
     if on_device:
@@ -354,6 +362,12 @@ def _device_array_type():
     return _DEVICE_TYPE[0]
 
 
+def dependent_launch(xp) -> bool:
+    """Whether kernels for arrays of `xp` take programmatic dependent launches: on the GPU and when
+    recording launches to compile for sm_90, not under the interpreter (it has no gdc_wait)."""
+    return xp is not np or getattr(_LOCAL, "record", None) is not None
+
+
 def xp_of(a):
     """numpy or cupy, whichever `a` belongs to."""
     if isinstance(a, np.ndarray):
@@ -369,4 +383,5 @@ def compile_recorded(entry: dict, arch: int = 90):
     from triton.compiler import ASTSource
     src = ASTSource(entry["kernel"].jit, entry["signature"], entry["constexprs"], entry.get("attrs"))
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"]})
+                          options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"],
+                                   "launch_pdl": entry.get("launch_pdl", False)})

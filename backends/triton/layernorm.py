@@ -16,7 +16,10 @@ rstd and writes dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout 
 the block's column sums of dout * xhat and of dout (within each thread: a thread holds all ROWS rows
 of its columns) to two float32 rows, written side by side to a (G, 2C) partial at the end. One more
 launch (_reduce.finish_into) adds the G partials, in a fixed order, to dweight and dbias:
-deterministic, no atomics.
+deterministic, no atomics. On the GPU that launch is a programmatic dependent one: the backward
+lets it start as soon as its own programs have started (gdc_launch_dependents), and it waits on the
+GPU for the backward's end before reading the partials, so its launch latency hides behind the
+backward's work (H200 sweep: 29.4 -> 26.2 us at 16384 rows, 46.9 -> 43.8 us at 32768).
 
 Launch configurations in CONFIG (from the H200 sweeps, reports/triton-h200/notes-layernorm.md).
 Rows up to MAX_C = 16384 channels (a row must fit in one program's registers); wider is refused.
@@ -25,7 +28,7 @@ Rows up to MAX_C = 16384 channels (a row must fit in one program's registers); w
 from dataclasses import dataclass
 
 from . import _common, _reduce
-from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
+from ._runtime import cdiv, dependent_launch, gdc_launch_dependents, kernel, launch, next_pow2, tl, xp_of
 
 MAX_C = 16384
 
@@ -75,7 +78,9 @@ def _ln_forward(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, C, eps,
 
 @kernel
 def _ln_backward(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr, N, C,
-                 ROWS: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr):
+                 ROWS: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr, EARLY_FINISH: tl.constexpr):
+    if EARLY_FINISH:  # the finishing launch may start now: it waits on the GPU for this grid's end
+        gdc_launch_dependents()
     grp = tl.program_id(0)
     groups = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_C)
@@ -140,6 +145,7 @@ def backward(saved, dout, grads, config=None):
     stages = cfg.pop("stages", 1)
     cfg["STAGES"] = stages if stages * stage_bytes <= PIPELINE_BYTES else 1
     partial = xp.empty((groups, 2 * C), dtype="float32")
-    launch(_ln_backward, (groups,), x, saved.weight, dout, saved.mean, saved.rstd, dx, partial, N, C, **cfg)
+    launch(_ln_backward, (groups,), x, saved.weight, dout, saved.mean, saved.rstd, dx, partial, N, C,
+           EARLY_FINISH=dependent_launch(xp), **cfg)
     _reduce.finish_into(partial, grads["weight"], grads["bias"])
     return {"x": dx, "weight": grads["weight"], "bias": grads["bias"]}
