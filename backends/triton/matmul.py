@@ -53,7 +53,7 @@ compiled and tested here; the core has no fused op to register it under yet.
 
 Launch configurations: `CONFIGS` per product and dtype, `SHAPE_CONFIGS` for the GPT-2 shapes that
 differ (below), from the sweeps in bench/tune/matmul_sweep.py (reports/triton-h200/notes-matmul.md;
-the first one: bench/matmul_layernorm_h200.py, notes-matmul-layernorm.md).
+the first one, notes-matmul-layernorm.md, ran bench/matmul_layernorm_h200.py, removed since: git 14fee12).
 """
 
 from dataclasses import dataclass
