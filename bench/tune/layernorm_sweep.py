@@ -43,7 +43,7 @@ except ImportError:
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from backends.triton import _common, _reduce, _runtime, layernorm  # noqa: E402
 from backends.triton._runtime import cdiv, kernel, launch, tl  # noqa: E402
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
+from triton.language.extra.cuda import gdc_launch_dependents  # noqa: E402
 
 C = 768
 EPS = 1e-5
@@ -224,27 +224,6 @@ def _bwd(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr, sync_ptr
 
 
 @kernel
-def _finish_pdl(partial_ptr, out_ptr, out2_ptr, G, M, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
-    # _reduce._colsum_finish (2 parts) launched as a programmatic dependent of the backward kernel
-    gdc_wait()
-    j = tl.program_id(0)
-    part = tl.program_id(1)
-    cols = j * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < M
-    acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
-    for g0 in range(0, G, BLOCK_G):
-        g = g0 + tl.arange(0, BLOCK_G)
-        acc += tl.sum(tl.load(partial_ptr + g[:, None] * 2 * M + part * M + cols[None, :],
-                              mask=(g < G)[:, None] & cmask[None, :], other=0.0), axis=0)
-    if part == 0:
-        acc += tl.load(out_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
-    else:
-        acc += tl.load(out2_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-        tl.store(out2_ptr + cols, acc.to(out2_ptr.dtype.element_ty), mask=cmask)
-
-
-@kernel
 def _copy_bound(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(b_ptr + offs, tl.load(a_ptr + offs, mask=offs < n), mask=offs < n)
@@ -303,8 +282,9 @@ def bwd_call(x, w, dy, mean, rstd, dx, gw, gb, cfg, xp, finish=True, partial=Non
     if finish and not fused:
         if cfg.get("pdl"):
             fc, fg, fw = cfg["pdl"]
-            launch(_finish_pdl, (cdiv(C, fc), 2), partial, gw, gb, G, C, BLOCK_G=fg, BLOCK_C=fc, num_warps=fw,
-                   launch_pdl=True)
+            # the product's finish as a programmatic dependent of the backward (at these parameters)
+            launch(_reduce._colsum_finish, (cdiv(C, fc), 2), partial, gw, gb, G, C, BLOCK_G=fg, BLOCK_C=fc,
+                   DEPENDENT=True, num_warps=fw, launch_pdl=True)
         else:
             _reduce.finish_into(partial, gw, gb)
 
