@@ -34,8 +34,9 @@ MAX_C = 16384
 
 #: elements of a (ROWS, BLOCK_C) block per program (ROWS shrinks as rows grow) and warps, forward
 #: and backward; the backward's programs per SM (G = that x SMs, at most one per block) and its
-#: pipeline depth. At C = 768 (4 rows a block), on the H200: forward 73% (N = 16384) and 83%
-#: (32768) of the copy bandwidth, backward 60% and 76% (the finish launch is about 6 us of it).
+#: pipeline depth. At C = 768 (4 rows a block), on the H200 (`euler bench ops`, reports/triton-h200):
+#: forward 83% of the copy bandwidth at N = 16384 and 32768, backward 68% and 81% (with the
+#: dependent finish launch; its main kernel alone is 23 us of the 26 at N = 16384).
 CONFIG = {"forward": dict(elems=4096, num_warps=4),
           "backward": dict(elems=4096, num_warps=4, per_sm=3, stages=3)}
 
