@@ -16,6 +16,7 @@ says so (`Kernels.notes`). An override that names a backend without the op is an
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass, field
 
@@ -64,6 +65,10 @@ class Selection:
 class Kernel:
     """One op bound to one variant: validates, moves arrays to the variant's device, then calls it."""
 
+    #: callables fn(kernel, direction, call) -> call()'s result, wrapped around every forward and
+    #: backward while they are in this list (the step profiler's timers, the CUDA-graph capture's check)
+    watchers: list = []
+
     def __init__(self, variant: Variant):
         self.variant = variant
         self.spec = OPS[variant.op]
@@ -88,6 +93,24 @@ class Kernel:
 
     def forward(self, inputs: dict, attrs: dict | None = None, out=None):
         """(output, saved) of the op; `out` is an optional preallocated output buffer."""
+        if self.watchers:
+            return self._watched("forward", lambda: self._forward(inputs, attrs, out))
+        return self._forward(inputs, attrs, out)
+
+    def backward(self, saved, grad_output, grads: dict):
+        """Gradients of the differentiable inputs. Parameter buffers in `grads` are accumulated into;
+        they may live on another device than the variant (they are then updated through a copy)."""
+        if self.watchers:
+            return self._watched("backward", lambda: self._backward(saved, grad_output, grads))
+        return self._backward(saved, grad_output, grads)
+
+    def _watched(self, direction: str, call):
+        """call() inside every watcher, the first one added outermost."""
+        for watch in reversed(self.watchers):
+            call = functools.partial(watch, self, direction, call)
+        return call()
+
+    def _forward(self, inputs: dict, attrs: dict | None, out):
         attrs = self.spec.fill_attrs(attrs)
         self.spec.validate(inputs, attrs)
         self._check(inputs)
@@ -103,9 +126,7 @@ class Kernel:
                 raise ValueError(f"{self.spec.name}: out lives on {device_of(out)}, variant runs on {self.device}")
         return self.impl.forward(inputs, attrs, out)
 
-    def backward(self, saved, grad_output, grads: dict):
-        """Gradients of the differentiable inputs. Parameter buffers in `grads` are accumulated into;
-        they may live on another device than the variant (they are then updated through a copy)."""
+    def _backward(self, saved, grad_output, grads: dict):
         missing = [p for p in self.spec.params if p not in grads and p not in self.spec.optional]
         remote = {k: g for k, g in grads.items() if g is not None and device_of(g) != self.device}
         local = {k: (to_device(g, self.device) if k in remote else g) for k, g in grads.items()}

@@ -68,27 +68,25 @@ class StepProfile:
         """Time every Kernel call and mark the steps while inside."""
         from euler_core.kernels import Kernel
         from euler_core.optim import AdamW
-        forward, backward, step = Kernel.forward, Kernel.backward, AdamW.step
+        step = AdamW.step
         profile = self
 
-        def timed_forward(kernel, inputs, attrs=None, out=None):
-            return profile._timed(kernel.spec.name, "forward", kernel.device, lambda: forward(kernel, inputs, attrs, out))
-
-        def timed_backward(kernel, saved, grad_output, grads):
-            return profile._timed(kernel.spec.name, "backward", kernel.device,
-                                  lambda: backward(kernel, saved, grad_output, grads))
+        def timed(kernel, direction, call):
+            return profile._timed(kernel.spec.name, direction, kernel.device, call)
 
         def marked_step(optimizer, *args, **kwargs):
             result = step(optimizer, *args, **kwargs)
             profile.end_step()
             return result
 
-        Kernel.forward, Kernel.backward, AdamW.step = timed_forward, timed_backward, marked_step
+        AdamW.step = marked_step
+        Kernel.watchers.append(timed)
         self.end_step()  # the first step starts here
         try:
             yield self
         finally:
-            Kernel.forward, Kernel.backward, AdamW.step = forward, backward, step
+            Kernel.watchers.remove(timed)
+            AdamW.step = step
 
     def summary(self) -> dict:
         """Medians over the profiled steps (after `skip`): wall time, and per (op, direction) time and calls."""
