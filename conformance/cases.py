@@ -26,6 +26,17 @@ class Case:
     attrs: dict = field(default_factory=dict)
     transform: Callable | None = None  # (inputs, rng) -> inputs, on the float64 example
     note: str = ""
+    #: inputs kept in float32 when the tested dtype is 16-bit (mixed precision: adamw's float32 master
+    #: state beside its 16-bit param_copy)
+    keep_float32: tuple = ()
+
+
+@dataclass(frozen=True)
+class DeviceScalar:
+    """An attribute passed as a (1,) float32 array on the variant's device (adamw's lr and step in
+    a captured step), not as a number."""
+
+    value: float
 
 
 def _gelu_extreme(inputs, rng):
@@ -43,6 +54,18 @@ def _large_logits(inputs, rng):
 
 def _all_ignored(inputs, rng):
     return {**inputs, "targets": np.full_like(inputs["targets"], -1)}
+
+
+def _with_copy(inputs, rng):
+    """adamw with a working copy to refresh (filled with other values: it must be overwritten)."""
+    return {**inputs, "param_copy": rng.standard_normal(inputs["param"].shape)}
+
+
+def _with_sumsq(factor):
+    """adamw given the gradient's sum of squares: its own (factor 1), or a bad step (inf, nan)."""
+    def transform(inputs, rng):
+        return {**inputs, "grad_sumsq": np.array([float(np.sum(inputs["grad"] ** 2)) * factor])}
+    return transform
 
 
 def _repeated_tokens(inputs, rng):
@@ -117,6 +140,26 @@ CASES: dict[str, list[Case]] = {
         C("N4099", {"N": 4099}),
         C("step1-nodecay", {"N": 37}, attrs={"step": 1, "weight_decay": 0.0}),
         C("clipped", {"N": 64}, attrs={"grad_scale": 0.25, "lr": 3e-2, "step": 100}),
+        C("param-copy", {"N": 300}, transform=_with_copy, note="the working copy refreshed in the same pass"),
+        C("mixed", {"N": 1031}, transform=_with_copy, keep_float32=("param", "grad", "m", "v"),
+          note="float32 state, a 16-bit param_copy (mixed precision)"),
+        C("clip-by-norm", {"N": 513}, attrs={"max_norm": 1.0}, transform=_with_sumsq(1.0),
+          keep_float32=("grad_sumsq",), note="norm sqrt(grad_sumsq) ~ 23 > max_norm: scaled by 1/23"),
+        C("no-clip-below-max", {"N": 65}, attrs={"max_norm": 1e3}, transform=_with_sumsq(1.0),
+          keep_float32=("grad_sumsq",)),
+        C("bad-step-inf", {"N": 129}, attrs={"max_norm": 1.0}, transform=_with_sumsq(np.inf),
+          keep_float32=("grad_sumsq",), note="a non-finite norm: nothing may change"),
+        C("bad-step-nan", {"N": 33}, transform=lambda i, r: _with_copy(_with_sumsq(np.nan)(i, r), r),
+          keep_float32=("grad_sumsq",), note="NaN norm, no clipping asked: still nothing may change"),
+        C("device-scalars", {"N": 257}, attrs={"lr": DeviceScalar(2e-2), "step": DeviceScalar(7)},
+          transform=lambda i, r: _with_copy(_with_sumsq(1.0)(i, r), r), keep_float32=("grad_sumsq",),
+          note="lr and step as (1,) float32 device arrays, as a captured step passes them"),
+    ],
+    "sumsq": [
+        C("small", {"N": 8}),
+        C("N1", {"N": 1}),
+        C("prime", {"N": 4099}),
+        C("two-slices", {"N": 70001}, note="more than one program's slice in the GPU variants"),
     ],
     # forward only (generation with a KV cache): Tn new queries over Tk >= Tn cached keys
     "attention_cached": [
@@ -244,6 +287,14 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
         ("step-zero", _attr(step=0)),
         ("beta1-one", _attr(beta1=1.0)),
         ("lr-missing", lambda inputs, attrs: (inputs, {k: v for k, v in attrs.items() if k != "lr"})),
+        ("param_copy-shape", _set("param_copy", lambda i: i["param"][:-1].copy())),
+        ("grad_sumsq-shape", _set("grad_sumsq", lambda i: np.ones(2, np.float32))),
+        ("max_norm-without-grad_sumsq", _attr(max_norm=1.0)),
+        ("lr-device-scalar-shape", _attr(lr=np.ones(2, np.float32))),
+        ("step-fraction", _attr(step=2.5)),
+    ],
+    "sumsq": [
+        ("x-int", _set("x", lambda i: i["x"].astype(np.int32))),
     ],
     "attention_cached": [
         ("q-rank-2", _set("q", lambda i: i["q"][0])),
@@ -266,5 +317,6 @@ BAD_INPUT_DIMS: dict[str, dict] = {
     "residual": {"N": 2, "C": 3},
     "crossentropy": {"B": 2, "T": 3, "V": 6},
     "adamw": {"N": 5},
+    "sumsq": {"N": 5},
     "attention_cached": {"B": 1, "Tn": 2, "Tk": 4, "C": 6, "NH": 2},
 }

@@ -43,7 +43,7 @@ from euler_core.ops import OPS
 
 from .arrays import (CheckFailed, CheckSkipped, compare, dtype_unavailable_reason, expect_finite,
                      expect_written, host, host64, is_float, np_dtype, same_bits, snapshot)
-from .cases import BAD_INPUT_DIMS, BAD_INPUTS, GRADCHECK_DIMS, Case
+from .cases import BAD_INPUT_DIMS, BAD_INPUTS, GRADCHECK_DIMS, Case, DeviceScalar
 from .tolerances import FD_STEP, FD_TOL, tolerance
 
 
@@ -100,8 +100,10 @@ class CaseContext:
             inputs = self.case.transform(inputs, rng)
         attrs = {**attrs, **self.case.attrs}
         dt = np_dtype(self.dtype)
+        wide = np.float32 if self.dtype in ("float16", "bfloat16") else dt
         # The tested inputs (rounded to the dtype) and their exact float64 values for the reference.
-        typed = {k: (v.astype(dt) if is_float(v) else v) for k, v in inputs.items() if v is not None}
+        typed = {k: (v.astype(wide if k in self.case.keep_float32 else dt) if is_float(v) else v)
+                 for k, v in inputs.items() if v is not None}
         exact = {k: (v.astype(np.float64) if is_float(v) else v) for k, v in typed.items()}
         full_attrs = self.spec.fill_attrs(attrs)
         out_shape = self.spec.output_shape(exact, full_attrs)
@@ -120,7 +122,17 @@ class CaseContext:
 
     @property
     def attrs(self) -> dict:
-        return dict(self.get("attrs"))
+        return self._attrs_on(self.device)
+
+    def _attrs_on(self, device: str) -> dict:
+        """The case's attributes, device scalars made as (1,) float32 arrays on `device`."""
+        return {k: (to_device(np.array([v.value], dtype=np.float32), device) if isinstance(v, DeviceScalar) else v)
+                for k, v in self.get("attrs").items()}
+
+    @property
+    def state_names(self) -> tuple:
+        """adamw: the inputs it updates in place."""
+        return ("param", "m", "v") + (("param_copy",) if "param_copy" in self.get("typed") else ())
 
     def inputs(self) -> dict:
         """Fresh copies of the inputs, in the tested dtype, on the variant's device."""
@@ -152,10 +164,10 @@ class CaseContext:
         if "ref" not in self._cache:
             impl = reference_impl(self.op)
             exact = {k: v.copy() for k, v in self.get("exact").items()}
-            attrs = self.spec.fill_attrs(self.get("attrs"))
+            attrs = self.spec.fill_attrs(self._attrs_on("cpu"))
             if self.spec.output is None:
                 impl.forward(exact, attrs, None)
-                self._cache["ref"] = {"state": {k: exact[k] for k in ("param", "m", "v")}}
+                self._cache["ref"] = {"state": {k: exact[k] for k in self.state_names}}
             else:
                 out, saved = impl.forward(exact, attrs, None)
                 grads = {p: np.zeros_like(exact[p]) for p in self.params}
@@ -190,7 +202,7 @@ class CaseContext:
         before = snapshot(inputs)
         if self.spec.output is None:  # adamw: in place
             kernel.forward(inputs, attrs)
-            return {"inputs": inputs, "before": before, "state": {k: inputs[k] for k in ("param", "m", "v")}}
+            return {"inputs": inputs, "before": before, "state": {k: inputs[k] for k in self.state_names}}
         out, saved = kernel.forward(inputs, attrs)
         after_forward = snapshot(inputs)
         dout = self.dout()
@@ -205,7 +217,7 @@ class CaseContext:
 def check_forward(ctx: CaseContext) -> None:
     run, ref = ctx.basic(), ctx.reference()
     if ctx.spec.output is None:
-        for k in ("param", "m", "v"):
+        for k in ctx.state_names:
             compare(f"{k} after the update", run["state"][k], ref["state"][k], ctx.tol("forward"))
         return
     out = run["out"]
@@ -314,7 +326,7 @@ def check_finite(ctx: CaseContext) -> None:
 
 def check_inputs(ctx: CaseContext) -> None:
     run = ctx.basic()
-    mutable = ("param", "m", "v") if ctx.spec.output is None else ()
+    mutable = ctx.state_names if ctx.spec.output is None else ()
     stages = [("forward", run.get("after_forward"))] if "after_forward" in run else []
     stages.append(("backward" if ctx.spec.output else "the update", snapshot(run["inputs"])))
     for stage, after in stages:
@@ -336,7 +348,7 @@ def check_repeat(ctx: CaseContext) -> None:
             inputs = ctx.inputs()
             if ctx.spec.output is None:
                 kernel.forward(inputs, attrs)
-                runs.append({k: inputs[k] for k in ("param", "m", "v")})
+                runs.append({k: inputs[k] for k in ctx.state_names})
                 continue
             out, saved = kernel.forward(inputs, attrs)
             res = kernel.backward(saved, ctx.dout(), ctx.param_buffers(inputs))

@@ -10,12 +10,13 @@ in a tl.dot, a bad constexpr combination, or a tile needing more shared memory t
 fails here, where the interpreter (which checks neither) would pass.
 """
 
+import numpy as np
 import pytest
 
 pytest.importorskip("triton", reason="triton not installed (pip install -e '.[gpu]' or triton==3.6.0)")
 
 from backends.triton import _runtime  # noqa: E402
-from backends.triton._testing import recorded_launches  # noqa: E402
+from backends.triton._testing import _np_dtype, recorded_launches  # noqa: E402
 
 #: shared memory one block may use on sm_90 (227 KB)
 SM90_MAX_SHARED = 227 * 1024
@@ -37,6 +38,7 @@ SHAPES = [
     ("crossentropy", {"B": 2, "T": 2, "V": 50304, "n_valid": 50257}),
     ("crossentropy", {"B": 2, "T": 3, "V": 37}),
     ("adamw", {"N": 4099}),
+    ("sumsq", {"N": 70001}),
 ]
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -46,12 +48,29 @@ def _key(e):
             str(sorted(e["attrs"].items())), e["num_warps"], e["num_stages"])
 
 
+def _mixed_adamw_launches(dtype: str) -> list[dict]:
+    """adamw as the GPU training step calls it: float32 state, a 16-bit param_copy, the gradient's
+    sum of squares for clipping, lr and step as device scalars."""
+    from backends.triton import adamw
+    from euler_core.ops import OPS
+    n = 4099
+    state = {k: np.ones(n, np.float32) for k in ("param", "grad", "m", "v")}
+    inputs = {**state, "param_copy": np.ones(n, _np_dtype(dtype)), "grad_sumsq": np.ones(1, np.float32)}
+    attrs = OPS["adamw"].fill_attrs({"lr": np.ones(1, np.float32), "step": np.ones(1, np.float32), "max_norm": 1.0})
+    with _runtime.recording() as rec:
+        adamw.forward(inputs, attrs)
+    return list(rec)
+
+
 def _launches():
     seen = {}
     for op, dims in SHAPES:
         for dtype in DTYPES:
             for e in recorded_launches(op, dims, dtype):
                 seen.setdefault(_key(e), (op, dtype, e))
+    for dtype in ("float16", "bfloat16"):
+        for e in _mixed_adamw_launches(dtype):
+            seen.setdefault(_key(e), ("adamw", dtype, e))
     return list(seen.values())
 
 
@@ -70,7 +89,8 @@ def test_every_kernel_is_recorded():
     names = {e["kernel"].__name__ for _, _, e in LAUNCHES}
     assert {"_attn_forward", "_attn_backward", "_gemm", "_colsum_partial",
             "_colsum_finish", "_ln_forward", "_ln_backward", "_gelu_forward", "_gelu_backward", "_add",
-            "_ce_forward", "_ce_backward", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_adamw"} <= names
+            "_ce_forward", "_ce_backward", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_adamw",
+            "_sumsq_partial", "_sumsq_finish"} <= names
 
 
 @pytest.mark.parametrize("item", LAUNCHES, ids=[_id(i) for i in LAUNCHES])

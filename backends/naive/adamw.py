@@ -2,16 +2,27 @@
 
 import numpy as np
 
+from euler_core.ops.adamw import clip_factor, host_value
+
 
 def forward(inputs, attrs, out=None):
     param, m, v = inputs["param"], inputs["m"], inputs["v"]
-    g = inputs["grad"].astype(param.dtype) * attrs["grad_scale"]
-    beta1, beta2, t = attrs["beta1"], attrs["beta2"], attrs["step"]
+    scale = attrs["grad_scale"]
+    if inputs.get("grad_sumsq") is not None:
+        sumsq = float(inputs["grad_sumsq"][0])
+        if not np.isfinite(np.sqrt(sumsq)):
+            return None, None  # a NaN or Inf in the gradient: skip the step, change nothing
+        scale *= clip_factor(sumsq, attrs["max_norm"])
+    g = inputs["grad"].astype(param.dtype) * scale
+    beta1, beta2 = attrs["beta1"], attrs["beta2"]
+    lr, t = host_value(attrs["lr"]), host_value(attrs["step"])
     m *= beta1
     m += (1.0 - beta1) * g
     v *= beta2
     v += (1.0 - beta2) * g * g
     m_hat = m / (1.0 - beta1 ** t)
     v_hat = v / (1.0 - beta2 ** t)
-    param -= attrs["lr"] * (m_hat / (np.sqrt(v_hat) + attrs["eps"]) + attrs["weight_decay"] * param)
+    param -= lr * (m_hat / (np.sqrt(v_hat) + attrs["eps"]) + attrs["weight_decay"] * param)
+    if inputs.get("param_copy") is not None:
+        inputs["param_copy"][...] = param  # the working copy, rounded to its dtype
     return None, None

@@ -1,12 +1,15 @@
 """adamw, numba: the whole AdamW update of one element in one parallel pass, in place.
 
 Same update as backends/naive/adamw.py, which makes five passes over memory with temporaries
-(g, m_hat, v_hat, ...); here each element's param, m and v are read once and written once. The
-scalars (betas, bias corrections, lr) are cast to the parameter's dtype so float32 stays float32.
+(g, m_hat, v_hat, ...); here each element's param, m and v are read once and written once (and
+param_copy written once, when given). The scalars (betas, bias corrections, lr, the clipping
+factor) are cast to the parameter's dtype so float32 stays float32.
 """
 
 import numpy as np
 from numba import prange
+
+from euler_core.ops.adamw import clip_factor, host_value
 
 from ._jit import pjit, scalar
 
@@ -24,11 +27,17 @@ def _update(p, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, gs, one):
 
 def forward(inputs, attrs, out=None):
     param, m, v = inputs["param"], inputs["m"], inputs["v"]
+    scale = attrs["grad_scale"]
+    if inputs.get("grad_sumsq") is not None:
+        sumsq = float(inputs["grad_sumsq"][0])
+        if not np.isfinite(np.sqrt(sumsq)):
+            return None, None  # a NaN or Inf in the gradient: skip the step, change nothing
+        scale *= clip_factor(sumsq, attrs["max_norm"])
     dt = param.dtype
     grad = np.ascontiguousarray(inputs["grad"], dtype=dt)
-    b1, b2, t = attrs["beta1"], attrs["beta2"], attrs["step"]
-    args = tuple(scalar(a, dt) for a in (attrs["lr"], b1, b2, attrs["eps"], attrs["weight_decay"],
-                                         1.0 - b1 ** t, 1.0 - b2 ** t, attrs["grad_scale"], 1.0))
+    b1, b2, t = attrs["beta1"], attrs["beta2"], host_value(attrs["step"])
+    args = tuple(scalar(a, dt) for a in (host_value(attrs["lr"]), b1, b2, attrs["eps"], attrs["weight_decay"],
+                                         1.0 - b1 ** t, 1.0 - b2 ** t, scale, 1.0))
     arrays = (param, m, v)
     if all(a.flags.c_contiguous for a in arrays):
         _update(param.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), *args)
@@ -36,4 +45,6 @@ def forward(inputs, attrs, out=None):
         pc, mc, vc = (np.ascontiguousarray(a) for a in arrays)
         _update(pc.reshape(-1), grad.reshape(-1), mc.reshape(-1), vc.reshape(-1), *args)
         param[...], m[...], v[...] = pc, mc, vc
+    if inputs.get("param_copy") is not None:
+        inputs["param_copy"][...] = param
     return None, None

@@ -36,5 +36,6 @@ def nanoeuler_backends():
         _v("residual", "parallel", "residual", "one parallel pass"),
         _v("crossentropy", "fused", "crossentropy", "logsumexp and loss in one pass; dlogits in one"),
         _v("adamw", "fused", "adamw", "the whole update in one parallel pass"),
+        _v("sumsq", "blocks", "sumsq", "fixed blocks summed in parallel, then in order"),
     ]
     return [Backend("numba", "Numba JIT kernels on the CPU: parallel, fused, cached on disk", variants)]

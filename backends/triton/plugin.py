@@ -11,6 +11,7 @@ names its implementation by string, imported the first time it is used.
     residual      fused    one pass; backward hands dout on
     crossentropy  chunked  online logsumexp over BLOCK_V chunks of the vocabulary
     adamw         fused    the whole update in one pass over param, grad, m, v
+    sumsq         blocks   sum of squares in fixed slices, then the partials in order
 """
 
 from euler_core.registry import Backend, Variant, hookimpl
@@ -26,6 +27,7 @@ _VARIANTS = [
     ("residual", "fused", "a + b in one pass"),
     ("crossentropy", "chunked", "online logsumexp over vocabulary chunks; no probabilities kept"),
     ("adamw", "fused", "the whole AdamW update in one pass"),
+    ("sumsq", "blocks", "sum of squares in fixed slices, then the partials in order"),
 ]
 
 

@@ -10,8 +10,9 @@ from .gelu import SPEC as GELU
 from .layernorm import SPEC as LAYERNORM
 from .matmul import SPEC as MATMUL
 from .residual import SPEC as RESIDUAL
+from .sumsq import SPEC as SUMSQ
 
 OPS: dict[str, OpSpec] = {s.name: s for s in (EMBEDDING, LAYERNORM, MATMUL, ATTENTION, GELU, RESIDUAL,
-                                              CROSSENTROPY, ADAMW, ATTENTION_CACHED)}
+                                              CROSSENTROPY, ADAMW, SUMSQ, ATTENTION_CACHED)}
 
 __all__ = ["OPS", "OpSpec"]
