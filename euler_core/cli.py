@@ -30,7 +30,10 @@ TRAIN_HELP = {
     "n_layer": "override the preset's number of layers", "n_head": "override the preset's heads",
     "n_embd": "override the preset's channels",
     "backend": "kernel selection, e.g. naive, numba, or numba,attention=naive",
-    "dtype": "float32 or float64",
+    "dtype": "float32, float64, or bfloat16/float16 (mixed precision: float32 master weights); default float32 "
+             "on the CPU, bfloat16 on a GPU",
+    "graph": "run every step eagerly instead of replaying a captured CUDA graph (GPU; for debugging)",
+    "check_finite": "check every kernel's output for NaN/Inf in every step, naming the first bad op (slow)",
     "train_data": "glob of llm.c .bin training shards (default: the embedded corpus)",
     "val_data": "glob of validation shards",
     "tokenizer": "gpt2, bytes, or a .tiktoken file (default corpus: a BPE trained on it; shards: for samples)",
@@ -52,9 +55,15 @@ def add_config_options(parser, config_class, helps: dict, skip=("progress",)) ->
     tell what the user changed), typed by the field's annotation, with its help and default."""
     types = {"int | None": int, "str | None": str, "float": float, "int": int, "str": str}
     for f in fields(config_class):
-        if f.name not in skip:
-            parser.add_argument("--" + f.name.replace("_", "-"), type=types[str(f.type)], default=None,
-                                help=f"{helps[f.name]} (default: {f.default})")
+        if f.name in skip:
+            continue
+        if str(f.type) == "bool":  # a switch: --name turns on a False default, --no-name turns off a True one
+            flag = ("--" if not f.default else "--no-") + f.name.replace("_", "-")
+            parser.add_argument(flag, dest=f.name, action="store_const", const=not f.default, default=None,
+                                help=helps[f.name])
+            continue
+        parser.add_argument("--" + f.name.replace("_", "-"), type=types[str(f.type)], default=None,
+                            help=f"{helps[f.name]} (default: {f.default})")
 
 
 def _add_train(sub) -> None:

@@ -59,3 +59,20 @@ def _probe_cuda() -> str | None:
     except Exception as e:
         return f"no CUDA device ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     return None
+
+
+#: float dtypes a model or an array can be stored in; bfloat16 comes from ml_dtypes
+STORAGE_DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+
+def storage_dtype(name: str):
+    """The NumPy dtype (CuPy uses NumPy's) of a storage dtype name; bfloat16 needs ml_dtypes."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError("bfloat16 arrays need ml_dtypes (pip install ml_dtypes; the gpu extra has it)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    if name not in STORAGE_DTYPES:
+        raise TypeError(f"unknown storage dtype {name!r}; expected one of {', '.join(STORAGE_DTYPES)}")
+    return np.dtype(name)

@@ -48,7 +48,7 @@ def work_stream():
     if not _STREAM:
         import cupy
         cupy.cuda.Device().synchronize()  # work queued on the default stream before it is done
-        _STREAM.append(cupy.cuda.Stream(non_blocking=True))
+        _STREAM.append(cupy.cuda.Stream())  # blocking: ordered with work on the default stream too
     return _STREAM[0]
 
 

@@ -147,7 +147,13 @@ class Kernels:
         self.registry = registry or get_registry()
         self.notes: list[str] = []
         selection = Selection.parse(text)
-        self.variants: dict[str, Variant] = {op: self._resolve(op, selection, dtype) for op in OPS}
+        self.variants: dict[str, Variant] = {op: self._resolve(op, selection, dtype) for op in OPS
+                                             if not OPS[op].replaces}
+        for op in OPS:  # fused ops after the primitives they replace
+            if OPS[op].replaces:
+                fused = self._resolve_fused(op, selection, dtype)
+                if fused is not None:
+                    self.variants[op] = fused
         self._kernels: dict[str, Kernel] = {}
         # the warning is about the training step: an inference-only op (attention_cached) that falls
         # back to naive is said in `notes`, and by the KV cache when it is used
@@ -186,6 +192,26 @@ class Kernels:
             self.notes.append(f"{op}: backend {backend_name} has no variant; falling back to {FALLBACK_BACKEND}")
             candidates = self._backend(FALLBACK_BACKEND).variants_of(op)
         return self._usable(self._first_usable(candidates, op, dtype), dtype)
+
+    def _resolve_fused(self, op: str, sel: Selection, dtype: str | None) -> Variant | None:
+        """A fused op (one that replaces several primitives) is used only where it cannot change what
+        the user selected: when named explicitly, or when every primitive it replaces comes from one
+        backend that offers it. Otherwise None: the model composes the primitives."""
+        if op in sel.overrides and sel.overrides[op] != AUTO:
+            return self._resolve(op, sel, dtype)
+        owners = {self.variants[p].backend for p in OPS[op].replaces}
+        if len(owners) != 1:
+            self.notes.append(f"{op}: not fused, its primitives {', '.join(OPS[op].replaces)} come from "
+                              f"different backends ({', '.join(sorted(owners))})")
+            return None
+        backend = self.registry.backend(owners.pop())
+        usable = [v for v in backend.variants_of(op)
+                  if v.unavailable_reason() is None and (dtype is None or dtype in v.dtypes)]
+        return usable[0] if usable else None
+
+    def has(self, op: str) -> bool:
+        """Whether a variant of `op` was selected (fused ops may not be: then compose the primitives)."""
+        return op in self.variants
 
     def _auto(self, op: str, dtype: str | None) -> Variant:
         """'auto': the fastest variant that passed on this device, from the bench records

@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from .device import to_device
+from .device import storage_dtype, to_device
 
 
 class KVCache:
@@ -38,8 +38,8 @@ class KVCache:
         self.capacity = cfg.block_size
         self.length = 0  # positions filled
         xp, C = model.xp, cfg.n_embd
-        self.k = [xp.zeros((batch, cfg.block_size, C), dtype=model.dtype) for _ in range(cfg.n_layer)]  # (B,maxT,C)
-        self.v = [xp.zeros((batch, cfg.block_size, C), dtype=model.dtype) for _ in range(cfg.n_layer)]  # (B,maxT,C)
+        self.k = [xp.zeros((batch, cfg.block_size, C), dtype=storage_dtype(model.dtype)) for _ in range(cfg.n_layer)]  # (B,maxT,C)
+        self.v = [xp.zeros((batch, cfg.block_size, C), dtype=storage_dtype(model.dtype)) for _ in range(cfg.n_layer)]  # (B,maxT,C)
 
     def append(self, layer: int, qkv, start: int) -> tuple:
         """Copy the k and v columns of qkv (B,Tn,3C) into positions [start, start+Tn) of `layer`;
@@ -85,19 +85,18 @@ def forward_cached(model, tokens, cache: KVCache, last_only: bool = False):
     # positions t0.. are rows t0.. of wpe: the embedding op adds wpe's first Tn rows, so give it those
     x, _ = k["embedding"].forward({"tokens": tokens, "wte": p["wte.weight"], "wpe": p["wpe.weight"][t0:t0 + Tn]})
     x = x.reshape(N, C)  # (N,C) the residual stream of the new positions
-    for i in range(cfg.n_layer):
-        def attend(qkv, i=i):  # (N,3C) -> (N,C): the new queries against every cached position
-            qkv = qkv.reshape(B, Tn, 3 * C)
-            keys, values = cache.append(i, qkv, t0)  # (B,t0+Tn,C) each
-            att, _ = attention.forward({"q": qkv[:, :, :C], "k": keys, "v": values}, {"n_head": cfg.n_head})
-            return to_device(att, model.device).reshape(N, C), None
 
-        x, _ = model.block_forward(i, x, attend)
+    def attend(i, qkv):  # (N,3C) -> (N,C): layer i's new queries against every cached position
+        qkv = qkv.reshape(B, Tn, 3 * C)
+        keys, values = cache.append(i, qkv, t0)  # (B,t0+Tn,C) each
+        att, _ = attention.forward({"q": qkv[:, :, :C], "k": keys, "v": values}, {"n_head": cfg.n_head})
+        return to_device(att, model.device).reshape(N, C), None
+
+    _, h = model.trunk(x, attend)  # (N,C) ln_f of the stream after the last layer
     cache.length = t0 + Tn
     rows = Tn
     if last_only:
-        x = model.xp.ascontiguousarray(x.reshape(B, Tn, C)[:, -1])  # (B,C)
+        h = model.xp.ascontiguousarray(h.reshape(B, Tn, C)[:, -1])  # (B,C): ln_f works row by row
         rows = 1
-    lnf, _ = k["layernorm"].forward({"x": x, "weight": p["ln_f.weight"], "bias": p["ln_f.bias"]})
-    logits, _ = k["matmul"].forward({"x": lnf, "weight": p["wte.weight"]})  # (B*rows,Vp) tied
+    logits, _ = k["matmul"].forward({"x": h, "weight": p["wte.weight"]})  # (B*rows,Vp) tied
     return logits.reshape(B, rows, cfg.padded_vocab_size)

@@ -1,9 +1,10 @@
 """GPT-2, built only from ops through the kernel registry: no op math lives here.
 
 The model owns its parameters (one contiguous buffer, with a view per named tensor), their gradients
-(a second buffer of the same layout), and the order in which ops are called. The forward keeps each
-op's `saved` on a tape-free list in call order; the backward walks the same blocks in reverse, as
-llm.c's `gpt2_backward` does, so a reader sees the whole chain rule in one function.
+(a second buffer of the same layout), its activations (one arena per (B, T): euler_core/activations.py)
+and the order in which ops are called. The forward keeps each op's `saved` on a tape in call order;
+the backward walks the same blocks in reverse, as llm.c's `gpt2_backward` does, so a reader sees the
+whole chain rule in one function.
 
 Parameter names follow GPT-2's structure (Hugging Face's names without the `transformer.` prefix),
 in llm.c's layout (a linear layer's weight is (out, in)):
@@ -17,6 +18,21 @@ in llm.c's layout (a linear layer's weight is (out, in)):
 
 The buffer holds every 2-D weight first (they take weight decay) and then every 1-D one (they do not),
 so AdamW runs on two contiguous halves. The token embedding is tied to the output layer.
+
+Precision. dtype "float64" or "float32": parameters, gradients and activations all in it.
+dtype "bfloat16" (or "float16"), mixed precision: float32 master weights (`master`, what AdamW
+updates, what checkpoints hold), 16-bit working copies (`params`, what the kernels read, refreshed
+by AdamW in the same pass), float32 gradients, 16-bit activations; the kernels accumulate in float32
+and keep layernorm statistics, logsumexps and losses in float32.
+
+The block structure. A residual add and the layernorm after it are one step, `_add_norm` (the
+fused `layernorm_residual` op where the backend has it), so a layer takes the residual stream x and
+its normalisation h = ln_1(x), and hands the next layer its stream and the next layernorm's output:
+
+    h = ln_1[0](embedding(tokens))
+    for each layer:  qkv = c_attn(h);  x, h2 = add_norm(x, c_proj(attention(qkv)), ln_2)
+                     x, h = add_norm(x, mlp_c_proj(gelu(mlp_c_fc(h2))), next layernorm)
+    logits = h @ wte.T          (the next layernorm after the last layer is ln_f)
 """
 
 from __future__ import annotations
@@ -25,9 +41,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .activations import Activations
 from .config import GPTConfig
-from .device import array_module, to_device
+from .device import STORAGE_DTYPES, array_module, storage_dtype, to_device
 from .kernels import Kernels
+
+#: model dtypes whose master weights and gradients are float32 (mixed precision)
+MIXED = ("bfloat16", "float16")
 
 
 def parameter_layout(config: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
@@ -57,29 +77,27 @@ def _views(flat, layout) -> dict:
 
 
 @dataclass
-class Block:
-    """What one transformer block's forward keeps for its backward (each op's opaque `saved`)."""
+class Layer:
+    """What one transformer layer's forward keeps for its backward (each op's opaque `saved`)."""
 
-    ln_1: object
     c_attn: object
     attn: object
     attn_proj: object
-    ln_2: object
-    c_fc: object
-    gelu: object
+    add_norm_2: tuple      # ("fused", saved) or ("composed", layernorm's saved)
+    c_fc: object           # matmul's saved, or matmul_gelu's when fused
+    gelu: object           # None when fused into c_fc
     mlp_proj: object
+    add_norm_next: tuple   # the residual add after the MLP and the next layer's ln_1 (ln_f for the last)
 
 
 @dataclass
 class Tape:
-    B: int
-    T: int
+    acts: Activations
     embedding: object
-    blocks: list
-    ln_f: object
-    lm_head: object
-    loss: object
-    dlosses: np.ndarray  # (B,T) d(mean loss)/d(loss per position)
+    ln_1: object           # layer 0's ln_1 (the others are in the previous layer's add_norm_next)
+    layers: list
+    head: object           # the classifier: classifier_crossentropy's saved, or (matmul's, crossentropy's)
+    dlosses: object        # (N,) d(step loss)/d(loss per position), on the device
 
 
 class GPT:
@@ -92,23 +110,33 @@ class GPT:
 
     def __init__(self, config: GPTConfig, kernels: Kernels | str = "naive", dtype: str = "float32",
                  seed: int | None = 0):
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"GPT: dtype must be float32 or float64, got {dtype!r}")
+        if dtype not in STORAGE_DTYPES:
+            raise ValueError(f"GPT: dtype must be one of {', '.join(STORAGE_DTYPES)}, got {dtype!r}")
         self.config = config
         self.kernels = kernels if isinstance(kernels, Kernels) else Kernels(kernels, dtype=dtype)
         self.device = self.kernels.device
         self.dtype = dtype
+        self.master_dtype = "float32" if dtype in MIXED else dtype
         self.xp = array_module(self.device)
         self.layout = parameter_layout(config)
         self.num_parameters = sum(int(np.prod(s)) for _, s in self.layout)
         self.num_decayed = sum(int(np.prod(s)) for _, s in self.layout if len(s) == 2)
-        self.flat_params = self.xp.zeros(self.num_parameters, dtype=dtype)
-        self.flat_grads = self.xp.zeros(self.num_parameters, dtype=dtype)
-        self.params = _views(self.flat_params, self.layout)
+        self.flat_master = self.xp.zeros(self.num_parameters, dtype=self.master_dtype)
+        self.flat_params = (self.xp.zeros(self.num_parameters, dtype=storage_dtype(dtype)) if dtype in MIXED
+                            else self.flat_master)
+        self.flat_grads = self.xp.zeros(self.num_parameters, dtype=self.master_dtype)
+        self.master = _views(self.flat_master, self.layout)   # what AdamW updates
+        self.params = _views(self.flat_params, self.layout)   # what the kernels read
         self.grads = _views(self.flat_grads, self.layout)
+        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_gelu", "classifier_crossentropy")}
+        self._acts: Activations | None = None
         self._tape: Tape | None = None
         if seed is not None:
             self.init_weights(seed)
+
+    @property
+    def mixed(self) -> bool:
+        return self.dtype in MIXED
 
     # ---- parameters -------------------------------------------------------------------------
     def init_weights(self, seed: int) -> None:
@@ -129,8 +157,8 @@ class GPT:
         self.load_parameters(host)
 
     def load_parameters(self, named: dict) -> None:
-        """Copy named arrays (any device, any float dtype) into the parameter buffer; every name of
-        the layout must be present, with its exact shape."""
+        """Copy named arrays (any device, any float dtype) into the parameters (the master weights,
+        then their working copies); every name of the layout must be present, with its exact shape."""
         missing = [n for n, _ in self.layout if n not in named]
         unknown = sorted(set(named) - set(self.params))
         if missing or unknown:
@@ -141,124 +169,245 @@ class GPT:
             if tuple(value.shape) != shape:
                 raise ValueError(f"load_parameters: {name} has shape {tuple(value.shape)}, the model "
                                  f"(config {self.config}) expects {shape}")
-            self.params[name][...] = to_device(np.asarray(value) if isinstance(value, np.ndarray) else value,
+            host = np.asarray(value) if isinstance(value, np.ndarray) else value
+            self.master[name][...] = to_device(host.astype(self.master_dtype) if isinstance(host, np.ndarray) else host,
                                                self.device)
+        self.refresh_working_copy()
+
+    def refresh_working_copy(self) -> None:
+        """The 16-bit working copy from the master weights (mixed precision; AdamW does this itself)."""
+        if self.mixed:
+            self.flat_params[...] = self.flat_master.astype(self.flat_params.dtype)
 
     def named_parameters(self) -> dict:
-        """Host (NumPy) copies of every parameter, by name."""
-        return {name: to_device(view, "cpu").copy() for name, view in self.params.items()}
+        """Host (NumPy) copies of every parameter (the master weights), by name."""
+        return {name: to_device(view, "cpu").copy() for name, view in self.master.items()}
 
     def zero_grad(self) -> None:
         self.flat_grads.fill(0)
 
+    def grad_sumsq(self, out=None):
+        """(1,) array on the model's device: the sum of squares of the whole gradient (no host sync)."""
+        return self.kernels["sumsq"].forward({"x": self.flat_grads}, out=out)[0]
+
+    def grad_norm(self) -> float:
+        """The global L2 norm of the gradient buffer (waits for the device)."""
+        return float(np.sqrt(to_device(self.grad_sumsq(), "cpu")[0]))
+
+    # ---- activations ------------------------------------------------------------------------
+    def activations(self, B: int, T: int) -> Activations:
+        """The arena for (B, T), allocated on first use and kept until another (B, T) is asked for."""
+        if self._acts is None or (self._acts.B, self._acts.T) != (B, T):
+            self._acts = None  # free the old one first
+            self._acts = Activations.allocate(self.xp, self.config, B, T, self.dtype,
+                                              self.fused["classifier_crossentropy"], self.fused["matmul_gelu"])
+        return self._acts
+
     # ---- forward ----------------------------------------------------------------------------
-    def forward(self, tokens, targets=None):
+    def forward(self, tokens, targets=None, loss_scale: float = 1.0):
         """Logits (B,T,Vp) and, given targets (B,T) (-1 = no loss there), the mean loss as a float.
 
-        With targets, everything the backward needs is kept until `backward()` is called.
+        With targets, everything the backward needs is kept until `backward()` is called, and the
+        gradient it computes is that of loss_scale * mean loss (1/K with K micro-batches). With
+        targets, the logits are None where the classifier is fused with the loss (the full logits
+        never exist); ask for them with forward(tokens).
         """
-        k, p, cfg = self.kernels, self.params, self.config
         tokens = np.asarray(tokens) if isinstance(tokens, (list, tuple)) else tokens
-        if tokens.ndim != 2:
-            raise ValueError(f"GPT.forward: tokens must be (B,T), got shape {tuple(tokens.shape)}")
+        self._check_tokens(tokens)
         B, T = tokens.shape
-        if T > cfg.block_size:
-            raise ValueError(f"GPT.forward: T={T} exceeds the model's block_size {cfg.block_size}")
-        N, C = B * T, cfg.n_embd
-
-        x, s_emb = k["embedding"].forward({"tokens": tokens, "wte": p["wte.weight"], "wpe": p["wpe.weight"]})
-        x = x.reshape(N, C)  # (N,C) the residual stream
-
-        def attend(qkv):  # (N,3C) -> (N,C): causal attention over the T positions of each row
-            att, saved = k["attention"].forward({"qkv": qkv.reshape(B, T, 3 * C)}, {"n_head": cfg.n_head})
-            return att.reshape(N, C), saved
-
-        blocks = []
-        for i in range(cfg.n_layer):
-            x, block = self.block_forward(i, x, attend)
-            blocks.append(block)
-        lnf, s_lnf = k["layernorm"].forward({"x": x, "weight": p["ln_f.weight"], "bias": p["ln_f.bias"]})
-        logits, s_head = k["matmul"].forward({"x": lnf, "weight": p["wte.weight"]})  # (N,Vp) tied
-        logits = logits.reshape(B, T, cfg.padded_vocab_size)
         if targets is None:
             self._tape = None
-            return logits, None
-
+            return self._logits(tokens), None
         targets = np.asarray(targets) if isinstance(targets, (list, tuple)) else targets
-        losses, s_loss = k["crossentropy"].forward({"logits": logits, "targets": targets},
-                                                   {"n_valid": cfg.vocab_size})  # (B,T)
-        valid = to_device(targets, "cpu") >= 0
-        count = int(valid.sum())
-        if count == 0:
-            raise ValueError("GPT.forward: every target is -1: there is no loss to compute")
-        loss = float(to_device(losses, "cpu").sum(dtype=np.float64)) / count
-        dlosses = (valid / count).astype(self.dtype)  # (B,T) mean over the valid positions
-        self._tape = Tape(B, T, s_emb, blocks, s_lnf, s_head, s_loss, dlosses)
+        if tuple(targets.shape) != (B, T):
+            raise ValueError(f"GPT.forward: targets must have the shape of tokens {(B, T)}, got {tuple(targets.shape)}")
+        mean = loss_weights(to_device(targets, "cpu"))  # (B,T) 1/count where valid, else 0
+        acts = self.activations(B, T)
+        dlosses = (mean * loss_scale).astype(self.losses_dtype).reshape(-1)
+        self.forward_train(acts, tokens, targets, to_device(dlosses, self.device))
+        loss = float(np.dot(to_device(acts.losses, "cpu").astype(np.float64), mean.reshape(-1)))
+        logits = None if self.fused["classifier_crossentropy"] else acts.logits.reshape(B, T, -1)
         return logits, loss
 
-    def block_forward(self, i: int, x, attend):
-        """Transformer block i on the residual stream x (N,C) -> (x, Block of saved values).
+    @property
+    def losses_dtype(self) -> str:
+        return "float64" if self.dtype == "float64" else "float32"
 
-            x = x + c_proj(attend(c_attn(ln_1(x))))        x = x + mlp_c_proj(gelu(mlp_c_fc(ln_2(x))))
+    def _check_tokens(self, tokens) -> None:
+        if tokens.ndim != 2:
+            raise ValueError(f"GPT.forward: tokens must be (B,T), got shape {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.config.block_size:
+            raise ValueError(f"GPT.forward: T={tokens.shape[1]} exceeds the model's block_size {self.config.block_size}")
 
-        `attend(qkv (N,3C)) -> (att (N,C), saved)` is the attention: causal over whole sequences in
-        training, or over a KV cache when generating (kvcache.py); everything else is shared.
-        """
-        k, p, h = self.kernels, self.params, f"h.{i}."
-        ln1, s_ln1 = k["layernorm"].forward({"x": x, "weight": p[h + "ln_1.weight"], "bias": p[h + "ln_1.bias"]})
-        qkv, s_qkv = k["matmul"].forward({"x": ln1, "weight": p[h + "attn.c_attn.weight"],
-                                          "bias": p[h + "attn.c_attn.bias"]})  # (N,3C)
-        att, s_att = attend(qkv)  # (N,C)
-        proj, s_proj = k["matmul"].forward({"x": att, "weight": p[h + "attn.c_proj.weight"],
-                                            "bias": p[h + "attn.c_proj.bias"]})  # (N,C)
-        x, _ = k["residual"].forward({"a": x, "b": proj})
-        ln2, s_ln2 = k["layernorm"].forward({"x": x, "weight": p[h + "ln_2.weight"], "bias": p[h + "ln_2.bias"]})
-        fc, s_fc = k["matmul"].forward({"x": ln2, "weight": p[h + "mlp.c_fc.weight"],
-                                        "bias": p[h + "mlp.c_fc.bias"]})  # (N,4C)
-        act, s_gelu = k["gelu"].forward({"x": fc})
-        mlp, s_mlp = k["matmul"].forward({"x": act, "weight": p[h + "mlp.c_proj.weight"],
-                                          "bias": p[h + "mlp.c_proj.bias"]})  # (N,C)
-        x, _ = k["residual"].forward({"a": x, "b": mlp})
-        return x, Block(s_ln1, s_qkv, s_att, s_proj, s_ln2, s_fc, s_gelu, s_mlp)
+    def _logits(self, tokens):
+        """Logits (B,T,Vp) of every position; nothing kept for a backward, no arena."""
+        k, p, cfg = self.kernels, self.params, self.config
+        B, T = tokens.shape
+        x, _ = k["embedding"].forward({"tokens": tokens, "wte": p["wte.weight"], "wpe": p["wpe.weight"]})
+        _, h = self.trunk(x.reshape(B * T, -1), self._attend_whole(B, T))
+        logits, _ = k["matmul"].forward({"x": h, "weight": p["wte.weight"]})
+        return logits.reshape(B, T, cfg.padded_vocab_size)
+
+    def _attend_whole(self, B: int, T: int, acts: Activations | None = None):
+        """attend(i, qkv (N,3C)) -> (att (N,C), saved): causal attention over the T positions of each
+        row (into the arena's atty[i] when given)."""
+        k, cfg = self.kernels, self.config
+
+        def attend(i, qkv):
+            out = acts.atty[i].reshape(B, T, -1) if acts is not None else None
+            att, saved = k["attention"].forward({"qkv": qkv.reshape(B, T, 3 * cfg.n_embd)}, {"n_head": cfg.n_head},
+                                                out=out)
+            return att.reshape(B * T, cfg.n_embd), saved
+        return attend
+
+    def forward_train(self, acts: Activations, tokens, targets, dlosses) -> None:
+        """The training forward into the arena: every activation and acts.losses (N,) written, the
+        tape kept for backward(). `tokens`, `targets` (B,T) int and `dlosses` (N,) (the weight of
+        each position's loss in the step's loss) may already live on the device: nothing here reads
+        a device value on the host, so a CUDA graph can capture it."""
+        k, p, cfg = self.kernels, self.params, self.config
+        B, T = acts.B, acts.T
+        N, C = B * T, cfg.n_embd
+        x, s_emb = k["embedding"].forward({"tokens": tokens, "wte": p["wte.weight"], "wpe": p["wpe.weight"]},
+                                          out=acts.encoded.reshape(B, T, C))
+        x = x.reshape(N, C)
+        h, s_ln1 = k["layernorm"].forward({"x": x, "weight": p["h.0.ln_1.weight"], "bias": p["h.0.ln_1.bias"]},
+                                          out=acts.ln1[0])
+        layers: list = []
+        x, h = self.trunk(x, self._attend_whole(B, T, acts), h=h, acts=acts, tape=layers)
+        targets = targets.reshape(N)
+        if self.fused["classifier_crossentropy"]:
+            _, head = k["classifier_crossentropy"].forward(
+                {"x": h, "weight": p["wte.weight"], "targets": targets, "dlosses": dlosses},
+                {"n_valid": cfg.vocab_size}, out=acts.losses)
+        else:
+            logits, s_head = k["matmul"].forward({"x": h, "weight": p["wte.weight"]}, out=acts.logits)
+            _, s_loss = k["crossentropy"].forward({"logits": logits.reshape(B, T, -1), "targets": targets.reshape(B, T)},
+                                                  {"n_valid": cfg.vocab_size}, out=acts.losses.reshape(B, T))
+            head = (s_head, s_loss)
+        self._tape = Tape(acts, s_emb, s_ln1, layers, head, dlosses)
+
+    def trunk(self, x, attend, h=None, acts: Activations | None = None, tape: list | None = None):
+        """Every layer on the residual stream x (N,C) -> (x after the last layer, h = ln_f of it).
+
+        `attend(i, qkv (N,3C)) -> (att (N,C), saved)` is layer i's attention: causal over whole
+        sequences in training, over a KV cache when generating (kvcache.py); everything else is
+        shared. `h` is ln_1[0](x) when the caller has it already (training writes it into the arena,
+        `acts`); `tape`, a list, receives each layer's saved values."""
+        k, p, cfg = self.kernels, self.params, self.config
+        if h is None:
+            h, _ = k["layernorm"].forward({"x": x, "weight": p["h.0.ln_1.weight"], "bias": p["h.0.ln_1.bias"]})
+        for i in range(cfg.n_layer):
+            x, h, layer = self._layer_forward(i, x, h, attend, acts)
+            if tape is not None:
+                tape.append(layer)
+        return x, h
+
+    def _layer_forward(self, i: int, x, h, attend, acts: Activations | None):
+        """Layer i: (stream x, h = ln_1(x)) -> (stream after the layer, the next layernorm of it, Layer)."""
+        k, p, cfg = self.kernels, self.params, self.config
+        pre = f"h.{i}."
+        nxt = f"h.{i + 1}.ln_1" if i + 1 < cfg.n_layer else "ln_f"
+
+        def buf(name, index=True):
+            return None if acts is None or not acts.has(name) else (acts.views[name][i] if index else acts.views[name])
+
+        qkv, s_qkv = k["matmul"].forward({"x": h, "weight": p[pre + "attn.c_attn.weight"],
+                                          "bias": p[pre + "attn.c_attn.bias"]}, out=buf("qkv"))  # (N,3C)
+        att, s_att = attend(i, qkv)  # (N,C)
+        proj, s_proj = k["matmul"].forward({"x": att, "weight": p[pre + "attn.c_proj.weight"],
+                                            "bias": p[pre + "attn.c_proj.bias"]}, out=buf("proj", False))  # (N,C)
+        x, h2, s_an2 = self._add_norm(x, proj, pre + "ln_2", buf("res2"), buf("ln2"))
+        if self.fused["matmul_gelu"]:
+            act, s_fc = k["matmul_gelu"].forward({"x": h2, "weight": p[pre + "mlp.c_fc.weight"],
+                                                  "bias": p[pre + "mlp.c_fc.bias"]}, out=buf("fch_gelu"))
+            s_gelu = None
+        else:
+            fc, s_fc = k["matmul"].forward({"x": h2, "weight": p[pre + "mlp.c_fc.weight"],
+                                            "bias": p[pre + "mlp.c_fc.bias"]}, out=buf("fch"))  # (N,4C)
+            act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu"))
+        mlp, s_mlp = k["matmul"].forward({"x": act, "weight": p[pre + "mlp.c_proj.weight"],
+                                          "bias": p[pre + "mlp.c_proj.bias"]}, out=buf("proj", False))  # (N,C)
+        next_out = acts.ln1[i + 1] if acts is not None and i + 1 < cfg.n_layer else (acts.lnf if acts is not None else None)
+        x, h, s_next = self._add_norm(x, mlp, nxt, buf("res3"), next_out)
+        return x, h, Layer(s_qkv, s_att, s_proj, s_an2, s_fc, s_gelu, s_mlp, s_next)
+
+    def _add_norm(self, a, b, ln: str, out_x=None, out_h=None):
+        """x = a + b and h = layernorm `ln` of x: (x, h, saved), fused where the backend has it."""
+        k, p = self.kernels, self.params
+        w, bias = p[ln + ".weight"], p[ln + ".bias"]
+        if self.fused["layernorm_residual"]:
+            (x, h), saved = k["layernorm_residual"].forward({"a": a, "b": b, "weight": w, "bias": bias},
+                                                            out=None if out_x is None else (out_x, out_h))
+            return x, h, ("fused", saved)
+        x, _ = k["residual"].forward({"a": a, "b": b}, out=out_x)
+        h, saved = k["layernorm"].forward({"x": x, "weight": w, "bias": bias}, out=out_h)
+        return x, h, ("composed", saved)
 
     # ---- backward ---------------------------------------------------------------------------
-    def backward(self, loss_scale: float = 1.0) -> None:
+    def backward(self) -> None:
         """Accumulate d(loss_scale * mean loss)/d(parameter) into `self.grads` (zero them first with
-        zero_grad). Gradient accumulation over K micro-batches passes loss_scale = 1/K."""
+        zero_grad); loss_scale was given to forward. Like forward_train, it reads nothing on the host."""
         if self._tape is None:
             raise RuntimeError("GPT.backward: call forward(tokens, targets) first")
         tape, self._tape = self._tape, None
-        k, g, cfg = self.kernels, self.grads, self.config
-        B, T, C = tape.B, tape.T, cfg.n_embd
+        k, p, g, cfg, acts = self.kernels, self.params, self.grads, self.config, tape.acts
+        B, T, C = acts.B, acts.T, cfg.n_embd
         N = B * T
 
-        dlosses = tape.dlosses * np.asarray(loss_scale, dtype=tape.dlosses.dtype)  # (B,T)
-        dlogits = k["crossentropy"].backward(tape.loss, dlosses, {})["logits"]  # (B,T,Vp)
-        dlnf = k["matmul"].backward(tape.lm_head, dlogits.reshape(N, -1), {"weight": g["wte.weight"]})["x"]
-        dx = k["layernorm"].backward(tape.ln_f, dlnf, {"weight": g["ln_f.weight"], "bias": g["ln_f.bias"]})["x"]
+        if self.fused["classifier_crossentropy"]:
+            dh = k["classifier_crossentropy"].backward(tape.head, tape.dlosses, {"weight": g["wte.weight"], "x": acts.dnorm})["x"]
+        else:
+            s_head, s_loss = tape.head
+            dlogits = k["crossentropy"].backward(s_loss, tape.dlosses.reshape(B, T),
+                                                 {"logits": acts.dlogits.reshape(B, T, -1)})["logits"]
+            dh = k["matmul"].backward(s_head, dlogits.reshape(N, -1), {"weight": g["wte.weight"], "x": acts.dnorm})["x"]
+        dx = None  # the stream's gradient past the last layer: only ln_f reads that stream
+        turn = 0   # which of the two dstream buffers the next residual gradient goes into
         for i in reversed(range(cfg.n_layer)):
-            h, s = f"h.{i}.", tape.blocks[i]
-            # x_out = x_mid + mlp(ln_2(x_mid)): the gradient reaches x_mid along both paths
-            through = k["residual"].backward(None, dx, {})
-            dact = k["matmul"].backward(s.mlp_proj, through["b"], {"weight": g[h + "mlp.c_proj.weight"],
-                                                                   "bias": g[h + "mlp.c_proj.bias"]})["x"]
-            dfc = k["gelu"].backward(s.gelu, dact, {})["x"]
-            dln2 = k["matmul"].backward(s.c_fc, dfc, {"weight": g[h + "mlp.c_fc.weight"],
-                                                      "bias": g[h + "mlp.c_fc.bias"]})["x"]
-            dmid = k["layernorm"].backward(s.ln_2, dln2, {"weight": g[h + "ln_2.weight"],
-                                                          "bias": g[h + "ln_2.bias"]})["x"]
-            dx, _ = k["residual"].forward({"a": through["a"], "b": dmid})
-            # x_mid = x_in + attn(ln_1(x_in))
-            through = k["residual"].backward(None, dx, {})
-            datt = k["matmul"].backward(s.attn_proj, through["b"], {"weight": g[h + "attn.c_proj.weight"],
-                                                                    "bias": g[h + "attn.c_proj.bias"]})["x"]
-            dqkv = k["attention"].backward(s.attn, datt.reshape(B, T, C), {})["qkv"]
-            dln1 = k["matmul"].backward(s.c_attn, dqkv.reshape(N, 3 * C), {"weight": g[h + "attn.c_attn.weight"],
-                                                                           "bias": g[h + "attn.c_attn.bias"]})["x"]
-            din = k["layernorm"].backward(s.ln_1, dln1, {"weight": g[h + "ln_1.weight"],
-                                                         "bias": g[h + "ln_1.bias"]})["x"]
-            dx, _ = k["residual"].forward({"a": through["a"], "b": din})
+            pre, s = f"h.{i}.", tape.layers[i]
+            nxt = f"h.{i + 1}.ln_1" if i + 1 < cfg.n_layer else "ln_f"
+            # x_out, h_next = add_norm(x_mid, mlp): the gradient reaches x_mid and mlp alike
+            dx = self._add_norm_backward(s.add_norm_next, dx, dh, nxt, acts.dstream[turn], acts)
+            turn ^= 1
+            dact = k["matmul"].backward(s.mlp_proj, dx, {"weight": g[pre + "mlp.c_proj.weight"],
+                                                         "bias": g[pre + "mlp.c_proj.bias"], "x": acts.dfch_gelu})["x"]
+            if s.gelu is None:  # matmul_gelu
+                dh2 = k["matmul_gelu"].backward(s.c_fc, dact, {"weight": g[pre + "mlp.c_fc.weight"],
+                                                               "bias": g[pre + "mlp.c_fc.bias"], "x": acts.dnorm})["x"]
+            else:
+                dfc = k["gelu"].backward(s.gelu, dact, {"x": acts.dfch})["x"]
+                dh2 = k["matmul"].backward(s.c_fc, dfc, {"weight": g[pre + "mlp.c_fc.weight"],
+                                                         "bias": g[pre + "mlp.c_fc.bias"], "x": acts.dnorm})["x"]
+            # x_mid, h2 = add_norm(x_in, attn_proj)
+            dx = self._add_norm_backward(s.add_norm_2, dx, dh2, pre + "ln_2", acts.dstream[turn], acts)
+            turn ^= 1
+            datt = k["matmul"].backward(s.attn_proj, dx, {"weight": g[pre + "attn.c_proj.weight"],
+                                                          "bias": g[pre + "attn.c_proj.bias"], "x": acts.datt})["x"]
+            dqkv = k["attention"].backward(s.attn, datt.reshape(B, T, C), {"qkv": acts.dqkv.reshape(B, T, 3 * C)})["qkv"]
+            dh = k["matmul"].backward(s.c_attn, dqkv.reshape(N, 3 * C), {"weight": g[pre + "attn.c_attn.weight"],
+                                                                        "bias": g[pre + "attn.c_attn.bias"],
+                                                                        "x": acts.dnorm})["x"]
+        # layer 0's ln_1 read the embedding's output, which also flows on as the stream
+        dln = k["layernorm"].backward(tape.ln_1, dh, {"weight": g["h.0.ln_1.weight"], "bias": g["h.0.ln_1.bias"],
+                                                      "x": acts.dlnin})["x"]
+        dx, _ = k["residual"].forward({"a": dx, "b": dln}, out=acts.dstream[turn])
         k["embedding"].backward(tape.embedding, dx.reshape(B, T, C), {"wte": g["wte.weight"], "wpe": g["wpe.weight"]})
+
+    def _add_norm_backward(self, saved, dx, dh, ln: str, out, acts: Activations):
+        """The gradient of the stream before `x = a + b; h = layernorm(x)` (= da = db), into `out`,
+        given the stream's gradient after it (dx, None for zero) and h's (dh); accumulates ln's
+        dweight and dbias."""
+        k, g = self.kernels, self.grads
+        how, s = saved
+        grads = {"weight": g[ln + ".weight"], "bias": g[ln + ".bias"]}
+        if how == "fused":
+            return k["layernorm_residual"].backward(s, (dx, dh), {**grads, "a": out})["a"]
+        if dx is None:
+            return k["layernorm"].backward(s, dh, {**grads, "x": out})["x"]
+        dln = k["layernorm"].backward(s, dh, {**grads, "x": acts.dlnin})["x"]
+        total, _ = k["residual"].forward({"a": dx, "b": dln}, out=out)
+        return total
 
     # ---- generation ---------------------------------------------------------------------------
     def forward_cached(self, tokens, cache, last_only: bool = False):
@@ -266,13 +415,18 @@ class GPT:
         from .kvcache import forward_cached
         return forward_cached(self, tokens, cache, last_only)
 
-    # ---- conveniences -----------------------------------------------------------------------
-    def grad_norm(self) -> float:
-        """The global L2 norm of the gradient buffer."""
-        g = self.flat_grads
-        return float(self.xp.sqrt(self.xp.dot(g, g)))
-
     def __repr__(self):
         c = self.config
+        precision = f"{self.dtype} (float32 master weights)" if self.mixed else self.dtype
         return (f"GPT({c.n_layer} layers, {c.n_head} heads, {c.n_embd} channels, vocab {c.vocab_size}, "
-                f"{self.num_parameters:,} parameters, {self.dtype} on {self.device})")
+                f"{self.num_parameters:,} parameters, {precision} on {self.device})")
+
+
+def loss_weights(targets: np.ndarray, loss_scale: float = 1.0) -> np.ndarray:
+    """(B,T) float64 d(loss_scale * mean loss)/d(loss at each position): loss_scale / count where the
+    target is valid (>= 0), 0 where it is -1. Computed on the host from host targets (no device sync)."""
+    valid = targets >= 0
+    count = int(valid.sum())
+    if count == 0:
+        raise ValueError("GPT.forward: every target is -1: there is no loss to compute")
+    return valid * (loss_scale / count)

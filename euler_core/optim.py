@@ -9,34 +9,44 @@ from .model import GPT
 
 
 class AdamW:
-    """Decoupled weight decay on the 2-D weights only (they fill the first part of the buffer)."""
+    """Decoupled weight decay on the 2-D weights only (they fill the first part of the buffer).
+
+    The state (m, v) has the master weights' dtype: float32 in mixed precision, where each update
+    also refreshes the model's 16-bit working copy of the weights (adamw's param_copy)."""
 
     def __init__(self, model: GPT, weight_decay: float = 0.1, betas=(0.9, 0.95), eps: float = 1e-8):
         self.model = model
         self.weight_decay = weight_decay
         self.beta1, self.beta2 = betas
         self.eps = eps
-        self.m = model.xp.zeros_like(model.flat_params)
-        self.v = model.xp.zeros_like(model.flat_params)
+        self.m = model.xp.zeros_like(model.flat_master)
+        self.v = model.xp.zeros_like(model.flat_master)
         self.step_count = 0
 
     def step(self, lr: float, grad_scale: float = 1.0) -> None:
-        """One update of every parameter from model.flat_grads (times grad_scale)."""
+        """One update of every parameter from model.flat_grads (times grad_scale), counted."""
         self.step_count += 1
+        self.update(lr, self.step_count, grad_scale=grad_scale)
+
+    def update(self, lr, step, grad_scale: float = 1.0, grad_sumsq=None, max_norm: float = 0.0) -> None:
+        """The update of optimizer step number `step` (>= 1), not counted (the caller counts).
+
+        With `grad_sumsq` (the `sumsq` of the whole gradient, a (1,) array on the device) and
+        max_norm > 0 the gradient is clipped to that norm on the device, and a non-finite norm skips
+        the update. `lr` and `step` may be device scalars, (1,) float32 arrays, as in a step captured
+        in a CUDA graph (euler_core/step.py)."""
         model, n = self.model, self.model.num_decayed
         attrs = {"lr": lr, "beta1": self.beta1, "beta2": self.beta2, "eps": self.eps,
-                 "step": self.step_count, "grad_scale": grad_scale}
+                 "step": step, "grad_scale": grad_scale, "max_norm": max_norm}
         adamw = model.kernels["adamw"]
         for part, decay in ((slice(0, n), self.weight_decay), (slice(n, None), 0.0)):
-            adamw.forward({"param": model.flat_params[part], "grad": model.flat_grads[part],
-                           "m": self.m[part], "v": self.v[part]}, {**attrs, "weight_decay": decay})
-
-
-def clip_scale(grad_norm: float, max_norm: float) -> float:
-    """The factor that scales a gradient of norm `grad_norm` down to `max_norm` (1 if within)."""
-    if max_norm <= 0 or grad_norm <= max_norm or not math.isfinite(grad_norm):
-        return 1.0
-    return max_norm / grad_norm
+            inputs = {"param": model.flat_master[part], "grad": model.flat_grads[part],
+                      "m": self.m[part], "v": self.v[part]}
+            if model.mixed:
+                inputs["param_copy"] = model.flat_params[part]
+            if grad_sumsq is not None:
+                inputs["grad_sumsq"] = grad_sumsq
+            adamw.forward(inputs, {**attrs, "weight_decay": decay})
 
 
 def learning_rate(step: int, max_lr: float, warmup: int, total: int, min_lr_frac: float = 0.1) -> float:

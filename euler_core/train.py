@@ -14,7 +14,6 @@ losses as one that was never interrupted.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
@@ -29,7 +28,8 @@ from .generate import generate
 from .hostmem import keep_freed_memory
 from .kernels import Kernels
 from .model import GPT
-from .optim import AdamW, clip_scale, learning_rate
+from .optim import AdamW, learning_rate
+from .step import TrainStep
 
 
 DEFAULT_VOCAB = 1024  # the BPE vocabulary trained on the default corpus
@@ -44,7 +44,9 @@ class TrainConfig:
     n_head: int | None = None
     n_embd: int | None = None
     backend: str = "naive"
-    dtype: str = "float32"
+    dtype: str | None = None         # float32 on the CPU, bfloat16 (mixed precision) on a GPU
+    graph: bool = True               # on the GPU, capture the step as a CUDA graph (False: eager, for debugging)
+    check_finite: bool = False       # check every kernel's output for NaN/Inf in every step (slow; debugging)
     train_data: str | None = None    # glob of llm.c .bin shards; None = the embedded default corpus
     val_data: str | None = None
     tokenizer: str | None = None     # 'gpt2', 'bytes' or a .tiktoken path; default corpus: None = its own BPE
@@ -74,8 +76,8 @@ class TrainConfig:
                 raise ValueError(f"train: {name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"train: lr must be positive, got {self.lr}")
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"train: dtype must be float32 or float64 on these backends, got {self.dtype}")
+        if self.dtype not in (None, "float32", "float64", "bfloat16", "float16"):
+            raise ValueError(f"train: dtype must be float32, float64, bfloat16 or float16, got {self.dtype}")
 
 
 @dataclass
@@ -125,6 +127,14 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
     base = preset(cfg.preset, **overrides)
     block = max(base.block_size, cfg.seq_len or 0)
     return preset(cfg.preset, **overrides, vocab_size=vocab_size, block_size=block)
+
+
+def select_kernels(cfg) -> Kernels:
+    """The kernels of cfg.backend in cfg.dtype; with no dtype given, bfloat16 (mixed precision)
+    where the selection runs on the GPU and float32 elsewhere (cfg.dtype is then set)."""
+    if cfg.dtype is None:
+        cfg.dtype = "bfloat16" if Kernels(cfg.backend).device == "cuda" else "float32"
+    return Kernels(cfg.backend, dtype=cfg.dtype)
 
 
 def evaluate(model: GPT, source: TokenSource, batches: int, B: int, T: int, seed: int) -> float:
@@ -178,7 +188,7 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> dict:
     config = model_config(cfg, data.vocab_size)
     if checkpoint is not None and checkpoint.config != config:
         raise ValueError(f"train: checkpoint config {checkpoint.config} does not match {config}")
-    kernels = Kernels(cfg.backend, dtype=cfg.dtype)
+    kernels = select_kernels(cfg)
     for note in kernels.notes:
         log(f"note: {note}")
     model = GPT(config, kernels, dtype=cfg.dtype, seed=cfg.seed)
@@ -212,6 +222,7 @@ def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Pa
 
     data.train / data.val offer `batch(index, B, T, seed) -> (inputs, targets)`; `meta(accum)` gives
     the JSON a checkpoint records; `sample(model, seed) -> str`, when given, makes the samples.
+    Each optimizer step is one TrainStep.run (euler_core/step.py): on the GPU a replayed CUDA graph.
     """
     keep_freed_memory()   # each step's activations reuse the last step's memory (see hostmem.py)
     B = cfg.batch_size
@@ -224,6 +235,8 @@ def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Pa
     out.mkdir(parents=True, exist_ok=True)
     metrics = MetricsLog(out / "metrics.jsonl", start)
     log(f"batch: {B} x {T} tokens x {accum} micro-batch(es) = {total:,} tokens/step; {cfg.steps} steps; out {out}")
+    trainer = TrainStep(model, optimizer, B, T, accum, grad_clip=cfg.grad_clip,
+                        graph=None if cfg.graph else False, check_finite=cfg.check_finite)
     summary = {"out": str(out), "first_val_loss": None, "val_loss": None}
     bar = _progress(range(start, cfg.steps), cfg.progress, initial=start, total=cfg.steps)
     done = start  # optimizer steps completed
@@ -240,17 +253,10 @@ def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Pa
                     summary["first_val_loss"] = val
             t0 = time.perf_counter()
             lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr_frac)
-            model.zero_grad()
-            loss = 0.0
-            for micro in range(accum):
-                x, y = data.train.batch(step * accum + micro, B, T, cfg.seed)
-                loss += model.forward(x, y)[1] / accum
-                model.backward(loss_scale=1.0 / accum)
-            norm = model.grad_norm()
-            if not math.isfinite(loss) or not math.isfinite(norm):
-                raise FloatingPointError(f"step {step}: loss {loss}, gradient norm {norm}; stopping "
-                                         "(lower --lr, or check the data)")
-            optimizer.step(lr, clip_scale(norm, cfg.grad_clip))
+            batches = [data.train.batch(step * accum + micro, B, T, cfg.seed) for micro in range(accum)]
+            result = trainer.run(batches, lr)
+            result.check()  # a NaN/Inf loss or gradient stops the run, naming the op that made it
+            loss, norm = result.loss, result.grad_norm
             done = step + 1
             dt = time.perf_counter() - t0
             tokens_per_s = total / dt

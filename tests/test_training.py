@@ -61,8 +61,8 @@ def test_gradient_accumulation_equals_the_full_batch():
     full = model.flat_grads.copy()
     model.zero_grad()
     for half in (slice(0, 2), slice(2, 4)):
-        model.forward(x[half], y[half])
-        model.backward(loss_scale=0.5)
+        model.forward(x[half], y[half], loss_scale=0.5)
+        model.backward()
     np.testing.assert_allclose(model.flat_grads, full, rtol=1e-10, atol=1e-14)
 
 

@@ -126,6 +126,7 @@ def _step(args) -> int:
     from .profile import StepProfile, table
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
              if f.name != "progress" and getattr(args, f.name) is not None}
+    given["graph"] = False  # every kernel call timed: an eager step (a replayed graph has no calls to time)
     profile = StepProfile(skip=args.skip_steps)
     with profile.active():
         train(TrainConfig(**given, progress=False))

@@ -3,8 +3,8 @@
 Every kernel call of the run (euler_core.kernels.Kernel.forward/backward: the model's ops and the
 optimizer's adamw) is timed on the device it runs on: between two CUDA events on CuPy's current
 stream on the GPU (no synchronisation per call, so the run keeps its pace), with
-`time.perf_counter` on the CPU. A step ends where `AdamW.step` returns; there the stream is
-synchronised once, the step's events are read, and the step's wall time is taken.
+`time.perf_counter` on the CPU. A step ends where `TrainStep.run` returns (run eagerly: a replayed CUDA graph has no kernel calls
+to time); there the stream is synchronised once, the step's events are read, and the step's wall time is taken.
 
 The report, per (op, direction): calls per step and the median over the profiled steps of the time
 per step, as a share of the median step. What no kernel accounts for, the wall time minus the sum of
@@ -67,26 +67,26 @@ class StepProfile:
     def active(self):
         """Time every Kernel call and mark the steps while inside."""
         from euler_core.kernels import Kernel
-        from euler_core.optim import AdamW
-        step = AdamW.step
+        from euler_core.step import TrainStep
+        step = TrainStep.run
         profile = self
 
         def timed(kernel, direction, call):
             return profile._timed(kernel.spec.name, direction, kernel.device, call)
 
-        def marked_step(optimizer, *args, **kwargs):
-            result = step(optimizer, *args, **kwargs)
+        def marked_step(trainer, *args, **kwargs):
+            result = step(trainer, *args, **kwargs)
             profile.end_step()
             return result
 
-        AdamW.step = marked_step
+        TrainStep.run = marked_step
         Kernel.watchers.append(timed)
         self.end_step()  # the first step starts here
         try:
             yield self
         finally:
             Kernel.watchers.remove(timed)
-            AdamW.step = step
+            TrainStep.run = step
 
     def summary(self) -> dict:
         """Medians over the profiled steps (after `skip`): wall time, and per (op, direction) time and calls."""

@@ -47,6 +47,9 @@ class OpSpec:
     output: str | None = "out"
     attrs: dict = field(default_factory=dict)
     optional: tuple[str, ...] = ()
+    #: a fused op names the primitive ops it does the work of (matmul_gelu: matmul, gelu); the model
+    #: uses it only where the selection takes it (Kernels), and composes the primitives otherwise
+    replaces: tuple[str, ...] = ()
 
     # ---- attributes -------------------------------------------------------------------------
     def fill_attrs(self, attrs: dict | None) -> dict:

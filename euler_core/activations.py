@@ -1,0 +1,109 @@
+"""The model's map of memory: every activation of one training step at one (B, T), allocated once.
+
+llm.c's `ActivationTensors` is the model for this: one list of named buffers with their shapes, so a
+reader sees the whole step's memory in one place, and a CUDA graph, which bakes addresses in, can
+replay the step over and over. Shapes use the same letters everywhere: L layers, B batch, T time,
+C channels, N = B*T rows, Vp the padded vocabulary.
+
+Kept for the backward (one slice per layer, in the activation dtype):
+
+    ln1       (L, N, C)    ln_1's output, c_attn's input (layer 0's from the first layernorm,
+                           layer l's from the end of layer l-1: add and norm are one step)
+    qkv       (L, N, 3C)   c_attn's output, attention's input
+    atty      (L, N, C)    attention's output, c_proj's input
+    res2      (L, N, C)    the residual stream after attention (ln_2's input)
+    ln2       (L, N, C)    ln_2's output, c_fc's input
+    fch       (L, N, 4C)   c_fc's output, the GELU's input (unused when matmul_gelu is fused:
+                           the fused op keeps its own pre-activation)
+    fch_gelu  (L, N, 4C)   the GELU's output, the MLP projection's input
+    res3      (L, N, C)    the residual stream after the MLP (layer l+1's input)
+    encoded   (N, C)       the embedding's output, the stream entering layer 0
+    lnf       (N, C)       ln_f's output, the classifier's input
+    logits    (N, Vp)      the classifier's output (only when it is not fused with the loss)
+    losses    (N,)         the loss at each position (float32; float64 for a float64 model)
+
+Scratch, reused by every layer (the forward's projections feed the residual add at once; the
+backward's activation gradients flow through one layer at a time):
+
+    proj      (N, C)       c_proj's / the MLP projection's output
+    dstream   (2, N, C)    the residual stream's gradient, two buffers used in turn
+    dnorm     (N, C)       the gradient of a layernorm's output
+    dlnin     (N, C)       a layernorm backward's dx
+    datt      (N, C)       c_proj backward's dx
+    dqkv      (N, 3C)      attention backward's dqkv
+    dfch_gelu (N, 4C)      the MLP projection backward's dx
+    dfch      (N, 4C)      the GELU backward's dx
+    dlogits   (N, Vp)      the loss backward's dlogits (only when the classifier is not fused)
+
+Kernels keep small saved values of their own (a layernorm's mean and rstd, attention's logsumexp):
+they allocate them from CuPy's pool, which a captured step gives a private pool (euler_core/graph.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .device import storage_dtype
+
+
+def layout(L: int, N: int, C: int, Vp: int, fused_classifier: bool, fused_gelu: bool) -> list[tuple[str, tuple]]:
+    """(name, shape) of every buffer in the activation dtype, in arena order."""
+    per_layer = [("ln1", (L, N, C)), ("qkv", (L, N, 3 * C)), ("atty", (L, N, C)), ("res2", (L, N, C)),
+                 ("ln2", (L, N, C))] + ([] if fused_gelu else [("fch", (L, N, 4 * C))]) + \
+                [("fch_gelu", (L, N, 4 * C)), ("res3", (L, N, C))]
+    once = [("encoded", (N, C)), ("lnf", (N, C))] + ([] if fused_classifier else [("logits", (N, Vp))])
+    scratch = [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
+               ("dqkv", (N, 3 * C)), ("dfch_gelu", (N, 4 * C)), ("dfch", (N, 4 * C))] + \
+              ([] if fused_classifier else [("dlogits", (N, Vp))])
+    return per_layer + once + scratch
+
+
+def arena_bytes(L: int, N: int, C: int, Vp: int, dtype: str, fused_classifier: bool, fused_gelu: bool) -> int:
+    """Bytes of the arena (activations and scratch, not the kernels' own saved values)."""
+    item = np.dtype(storage_dtype(dtype)).itemsize
+    elems = sum(int(np.prod(s)) for _, s in layout(L, N, C, Vp, fused_classifier, fused_gelu))
+    loss_item = 8 if dtype == "float64" else 4
+    return elems * item + N * loss_item
+
+
+@dataclass
+class Activations:
+    """The buffers of `layout`, as views of one flat array (see the module docstring)."""
+
+    B: int
+    T: int
+    views: dict
+    flat: object
+    losses: object
+
+    @classmethod
+    def allocate(cls, xp, config, B: int, T: int, dtype: str, fused_classifier: bool, fused_gelu: bool):
+        N, C = B * T, config.n_embd
+        shapes = layout(config.n_layer, N, C, config.padded_vocab_size, fused_classifier, fused_gelu)
+        flat = xp.empty(sum(int(np.prod(s)) for _, s in shapes), dtype=storage_dtype(dtype))
+        views, offset = {}, 0
+        for name, shape in shapes:
+            size = int(np.prod(shape))
+            views[name] = flat[offset:offset + size].reshape(shape)
+            offset += size
+        losses = xp.empty(N, dtype="float64" if dtype == "float64" else "float32")
+        return cls(B, T, views, flat, losses)
+
+    def __getattr__(self, name):
+        views = self.__dict__.get("views", {})
+        if name in views:
+            return views[name]
+        raise AttributeError(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.views
+
+    def describe(self) -> str:
+        """The map as a table: name, shape, MiB."""
+        item = self.flat.dtype.itemsize
+        rows = [f"{name:<10} {str(tuple(v.shape)):<22} {v.size * item / 2**20:9.1f} MiB" for name, v in self.views.items()]
+        rows.append(f"{'losses':<10} {str(tuple(self.losses.shape)):<22} {self.losses.nbytes / 2**20:9.1f} MiB")
+        total = self.flat.nbytes + self.losses.nbytes
+        return "\n".join(rows + [f"{'total':<10} {'':<22} {total / 2**20:9.1f} MiB"])
