@@ -1,7 +1,8 @@
 """The model-level check: a whole GPT-2 training step with a backend selection against float64 naive.
 
-`check_model_step(kernels_text, registry, seed)` builds one small GPT twice from the same weights,
-once on the selection's kernels (in float32, or the dtype asked for) and once on naive in float64,
+`check_model_step(kernels_text, registry, seed, dtype)` builds one small GPT twice from the same
+weights, once on the selection's kernels (in float32, or bfloat16/float16: mixed precision, float32
+master weights and gradients) and once on naive in float64,
 runs the same batch through forward (the loss) and backward (every parameter gradient), and compares
 them with the gradient tolerance of the dtype, loosened by MODEL_SLACK: errors compound through the
 layers of a whole model in a way that a single op's tolerance does not allow for.
@@ -13,6 +14,8 @@ vocabulary, and ignored (-1) targets.
 from __future__ import annotations
 
 import numpy as np
+
+from euler_core.device import to_device
 
 from .arrays import CheckFailed, CheckSkipped, compare
 from .tolerances import Tol, tolerance
@@ -39,9 +42,10 @@ def check_model_step(kernels_text: str, registry=None, seed: int = 0, dtype: str
         p[...] += rng.normal(0.0, 0.05, p.shape)
     reference.params["wte.weight"][config.vocab_size:] = 0.0
     model = GPT(config, kernels, dtype=dtype, seed=None)
-    model.load_parameters({k: v.astype(dtype) for k, v in reference.named_parameters().items()})
-    # the reference sees exactly the rounded weights the model sees
-    reference.load_parameters({k: v.astype(np.float64) for k, v in model.named_parameters().items()})
+    model.load_parameters(reference.named_parameters())
+    # the reference sees exactly the rounded weights the kernels see (the 16-bit working copies in
+    # mixed precision)
+    reference.load_parameters({k: to_device(v, "cpu").astype(np.float64) for k, v in model.params.items()})
 
     tokens = rng.integers(0, config.vocab_size, size=(3, 13))
     targets = rng.integers(0, config.vocab_size, size=(3, 13))

@@ -238,6 +238,18 @@ def _failure_message(base: dict, check: str, message: str) -> str:
     return f"{where}\n    {message}\n    rerun: {cmd}"
 
 
+def model_dtypes(text: str, registry, dtypes=None) -> list[str]:
+    """The dtypes of the model row: float32, and bfloat16/float16 (mixed precision) where every op of
+    the selection takes them (a selection that cannot be resolved gets float32: its check says why)."""
+    from euler_core.kernels import Kernels, SelectionError
+    try:
+        variants = Kernels(text, registry=registry).variants.values()
+    except SelectionError:
+        return ["float32"]
+    wanted = [d for d in ("float32", "bfloat16", "float16") if all(d in v.dtypes for v in variants)] or ["float32"]
+    return [d for d in wanted if dtypes is None or d in dtypes]
+
+
 def run(backend=None, ops=None, cases=None, seed: int = 0, registry: Registry | None = None,
         dtypes=None, checks=None, model: bool | None = None, progress=None) -> Report:
     """Run the suite on the variants `backend` names (see select_variants) and return a Report.
@@ -277,10 +289,12 @@ def run(backend=None, ops=None, cases=None, seed: int = 0, registry: Registry | 
     if model:
         texts = [backend] if isinstance(backend, str) and backend != "all" else sorted(registry.backends)
         for text in texts:
-            for name, fn in MODEL_CHECKS.items():
-                status, message = _run_one(fn, text, registry, seed)
-                if status == FAILED:
-                    message = f"model | {text} | check={name} | seed={seed}\n    {message}\n    rerun: " \
-                              f"euler conformance --backend {text} --seed {seed}"
-                add(Result(op="model", variant=text, check=name, status=status, message=message, seed=seed))
+            for dtype in model_dtypes(text, registry, dtypes):
+                for name, fn in MODEL_CHECKS.items():
+                    status, message = _run_one(fn, text, registry, seed, dtype)
+                    if status == FAILED:
+                        message = f"model | {text} | check={name} | dtype={dtype} | seed={seed}\n    {message}\n" \
+                                  f"    rerun: euler conformance --backend {text} --check {name} --dtype {dtype} --seed {seed}"
+                    add(Result(op="model", variant=text, check=name, status=status, message=message, seed=seed,
+                               dtype=dtype))
     return report

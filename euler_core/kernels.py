@@ -147,8 +147,11 @@ class Kernels:
         self.registry = registry or get_registry()
         self.notes: list[str] = []
         selection = Selection.parse(text)
-        self.variants: dict[str, Variant] = {op: self._resolve(op, selection, dtype) for op in OPS
-                                             if not OPS[op].replaces}
+        # an inference-only op (attention_cached) is not held to the training dtype: generation with a
+        # variant that lacks it fails there, with the dispatcher's message, not the whole selection here
+        self.variants: dict[str, Variant] = {
+            op: self._resolve(op, selection, None if getattr(OPS[op], "inference_only", False) else dtype)
+            for op in OPS if not OPS[op].replaces}
         for op in OPS:  # fused ops after the primitives they replace
             if OPS[op].replaces:
                 fused = self._resolve_fused(op, selection, dtype)

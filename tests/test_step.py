@@ -1,0 +1,184 @@
+"""The training step (euler_core/step.py) and mixed precision (euler_core/model.py) on the CPU.
+
+What runs here without a GPU: the eager TrainStep against the model's own forward/backward and
+AdamW by hand; clipping and a bad step on the device side (the update skipped, the op named);
+mixed precision through the triton kernels under Triton's interpreter in float16 (bfloat16 is
+broken there), against float64 naive; the arena's arithmetic. The CUDA-graph path is checked on the
+GPU (tests/test_step_gpu.py there skips here).
+"""
+
+import numpy as np
+import pytest
+
+import conformance
+from euler_core.activations import Activations, arena_bytes, layout
+from euler_core.config import GPTConfig, preset
+from euler_core.kernels import Kernels
+from euler_core.model import GPT
+from euler_core.optim import AdamW
+from euler_core.registry import Backend, Registry, Variant, hookimpl
+from euler_core.step import TrainStep
+
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+
+
+def micro(dtype="float64", backend="naive", seed=0, registry=None):
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=29, vocab_multiple=8)
+    return GPT(config, Kernels(backend, dtype=dtype, registry=registry), dtype=dtype, seed=seed)
+
+
+def batches(k, B=2, T=8, V=29, seed=1):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(k):
+        x, y = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T))
+        y[0, :3] = -1
+        out.append((x, y))
+    return out
+
+
+def test_train_step_equals_forward_backward_and_adamw_by_hand():
+    """Two micro-batches, clipping on: the same loss, norm and weights as the model's own calls."""
+    a, b = micro(), micro()
+    step = TrainStep(a, AdamW(a), batch_size=2, seq_len=8, accum=2, grad_clip=0.5)
+    opt_b = AdamW(b)
+    data = batches(2)
+    lr = 2.0 ** -7  # exact in float32: the step passes lr as a float32 device scalar
+    result = step.run(data, lr=lr)
+
+    b.zero_grad()
+    loss = 0.0
+    for x, y in data:
+        loss += b.forward(x, y, loss_scale=0.5)[1] / 2
+        b.backward()
+    norm = b.grad_norm()
+    opt_b.step_count += 1
+    opt_b.update(lr, 1, grad_scale=min(1.0, 0.5 / norm))
+    assert result.loss == pytest.approx(loss, rel=1e-12)
+    assert result.grad_norm == pytest.approx(norm, rel=1e-12)
+    assert norm > 0.5  # clipping was active
+    np.testing.assert_allclose(a.flat_master, b.flat_master, rtol=1e-12, atol=1e-14)
+    assert a.flat_params is a.flat_master  # float64: no working copy
+
+
+def test_a_second_step_continues_from_the_first():
+    model = micro()
+    step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8)
+    first = step.run(batches(1), lr=1e-2).loss
+    again = step.run(batches(1), lr=1e-2).loss
+    assert again < first  # the same batch: the update helped
+    assert step.optimizer.step_count == 2
+
+
+def test_bad_input_is_refused_with_what_was_expected():
+    model = micro()
+    step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8)
+    x, y = batches(1)[0]
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 29\)"):
+        step.run([(x + 100, y)], lr=1e-3)
+    with pytest.raises(ValueError, match=r"must be \(B,T\) = \(2, 8\)"):
+        step.run([(x[:, :4], y[:, :4])], lr=1e-3)
+    with pytest.raises(ValueError, match="2 micro-batches given, the step takes 1"):
+        step.run(batches(2), lr=1e-3)
+    with pytest.raises(ValueError, match="CUDA graph needs the model and every selected kernel on the GPU"):
+        TrainStep(model, AdamW(model), batch_size=2, seq_len=8, graph=True)
+
+
+class _NanGelu:
+    """gelu that puts a NaN into its output: a planted bad op."""
+
+    def forward(self, inputs, attrs, out=None):
+        from backends.naive import gelu
+        y, saved = gelu.forward(inputs, attrs, out)
+        y.reshape(-1)[3] = np.nan
+        return y, saved
+
+    def backward(self, saved, dout, grads):
+        from backends.naive import gelu
+        return gelu.backward(saved, dout, grads)
+
+
+class _Planted:
+    @hookimpl
+    def nanoeuler_backends(self):
+        return [Backend("nanny", "a NaN-making gelu", [Variant("gelu", "nan", impl="test_step:NAN_GELU", device="cpu",
+                                                               dtypes=("float64", "float32"))])]
+
+
+NAN_GELU = _NanGelu()
+
+
+def test_a_nan_stops_the_step_names_the_op_and_skips_the_update():
+    from backends.naive import plugin as naive
+    registry = Registry(plugins=[naive, _Planted()], entry_points=False)
+    model = micro(backend="naive,gelu=nanny:nan", registry=registry)
+    before = model.flat_master.copy()
+    step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8)
+    result = step.run(batches(1), lr=1e-2)
+    with pytest.raises(FloatingPointError, match=r"gelu forward \(nanny:nan\).*1 of 1024 elements"):
+        result.check()
+    np.testing.assert_array_equal(model.flat_master, before)  # nothing changed
+
+
+def test_check_finite_mode_stops_at_the_first_bad_call():
+    from backends.naive import plugin as naive
+    registry = Registry(plugins=[naive, _Planted()], entry_points=False)
+    model = micro(backend="naive,gelu=nanny:nan", registry=registry)
+    step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8, check_finite=True)
+    with pytest.raises(FloatingPointError, match="gelu forward"):
+        step.run(batches(1), lr=1e-2)
+
+
+# ---- mixed precision ----------------------------------------------------------------------------
+def _interpreted_triton_registry():
+    pytest.importorskip("triton", reason="triton not installed")
+    from backends.naive import plugin as naive
+    from backends.triton._testing import interpreted_variant
+    from backends.triton.plugin import _VARIANTS
+
+    class Interpreted:
+        @hookimpl
+        def nanoeuler_backends(self):
+            variants = [interpreted_variant(op) for op, _, _ in _VARIANTS]
+            return [Backend("tritoncpu", "the triton kernels under the interpreter", variants)]
+
+    return Registry(plugins=[naive, Interpreted()], entry_points=False)
+
+
+def test_mixed_precision_model_step_through_the_triton_kernels():
+    """float16 working copies and activations, float32 master weights and gradients, against float64
+    naive: conformance's model check in mixed precision (bfloat16 runs it on the GPU)."""
+    registry = _interpreted_triton_registry()
+    conformance.check_model_step("tritoncpu", registry=registry, seed=0, dtype="float16")
+
+
+def test_mixed_precision_layout_and_update_refresh_the_working_copy():
+    registry = _interpreted_triton_registry()
+    model = micro(dtype="float16", backend="tritoncpu", registry=registry)
+    assert model.flat_master.dtype == np.float32 and model.flat_grads.dtype == np.float32
+    assert model.flat_params.dtype == np.float16 and model.params["wte.weight"].dtype == np.float16
+    assert "float32 master weights" in repr(model)
+    step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8)
+    before = model.flat_params.copy()
+    result = step.run(batches(1), lr=1e-2)
+    assert np.isfinite(result.loss) and result.grad_norm > 0
+    np.testing.assert_array_equal(model.flat_params, model.flat_master.astype(np.float16))
+    assert (model.flat_params != before).mean() > 0.5  # the copy moved with the weights
+    assert model.named_parameters()["wte.weight"].dtype == np.float32  # checkpoints hold the master
+
+
+# ---- the arena --------------------------------------------------------------------------------
+def test_the_arena_is_the_map_of_memory():
+    config = preset("gpt2")
+    N, C, L, Vp = 16 * 1024, 768, 12, config.padded_vocab_size
+    unfused = arena_bytes(L, N, C, Vp, "bfloat16", fused_classifier=False, fused_gelu=False)
+    fused = arena_bytes(L, N, C, Vp, "bfloat16", fused_classifier=True, fused_gelu=True)
+    # per layer 5 (N,C) + 3C + 2 x 4C = 16 C a row; once 2 C (+ Vp logits); scratch 6 C + 3C + 8C (+ Vp)
+    per_row = L * 16 * C + 2 * C + 17 * C
+    assert unfused == 2 * N * (per_row + 2 * Vp) + 4 * N
+    assert fused == 2 * N * (per_row - L * 4 * C) + 4 * N
+    acts = Activations.allocate(np, GPTConfig(2, 2, 16, 16, 29, 8), 2, 8, "float32", False, False)
+    assert acts.qkv.shape == (2, 16, 48) and acts.losses.shape == (16,)
+    assert np.shares_memory(acts.qkv, acts.flat) and "total" in acts.describe()
+    names = [n for n, _ in layout(2, 16, 16, 32, True, True)]
+    assert "logits" not in names and "fch" not in names
