@@ -68,6 +68,29 @@ def arena_bytes(L: int, N: int, C: int, Vp: int, dtype: str, fused_classifier: b
     return elems * item + N * loss_item
 
 
+def step_bytes(config, B: int, T: int, dtype: str, fused_classifier: bool, fused_gelu: bool) -> dict:
+    """About how many bytes a training step of `config` at (B, T) needs on the device: the weights'
+    state (master, working copy, gradients, AdamW's m and v), the arena, and the kernels' own saved
+    values (attention keeps a (N,C) rounding residual and a logsumexp per head in 16-bit dtypes, a
+    layernorm its mean and rstd), with 10% for the kernels' scratch. Used to say which batch fits."""
+    from .model import MIXED, parameter_layout
+    n = sum(int(np.prod(s)) for _, s in parameter_layout(config))
+    master = 8 if dtype == "float64" else 4
+    weights = n * (master * 4 + (np.dtype(storage_dtype(dtype)).itemsize if dtype in MIXED else 0))
+    N, C, L = B * T, config.n_embd, config.n_layer
+    arena = arena_bytes(L, N, C, config.padded_vocab_size, dtype, fused_classifier, fused_gelu)
+    item = np.dtype(storage_dtype(dtype)).itemsize
+    saved = L * N * (C * item + config.n_head * 4) + (2 * L + 1) * N * 8
+    return {"weights": weights, "arena": arena, "saved": saved, "total": int(1.1 * (weights + arena + saved))}
+
+
+def largest_batch(config, T: int, dtype: str, fused_classifier: bool, fused_gelu: bool, device_bytes: int) -> int:
+    """The largest batch size whose step_bytes fit in `device_bytes` (0 if not even B=1)."""
+    fixed = step_bytes(config, 1, T, dtype, fused_classifier, fused_gelu)
+    per_row = step_bytes(config, 2, T, dtype, fused_classifier, fused_gelu)["total"] - fixed["total"]
+    return max(0, int((device_bytes - (fixed["total"] - per_row)) // per_row))
+
+
 @dataclass
 class Activations:
     """The buffers of `layout`, as views of one flat array (see the module docstring)."""

@@ -31,6 +31,7 @@ non-finite. `check_finite=True` checks every call of every step that way (slow; 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -91,6 +92,11 @@ class TrainStep:
             raise ValueError(f"TrainStep: seq_len {seq_len} exceeds the model's block_size {model.config.block_size}")
         self.model, self.optimizer = model, optimizer
         self.B, self.T, self.accum = batch_size, seq_len, accum
+        with self._memory_named():
+            self._setup(model, batch_size, seq_len, accum, grad_clip, graph, check_finite)
+
+    def _setup(self, model, batch_size, seq_len, accum, grad_clip, graph, check_finite) -> None:
+        """The step's settings and its device buffers (the arena, inputs, results)."""
         self.grad_clip = grad_clip
         self.check_finite = check_finite
         on_gpu = model.device == "cuda" and all(v.device == "cuda" for v in model.kernels.variants.values())
@@ -166,9 +172,9 @@ class TrainStep:
             raise ValueError(f"TrainStep: {len(batches)} micro-batches given, the step takes {self.accum}")
         prepared = [self._prepare(x, y) for x, y in batches]
         step = self.optimizer.step_count + 1
-        if self.graph and self.graphs is None and self.eager_steps:
-            self._capture()
-        with self._stream():
+        with self._memory_named(), self._stream():
+            if self.graph and self.graphs is None and self.eager_steps:
+                self._capture()
             self._set_scalars(lr, step)
             self.model.zero_grad()
             for k, (tokens, targets, dlosses) in enumerate(prepared):
@@ -191,15 +197,38 @@ class TrainStep:
             result.check()
         return result
 
+    @contextlib.contextmanager
+    def _memory_named(self):
+        """Out of device memory: say which batch size fits, not just that memory ran out."""
+        try:
+            yield
+        except Exception as e:
+            if type(e).__name__ != "OutOfMemoryError":
+                raise
+            import cupy
+            from .activations import largest_batch, step_bytes
+            m = self.model
+            fused = (m.fused["classifier_crossentropy"], m.fused["matmul_gelu"])
+            need = step_bytes(m.config, self.B, self.T, m.dtype, *fused)["total"]
+            total = cupy.cuda.Device().mem_info[1]
+            fits = largest_batch(m.config, self.T, m.dtype, *fused, total)
+            raise MemoryError(
+                f"out of GPU memory for a step at batch size {self.B} x {self.T} tokens ({m.dtype}): it needs about "
+                f"{need / 2**30:.1f} GiB and this GPU has {total / 2**30:.1f} GiB in all. The largest batch size "
+                f"that fits is about {fits}: use --batch-size {max(1, fits)} (and --total-batch to keep the tokens "
+                f"per step, through gradient accumulation)") from e
+
     def _stream(self):
         if self.model.device != "cuda":
-            import contextlib
             return contextlib.nullcontext()
         from .graph import work_stream
         return work_stream()
 
     def _capture(self) -> None:
+        import cupy
+
         from .graph import CapturedGraph
+        cupy.get_default_memory_pool().free_all_blocks()  # the eager step's temporaries: the graphs make their own
         self.graphs = (CapturedGraph(self._micro, "training step's forward and backward"),
                        CapturedGraph(self._update, "training step's optimizer update"))
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import conformance
-from euler_core.activations import Activations, arena_bytes, layout
+from euler_core.activations import Activations, arena_bytes, largest_batch, layout, step_bytes
 from euler_core.config import GPTConfig, preset
 from euler_core.kernels import Kernels
 from euler_core.model import GPT
@@ -182,3 +182,17 @@ def test_the_arena_is_the_map_of_memory():
     assert np.shares_memory(acts.qkv, acts.flat) and "total" in acts.describe()
     names = [n for n, _ in layout(2, 16, 16, 32, True, True)]
     assert "logits" not in names and "fch" not in names
+
+
+def test_the_step_says_which_batch_fits():
+    """The out-of-memory message's arithmetic: step_bytes grows linearly in B, and the largest batch
+    is the last one under the device's bytes."""
+    config = preset("gpt2")
+    args = (config, 1024, "bfloat16", True, True)
+    device = 80 * 2**30
+    fits = largest_batch(*args, device)
+    assert step_bytes(config, fits, 1024, "bfloat16", True, True)["total"] <= device
+    assert step_bytes(config, fits + 1, 1024, "bfloat16", True, True)["total"] > device
+    unfused = largest_batch(config, 1024, "bfloat16", False, False, device)
+    assert unfused < fits  # the full logits cost rows
+    assert largest_batch(*args, 2**20) == 0

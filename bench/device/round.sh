@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One call of the device tool: install the checkout, print the machine, then run the named stages
+# (bench/device/<stage>.sh), each writing $OUT/<stage>.tar.gz, under a time cap of its own.
+#   run(command="GIT_SHA=<sha> bash bench/device/round.sh step:240 mixed:150", carry=[".h200"])
+# .h200/ (git-ignored) carries what does not travel in the checkout: GPT-2's ranks (gpt2.tiktoken).
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
+export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
+mkdir -p "$OUT"
+{
+  echo "git_sha: ${GIT_SHA:-unknown}  stages: $*"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+  python3 -c "import sys, numpy, cupy, triton; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'triton', triton.__version__, 'cuda', cupy.cuda.runtime.runtimeGetVersion(), cupy.cuda.runtime.driverGetVersion())"
+} 2>&1 | tee "$OUT/round.txt"
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e bench/euler-torch-reference >> "$OUT/round.txt" 2>&1 \
+  || echo "pip install failed" | tee -a "$OUT/round.txt"
+for spec in "$@"; do
+  stage=${spec%%:*}; cap=${spec##*:}; [[ $cap == "$stage" ]] && cap=300
+  echo "== $(date -u +%H:%M:%S) $stage (cap ${cap}s)" | tee -a "$OUT/round.txt"
+  start=$(date +%s)
+  timeout --kill-after=10 "$cap" bash "bench/device/$stage.sh" 2>&1 | tail -40
+  echo "== $stage: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start ))s" | tee -a "$OUT/round.txt"
+done
+# only the tarballs and the round's log come back (8 files at most)
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name '*.tar.gz' ! -name 'round.txt' -exec rm -rf {} +
+ls -la "$OUT"
