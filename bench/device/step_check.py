@@ -91,6 +91,20 @@ def speed(log, B, T, steps, eager_steps, backend="triton", graph=True):
     return rec
 
 
+def mixed_devices(log):
+    """--backend triton,gelu=naive: a CPU op inside a GPU model (eager, with the copy warning)."""
+    import warnings
+    rng = np.random.default_rng(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model, step = make("small", 4, 64, "triton,gelu=naive", "float32", vocab=256)
+    losses = [step.run(batch(rng, 4, 64, 256), 1e-3).loss for _ in range(3)]
+    rec = {"kind": "mixed", "selection": "triton,gelu=naive", "graph": step.graph, "losses": losses,
+           "finite": bool(np.all(np.isfinite(losses))), "warning": [str(w.message)[:120] for w in caught]}
+    log(rec)
+    return rec
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -111,6 +125,10 @@ def main():
         rows.append(equality(log, "small", 4, 64, 4, 256))
     except Exception as e:  # keep going: the speed part tells more
         log({"kind": "error", "stage": "equality small", "error": f"{type(e).__name__}: {e}"})
+    try:
+        rows.append(mixed_devices(log))
+    except Exception as e:
+        log({"kind": "error", "stage": "mixed devices", "error": f"{type(e).__name__}: {e}"})
     for B in [int(b) for b in args.batches.split(",")]:
         for graph in (True, False) if B == 16 else (True,):
             try:
@@ -128,6 +146,8 @@ def main():
         if r["kind"] == "speed":
             print(f"| speed | {r['B']} | {r['graph']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {r['first_step_s']:.1f} | "
                   f"{r['pool_total_gib']:.1f} | loss {r['first_loss']:.3f} -> {r['last_loss']:.3f} |")
+        elif r["kind"] == "mixed":
+            print(f"| mixed {r['selection']} | 4 | {r['graph']} | - | - | - | - | losses {r['losses']} |")
         else:
             print(f"| equality {r['preset']} | {r['B']} | - | - | - | - | - | losses equal {r['same_losses']}, "
                   f"weights equal {r['same_weights']} (max diff {r['max_weight_diff']:.2g}) |")
