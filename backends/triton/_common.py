@@ -45,6 +45,25 @@ def grad_buffer(op: str, grads: dict, name: str, like, xp):
     return output(op, xp, grads.get(name), like.shape, like.dtype, name=f"grads['{name}']")
 
 
+def param_grad(op: str, grads: dict, name: str, shape, input_dtype):
+    """The parameter-gradient buffer grads[name], which the backward accumulates into, checked: its
+    shape, C-contiguous, and its dtype: the inputs' own or, for float16/bfloat16 inputs, float32
+    (mixed precision: the sums are kept in float32 whatever the inputs; the kernels add in float32
+    and store in the buffer's dtype)."""
+    buf = grads.get(name)
+    if buf is None:
+        raise ValueError(f"{op}: backward needs the gradient buffer grads['{name}']")
+    dt, want = str(buf.dtype), str(input_dtype)
+    allowed = (want, "float32") if want in ("float16", "bfloat16") else (want,)
+    if dt not in allowed:
+        raise TypeError(f"{op}: grads['{name}'] must have dtype {' or '.join(allowed)} for {want} inputs, got {dt}")
+    if tuple(buf.shape) != tuple(shape):
+        raise ValueError(f"{op}: grads['{name}'] must have shape {tuple(shape)}, got {tuple(buf.shape)}")
+    if not buf.flags.c_contiguous:
+        raise ValueError(f"{op}: grads['{name}'] must be C-contiguous")
+    return buf
+
+
 def dot_precision(dtype: str) -> str:
     """float32 inputs are multiplied exactly (IEEE fp32 FMA), as the float32 contract needs; fp16 and
     bf16 go to the tensor cores whatever this says."""
