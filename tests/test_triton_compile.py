@@ -4,8 +4,9 @@ sm_90 (Hopper, the H200) with Triton's real compiler and no GPU.
 The launch configurations are not listed by hand: each op's forward and backward run in record mode
 (backends.triton._runtime.recording) at GPT-2 124M's training shapes (C=768, heads of 32, 64 and
 128, V=50304) and at short, ragged ones (T=17, tiles shrunk to the problem), in float32, float16 and
-bfloat16, and every launch they would make is compiled with the argument types, specialisations
-(16-byte alignment, ints divisible by 16) and constexprs Triton's JIT would use. A dtype mismatch
+bfloat16 (with float32 parameter gradients, as mixed-precision training has them), and every launch
+they would make is compiled with the argument types, specialisations (16-byte alignment, ints
+divisible by 16) and constexprs Triton's JIT would use. A dtype mismatch
 in a tl.dot, a bad constexpr combination, or a tile needing more shared memory than an SM has
 fails here, where the interpreter (which checks neither) would pass.
 """
@@ -89,8 +90,8 @@ def test_every_kernel_is_recorded():
     names = {e["kernel"].__name__ for _, _, e in LAUNCHES}
     assert {"_attn_forward", "_attn_backward", "_gemm", "_colsum_partial",
             "_colsum_finish", "_ln_forward", "_ln_backward", "_gelu_forward", "_gelu_backward", "_add",
-            "_ce_forward", "_ce_backward", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_adamw",
-            "_sumsq_partial", "_sumsq_finish"} <= names
+            "_ce_forward", "_ce_backward", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_radix_count", "_radix_scatter",
+            "_adamw", "_sumsq_partial", "_sumsq_finish"} <= names
 
 
 @pytest.mark.parametrize("item", LAUNCHES, ids=[_id(i) for i in LAUNCHES])

@@ -8,7 +8,8 @@ bfloat16 arithmetic is wrong in Triton 3.6's interpreter.
 
 `recorded_launches(op, dims, dtype)` runs one forward and backward in record mode and returns every
 launch they would make (kernel, signature, constexprs, num_warps, num_stages), for compiling each
-for sm_90 with `_runtime.compile_recorded`.
+for sm_90 with `_runtime.compile_recorded`. Parameter gradients are float32 for 16-bit inputs, as
+in mixed-precision training.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib
 
 import numpy as np
 
+from conformance.arrays import param_grad_dtype
 from euler_core.ops import OPS
 from euler_core.registry import Backend, Variant
 
@@ -72,5 +74,6 @@ def recorded_launches(op: str, dims: dict, dtype: str, seed: int = 0) -> list[di
         out, saved = impl.forward(inputs, attrs, None)
         if spec.output is not None:
             dout = np.zeros(out.shape, dtype=out.dtype)
-            impl.backward(saved, dout, {p: np.zeros_like(inputs[p]) for p in spec.params if p in inputs})
+            grad_dt = _np_dtype(param_grad_dtype(dtype))  # float32 for 16-bit inputs (mixed precision)
+            impl.backward(saved, dout, {p: np.zeros(inputs[p].shape, grad_dt) for p in spec.params if p in inputs})
     return list(rec)

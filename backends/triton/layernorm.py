@@ -140,6 +140,8 @@ def backward(saved, dout, grads, config=None):
     N, C = x.shape
     xp = xp_of(x)
     dx = _common.grad_buffer("layernorm", grads, "x", x, xp)
+    dw = _common.param_grad("layernorm", grads, "weight", (C,), x.dtype)  # float32 for 16-bit x: mixed precision
+    db = _common.param_grad("layernorm", grads, "bias", (C,), x.dtype)
     cfg = _launch_config(C, "backward", config)
     groups = max(1, min(cfg.pop("per_sm") * _common.num_sms(xp), cdiv(N, cfg["ROWS"])))  # any G is correct
     stage_bytes = 2 * cfg["ROWS"] * cfg["BLOCK_C"] * x.dtype.itemsize  # a block of x and of dout
@@ -148,5 +150,5 @@ def backward(saved, dout, grads, config=None):
     partial = xp.empty((groups, 2 * C), dtype="float32")
     launch(_ln_backward, (groups,), x, saved.weight, dout, saved.mean, saved.rstd, dx, partial, N, C,
            EARLY_FINISH=dependent_launch(xp), **cfg)
-    _reduce.finish_into(partial, grads["weight"], grads["bias"])
-    return {"x": dx, "weight": grads["weight"], "bias": grads["bias"]}
+    _reduce.finish_into(partial, dw, db)
+    return {"x": dx, "weight": dw, "bias": db}

@@ -199,8 +199,10 @@ SHAPE_CONFIGS = {
     # lm_head: 128 x 256, tile rows in groups of 32 (W, 77 MB, is read from DRAM once per group):
     # 1.04x / 0.99x (two 128 x 128: 1.00x / 0.94x)
     ("forward", 50304, 768): _tile16(128, 256, 3, group_m=32),
-    # qkv: 128 x 128 makes 108 tiles, no split: 0.93x (0.88x with 128 x 256, split in 2)
-    ("dW", 2304, 768): _tile16(128, 128, 4, warps=4, epi_halves=1),
+    # qkv: 128 x 128 makes 108 tiles, no split: 0.93x (0.88x with 128 x 256, split in 2; swept with a
+    # bf16 dW). Mixed precision accumulates into a float32 dW: C staged in two halves (64 KB for its
+    # load and store, not 128 KB: with 4 stages that would need 256 KB of shared memory, past 227)
+    ("dW", 2304, 768): _tile16(128, 128, 4, warps=4, epi_halves=2),
     # attn_proj: 18 tiles of 128 x 256 cut into 7 slices (126 of 132 SMs busy), not 6 (108): 0.90x
     ("dW", 768, 768): dict(CONFIGS[("16", "dW")], busy=0.9),
 }
@@ -349,14 +351,15 @@ def backward(saved, dout, grads):
     M = weight.shape[0]
     xp = xp_of(x)
     dx = _common.grad_buffer("matmul", grads, "x", x, xp)
+    dW = _common.param_grad("matmul", grads, "weight", (M, K), x.dtype)   # float32 for 16-bit x: mixed precision
+    db = _common.param_grad("matmul", grads, "bias", (M,), x.dtype) if saved.has_bias else None
     gemm(dout, weight, dx, (M, 1), (K, 1), N, K, M, product="dx", weight_shape=(M, K))    # dx = dy @ W
-    db = grads["bias"] if saved.has_bias else None
     separate = db is not None and (M, K) in DB_SEPARATE
-    gemm(dout, x, grads["weight"], (1, M), (K, 1), M, K, N, accumulate=True,               # dW += dy.T @ x
+    gemm(dout, x, dW, (1, M), (K, 1), M, K, N, accumulate=True,                            # dW += dy.T @ x
          rowsum=None if separate else db, product="dW", weight_shape=(M, K))               # (db += sum_n dy)
     if separate:
         _reduce.colsum_into(dout, db, xp)                                      # db += sum_n dy
-    result = {"x": dx, "weight": grads["weight"]}
+    result = {"x": dx, "weight": dW}
     if saved.has_bias:
         result["bias"] = db
     return result
