@@ -58,6 +58,17 @@ def np_dtype(name: str):
     return np.dtype(name)
 
 
+#: 16-bit storage dtypes: their variants accumulate parameter gradients into float32 buffers
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def param_grad_dtype(dtype: str) -> str:
+    """The dtype of the parameter-gradient buffers for inputs of `dtype` (mixed precision: float32
+    for float16/bfloat16 inputs, whose float32 master weights take float32 gradients; else `dtype`).
+    Activation gradients keep the inputs' dtype."""
+    return "float32" if dtype in HALF_DTYPES else dtype
+
+
 def is_float(a) -> bool:
     return hasattr(a, "dtype") and (np.issubdtype(np.dtype(a.dtype), np.floating) or str(a.dtype) == "bfloat16")
 

@@ -14,12 +14,16 @@ Case checks, in the order they run:
     backward     every differentiable input's gradient against float64 naive (parameter buffers
                  start at zero)
     grad_buffer  activation-gradient buffers passed in `grads` filled with NaN: every element
-                 overwritten with the right values
+                 overwritten with the right values; with 16-bit inputs, a float32 activation
+                 buffer is refused (activation gradients keep the inputs' dtype)
     accumulate   parameter-gradient buffers start at random non-zero values S; after one backward
                  they hold S + g, after a second S + 2g (catches `=` for `+=`)
     finite       no NaN/Inf in any output or gradient
     inputs       inputs (and the output gradient) unchanged by forward and backward, bit for bit
     repeat       the same inputs give bitwise-identical outputs and gradients on a second call
+
+Parameter-gradient buffers are in the inputs' dtype, except for float16 and bfloat16 inputs: then
+they are float32 (mixed precision, `arrays.param_grad_dtype`), in every check that passes them.
 
 Variant checks:
 
@@ -41,8 +45,8 @@ from euler_core.device import array_module, to_device
 from euler_core.kernels import Kernel
 from euler_core.ops import OPS
 
-from .arrays import (CheckFailed, CheckSkipped, compare, dtype_unavailable_reason, expect_finite,
-                     expect_written, host, host64, is_float, np_dtype, same_bits, snapshot)
+from .arrays import (HALF_DTYPES, CheckFailed, CheckSkipped, compare, dtype_unavailable_reason, expect_finite,
+                     expect_written, host, host64, is_float, np_dtype, param_grad_dtype, same_bits, snapshot)
 from .cases import BAD_INPUT_DIMS, BAD_INPUTS, GRADCHECK_DIMS, Case, DeviceScalar
 from .tolerances import FD_STEP, FD_TOL, tolerance
 
@@ -56,10 +60,6 @@ def reference_impl(op: str):
     """The naive backend's implementation of `op` (imported directly: the reference does not depend
     on which plugins a registry holds)."""
     return importlib.import_module(f"backends.naive.{op}")
-
-
-def _zeros_like(a, xp=np):
-    return xp.zeros(a.shape, dtype=a.dtype)
 
 
 def _nan_like(shape, dtype, xp=np):
@@ -153,10 +153,12 @@ class CaseContext:
         return [n for n in self.spec.params if n in present]
 
     def param_buffers(self, inputs, fill="zeros", rng=None) -> dict:
+        """One gradient buffer per parameter, in `param_grad_dtype` (float32 for 16-bit inputs):
+        zeros, or random non-zero values (the accumulate check)."""
+        dt = np_dtype(param_grad_dtype(self.dtype))
         if fill == "zeros":
-            return {p: _zeros_like(inputs[p], self.xp) for p in self.params}
-        return {p: to_device(rng.standard_normal(inputs[p].shape).astype(np_dtype(self.dtype)), self.device)
-                for p in self.params}
+            return {p: self.xp.zeros(inputs[p].shape, dtype=dt) for p in self.params}
+        return {p: to_device(rng.standard_normal(inputs[p].shape).astype(dt), self.device) for p in self.params}
 
     # ---- the reference ----------------------------------------------------------------------------
     def reference(self) -> dict:
@@ -282,6 +284,29 @@ def check_grad_buffer(ctx: CaseContext) -> None:
         compare(f"grads['{name}'] buffer", bufs[name], ref[name], ctx.tol("gradient"))
         if res.get(name) is not bufs[name] and not same_bits(res.get(name), bufs[name]):
             raise CheckFailed(f"backward was given grads['{name}'] to overwrite but returned another array")
+    if ctx.dtype in HALF_DTYPES:
+        _expect_wide_activation_buffer_refused(ctx, saved)
+
+
+def _expect_wide_activation_buffer_refused(ctx: CaseContext, saved) -> None:
+    """With 16-bit inputs, parameter gradients are float32 but activation gradients keep the inputs'
+    dtype: a float32 buffer for an activation must be refused (ValueError/TypeError naming the op),
+    not silently written in another dtype than the next op expects."""
+    for name in ctx.activations:
+        inputs = ctx.get("typed")
+        grads = {**ctx.param_buffers(inputs), name: ctx.xp.zeros(inputs[name].shape, dtype=np.float32)}
+        try:
+            ctx.kernel.backward(saved, ctx.dout(), grads)
+        except (ValueError, TypeError) as e:
+            if ctx.op not in str(e):
+                raise CheckFailed(f"a float32 grads['{name}'] buffer with {ctx.dtype} inputs raised "
+                                  f"{type(e).__name__} without naming the op: {e}") from None
+            continue
+        except Exception as e:
+            raise CheckFailed(f"a float32 grads['{name}'] buffer with {ctx.dtype} inputs raised {type(e).__name__} "
+                              f"(expected ValueError/TypeError naming {ctx.op}): {e}") from e
+        raise CheckFailed(f"a float32 grads['{name}'] buffer with {ctx.dtype} inputs was accepted; activation "
+                          f"gradients keep the inputs' dtype ({ctx.dtype}), only parameter gradients are float32")
 
 
 def check_accumulate(ctx: CaseContext) -> None:

@@ -5,7 +5,9 @@ weights, once on the selection's kernels (in float32, or bfloat16/float16: mixed
 master weights and gradients) and once on naive in float64,
 runs the same batch through forward (the loss) and backward (every parameter gradient), and compares
 them with the gradient tolerance of the dtype, loosened by MODEL_SLACK: errors compound through the
-layers of a whole model in a way that a single op's tolerance does not allow for.
+layers of a whole model in a way that a single op's tolerance does not allow for. A float16 or
+bfloat16 model must hold its parameter gradients in float32 (mixed precision: the buffers it passes
+its kernels are float32; `arrays.param_grad_dtype`).
 
 The model's shape is awkward on purpose: C = 36 (not a multiple of 32), T = 13 (prime), a padded
 vocabulary, and ignored (-1) targets.
@@ -17,7 +19,7 @@ import numpy as np
 
 from euler_core.device import to_device
 
-from .arrays import CheckFailed, CheckSkipped, compare
+from .arrays import CheckFailed, CheckSkipped, compare, param_grad_dtype
 from .tolerances import Tol, tolerance
 
 MODEL_SLACK = 10.0  # a whole model's rounding, relative to one op's tolerance
@@ -57,6 +59,10 @@ def check_model_step(kernels_text: str, registry=None, seed: int = 0, dtype: str
     model.zero_grad()
     model.backward()
 
+    wrong = {name: str(g.dtype) for name, g in model.grads.items() if str(g.dtype) != param_grad_dtype(dtype)}
+    if wrong:
+        raise CheckFailed(f"a {dtype} model must keep its parameter gradients in {param_grad_dtype(dtype)}; "
+                          f"{len(wrong)} are not, e.g. {next(iter(wrong.items()))}")
     variant_dtypes = set().union(*(v.dtypes for v in kernels.variants.values()))
     fwd, grad = (tolerance(dtype, kind, variant_dtypes) for kind in ("forward", "gradient"))
     compare("loss", np.array([loss]), np.array([ref_loss]), Tol(fwd.rtol * MODEL_SLACK, fwd.atol * MODEL_SLACK))

@@ -191,10 +191,75 @@ class HalfPlugin:
 
 def test_float16_tolerances_pass_honest_float16_arithmetic():
     registry = Registry(plugins=[HalfPlugin()], entry_points=False)
+    # grad_buffer left out: naive's backward writes whatever activation buffer it is given, and a
+    # float32 one for float16 inputs must be refused (naive declares no 16-bit dtype of its own;
+    # test_float16_variants_get_float32_parameter_gradients shows that check catching it)
+    checks = [c for c in conformance.CASE_CHECKS if c != "grad_buffer"]
     report = conformance.run(backend="half", registry=registry, cases=["small", "T1", "prime", "extreme",
-                                                                        "large-logits"], model=False)
+                                                                        "large-logits"], checks=checks, model=False)
     assert report.ok, report.table()
     assert {r.dtype for r in report if r.case} == {"float16"}
+
+
+class MatmulRefusesFloat32Grads:
+    """A float16 matmul that insists on float16 gradient buffers (the contract before mixed precision)."""
+
+    forward = staticmethod(__import__("backends.naive.matmul", fromlist=["forward"]).forward)
+
+    @staticmethod
+    def backward(saved, dout, grads):
+        from backends.naive import matmul
+        if grads["weight"].dtype != saved.x.dtype:
+            raise TypeError(f"matmul: grads['weight'] must have dtype {saved.x.dtype}, got {grads['weight'].dtype}")
+        return matmul.backward(saved, dout, grads)
+
+
+class MatmulRecordsGradDtypes:
+    """The naive matmul in float16, as the contract wants it (an activation buffer of another dtype
+    than x refused), noting the dtype of every gradient buffer it is given."""
+
+    seen: list = []
+    forward = staticmethod(MatmulRefusesFloat32Grads.forward)
+
+    @classmethod
+    def backward(cls, saved, dout, grads):
+        from backends.naive import matmul
+        cls.seen.append({k: str(v.dtype) for k, v in grads.items()})
+        if grads.get("x") is not None and grads["x"].dtype != saved.x.dtype:
+            raise TypeError(f"matmul: grads['x'] must have x's dtype {saved.x.dtype}, got {grads['x'].dtype}")
+        return matmul.backward(saved, dout, grads)
+
+
+class MixedPlugin:
+    @hookimpl
+    def nanoeuler_backends(self):
+        here = "test_conformance_catches"
+        return [Backend("mixed", "float16 variants (tests only)", [
+            Variant("matmul", "half_grads", impl=f"{here}:MatmulRefusesFloat32Grads", dtypes=("float16",)),
+            Variant("matmul", "recorded", impl=f"{here}:MatmulRecordsGradDtypes", dtypes=("float16",)),
+            Variant("residual", "wide_buffer", impl="backends.naive.residual", dtypes=("float16",)),
+        ])]
+
+
+def test_float16_variants_get_float32_parameter_gradients():
+    """Mixed precision: with 16-bit inputs the suite passes float32 parameter-gradient buffers
+    (backward, accumulate, repeat ...), activation buffers in the inputs' dtype, and expects a
+    float32 activation buffer to be refused."""
+    registry = Registry(plugins=[MixedPlugin()], entry_points=False)
+    MatmulRecordsGradDtypes.seen.clear()
+    report = conformance.run(backend="mixed:recorded", registry=registry, cases=["small"], model=False)
+    assert report.ok, report.table()
+    seen = MatmulRecordsGradDtypes.seen
+    assert seen and all(g["weight"] == g["bias"] == "float32" for g in seen)
+    assert [g["x"] for g in seen if "x" in g] == ["float16", "float32"]  # grad_buffer's, then the refused one
+
+    refuses = conformance.run(backend="mixed:half_grads", registry=registry, cases=["small"], model=False)
+    assert {"backward", "accumulate"} <= _failed_checks(refuses), refuses.table()
+    assert "must have dtype float16, got float32" in str(refuses.failures()[0])
+
+    wide = conformance.run(backend="mixed:wide_buffer", registry=registry, cases=["small"], model=False)
+    assert _failed_checks(wide) == {"grad_buffer"}, wide.table()
+    assert "a float32 grads['a'] buffer with float16 inputs was accepted" in str(wide.failures()[0])
 
 
 @pytest.mark.parametrize("selection", ["layernorm=planted:ln_dx", "gelu=planted:gelu_off"])
