@@ -153,6 +153,12 @@ def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
     return Reference(inputs.typed, inputs.attrs, inputs.dout, expected)
 
 
+def _grad_dtype(param):
+    """The parameter-gradient buffers' dtype, as in training: float32 for 16-bit parameters."""
+    from conformance.arrays import np_dtype, param_grad_dtype
+    return np_dtype(param_grad_dtype(str(param.dtype)))
+
+
 OUTLIERS_PER_MILLION = 10.0  # elements past the suite's bound (by at most 2x) the at-shape check allows
 
 
@@ -180,7 +186,7 @@ def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> tupl
             return "passed", "; ".join(filter(None, notes))
         check(f"{op} forward output", out, ref.expected["out"], fwd)
         xp = array_module(variant.device)
-        grads = {p: xp.zeros(inputs[p].shape, dtype=inputs[p].dtype) for p in spec.params if p in inputs}
+        grads = {p: xp.zeros(inputs[p].shape, dtype=_grad_dtype(inputs[p])) for p in spec.params if p in inputs}
         result = kernel.backward(saved, to_device(ref.dout.copy(), variant.device), grads)
         grad_tol = tolerance(dtype, "gradient", variant.dtypes)
         for name in spec.differentiable:
@@ -215,7 +221,7 @@ def time_variant(variant: Variant, op: str, ref: Inputs, cfg: TimingConfig, time
     if spec.output is not None:
         saved = [impl.forward(s, attrs, None)[1] for s in sets]
         douts = [to_device(ref.dout.copy(), device) for _ in range(n_sets)]
-        grads = [{p: xp.zeros(s[p].shape, dtype=s[p].dtype) for p in spec.params if p in s} for s in sets]
+        grads = [{p: xp.zeros(s[p].shape, dtype=_grad_dtype(s[p])) for p in spec.params if p in s} for s in sets]
         timer.sync()
         timings["backward"] = measure(lambda i: impl.backward(saved[i], douts[i], grads[i]), n_sets, timer, cfg)
         del saved, douts, grads

@@ -48,6 +48,16 @@ def array(t: torch.Tensor, like):
     return xp.from_dlpack(t)
 
 
+def activation_buffer(op: str, grads: dict, name: str, like):
+    """grads[name], the buffer an activation's gradient overwrites (None when none was given). It
+    must have the dtype of the input `like`: activation gradients keep the inputs' dtype (only the
+    parameter gradients of 16-bit inputs are float32); any other dtype is refused."""
+    buf = grads.get(name)
+    if buf is not None and str(buf.dtype) != str(like.dtype):
+        raise TypeError(f"{op}: grads['{name}'] must have the input's dtype {like.dtype}, got {buf.dtype}")
+    return buf
+
+
 def into(out, t: torch.Tensor, like):
     """`t` written into the array `out` when one is given (returned), else `t` as an array."""
     if out is None:

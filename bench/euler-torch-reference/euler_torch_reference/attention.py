@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ._tensors import into, tensor
+from ._tensors import activation_buffer, into, tensor
 
 
 @dataclass
@@ -54,7 +54,7 @@ class SDPA:
 
     def backward(self, saved, dout, grads):
         (dqkv,) = torch.autograd.grad(saved.y, saved.qkv, tensor(dout), retain_graph=True)
-        return {"qkv": into(grads.get("qkv"), dqkv, saved.like)}
+        return {"qkv": into(activation_buffer("attention", grads, "qkv", saved.like), dqkv, saved.like)}
 
 
 CUDNN = SDPA(SDPBackend.CUDNN_ATTENTION)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._tensors import into, tensor
+from ._tensors import activation_buffer, into, tensor
 
 
 @dataclass
@@ -37,4 +37,4 @@ def forward(inputs, attrs, out=None):
 
 def backward(saved, dlosses, grads):
     (dlogits,) = torch.autograd.grad(saved.losses, saved.logits, tensor(dlosses), retain_graph=True)
-    return {"logits": into(grads.get("logits"), dlogits, saved.like)}
+    return {"logits": into(activation_buffer("crossentropy", grads, "logits", saved.like), dlogits, saved.like)}

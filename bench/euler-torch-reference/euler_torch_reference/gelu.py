@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._tensors import into, tensor
+from ._tensors import activation_buffer, into, tensor
 
 
 @dataclass
@@ -22,4 +22,4 @@ def forward(inputs, attrs, out=None):
 
 def backward(saved, dout, grads):
     dx = torch.ops.aten.gelu_backward(tensor(dout), saved.x, approximate="tanh")
-    return {"x": into(grads.get("x"), dx, saved.like)}
+    return {"x": into(activation_buffer("gelu", grads, "x", saved.like), dx, saved.like)}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._tensors import into, tensor
+from ._tensors import activation_buffer, into, tensor
 
 
 @dataclass
@@ -36,4 +36,4 @@ def backward(saved, dout, grads):
                                                            s.weight, s.bias, [True, True, True])
     tensor(grads["weight"]).add_(dw)
     tensor(grads["bias"]).add_(db)
-    return {"x": into(grads.get("x"), dx, s.like), "weight": grads["weight"], "bias": grads["bias"]}
+    return {"x": into(activation_buffer("layernorm", grads, "x", s.like), dx, s.like), "weight": grads["weight"], "bias": grads["bias"]}

@@ -2,7 +2,9 @@
 
     out = x @ weight.T + bias        torch.addmm(bias, x, weight.T)    (torch.matmul without bias)
     dx  = dout @ weight              torch.matmul (into the buffer when given)
-    dweight += dout.T @ x            dweight.addmm_(dout.T, x): cuBLAS adds into the buffer (beta = 1)
+    dweight += dout.T @ x            dweight.addmm_(dout.T, x): cuBLAS adds into the buffer (beta = 1);
+                                     a float32 dweight of 16-bit inputs (mixed precision) gets
+                                     dweight.add_(dout.T @ x), the 16-bit product, as autocast does
     dbias   += sum_n dout            dbias.add_(dout.sum(0))
 """
 
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._tensors import array, into, tensor
+from ._tensors import activation_buffer, array, tensor
 
 
 @dataclass
@@ -39,13 +41,17 @@ def forward(inputs, attrs, out=None):
 
 def backward(saved, dout, grads):
     dy = tensor(dout)
-    buf = grads.get("x")
+    buf = activation_buffer("matmul", grads, "x", saved.like)
     if buf is not None:
         torch.matmul(dy, saved.weight, out=tensor(buf))
         dx = buf
     else:
         dx = array(torch.matmul(dy, saved.weight), saved.like)
-    tensor(grads["weight"]).addmm_(dy.t(), saved.x)
+    dW = tensor(grads["weight"])
+    if dW.dtype == dy.dtype:
+        dW.addmm_(dy.t(), saved.x)
+    else:  # float32 gradients of 16-bit inputs: the 16-bit product added in, as under torch.autocast
+        dW.add_(torch.mm(dy.t(), saved.x))
     result = {"x": dx, "weight": grads["weight"]}
     if saved.has_bias:
         tensor(grads["bias"]).add_(dy.sum(0))
