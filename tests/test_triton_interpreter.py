@@ -7,7 +7,9 @@ wrong in Triton 3.6's interpreter: bf16 is checked on the GPU, reports/triton-h2
 that take the interpreter many seconds are left to the GPU run; SLOW names them.
 
 Plus the errors a caller gets before any launch: head size too large, wrong dtype, non-contiguous
-input, NumPy arrays outside the interpreter.
+input, NumPy arrays outside the interpreter, gradient buffers of a wrong dtype (mixed precision:
+float32 parameter gradients of 16-bit inputs are right); the embedding backward's device-side radix
+sort at awkward sizes; and a static guard against calls that break a CUDA-graph capture.
 """
 
 import numpy as np
@@ -129,15 +131,17 @@ def test_fused_matmul_gelu_epilogue():
     np.testing.assert_allclose(y, naive_gelu.forward({"x": ref_pre}, {})[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("grad_dtype", ["float16", "float32"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_dw_split_k_with_the_bias_gradient(fused):
+def test_dw_split_k_with_the_bias_gradient(fused, grad_dtype):
     """dW += dy.T @ x cut into K slices (float32 slices through the 3-D C descriptor, 64 x 64 tiles,
-    ragged M), db += sum_n dy either fused into that kernel (row sums of A) or the column sum."""
+    ragged M), db += sum_n dy either fused into that kernel (row sums of A) or the column sum; into
+    float16 gradients or float32 ones (mixed precision)."""
     from backends.triton import _reduce, matmul
     rng = np.random.default_rng(2)
     N, K, M = 1000, 64, 136                       # 3 x 1 tiles of 64 x 64, 1000 rows in 2 slices
     x, dy = rng.standard_normal((N, K)).astype(np.float16), rng.standard_normal((N, M)).astype(np.float16)
-    g0, db0 = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal(M).astype(np.float16)
+    g0, db0 = rng.standard_normal((M, K)).astype(grad_dtype), rng.standard_normal(M).astype(grad_dtype)
     dw, db = g0.copy(), db0.copy()
     cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3, GROUP_M=2, FLATTEN=True,
                ctas_per_sm=1, epi_halves=2, split_k=8, busy=0.9)
@@ -153,9 +157,76 @@ def test_dw_split_k_with_the_bias_gradient(fused):
     np.testing.assert_allclose(db, d64.sum(0) + db0, rtol=2e-3, atol=2e-2)
 
 
+def _sort_cases():
+    rng = np.random.default_rng(3)
+    return [("N1", np.array([3]), 7), ("N17", rng.integers(0, 50, 17), 50),
+            ("all-equal", np.full(300, 5), 50304), ("all-distinct", rng.permutation(300), 300),
+            ("runs-in-many-blocks", rng.integers(0, 4, 300), 4),           # 10 blocks of 32, long runs
+            ("V-2^31-int64", rng.integers(0, 2 ** 31 - 1, 200).astype(np.int64), 2 ** 31 - 1)]  # 4 passes
+
+
+@pytest.mark.parametrize("name,tokens,V", _sort_cases(), ids=[c[0] for c in _sort_cases()])
+def test_embedding_sort_is_a_stable_sort_by_token(name, tokens, V):
+    """sort_by_token, the device-side radix sort of the embedding backward, gives what a stable sort
+    gives: positions in order of (token, position), at awkward sizes and across several passes."""
+    from backends.triton import embedding
+    with _runtime.interpreter():
+        sorted_tokens, order = embedding.sort_by_token(tokens, V)
+    expected = np.argsort(tokens, kind="stable")
+    assert order.dtype == sorted_tokens.dtype == np.int32
+    np.testing.assert_array_equal(order, expected)
+    np.testing.assert_array_equal(sorted_tokens, tokens[expected])
+
+
+def test_wrong_gradient_buffers_are_refused_before_launch():
+    """Parameter gradients: the inputs' dtype, or float32 for 16-bit inputs (mixed precision); an
+    activation gradient only in the inputs' dtype. Anything else fails before any launch."""
+    from backends.triton import embedding, layernorm, matmul
+    rng = np.random.default_rng(4)
+    x16 = rng.standard_normal((4, 8)).astype(np.float16)
+    w16, b16 = x16[:3].copy(), rng.standard_normal(3).astype(np.float16)
+    dy16 = rng.standard_normal((4, 3)).astype(np.float16)
+    f32 = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
+    with _runtime.recording() as rec:
+        _, saved = matmul.forward({"x": x16, "weight": w16, "bias": b16}, {})
+        matmul.backward(saved, dy16, {"weight": f32(3, 8), "bias": f32(3)})  # mixed precision: accepted
+        launched = len(rec)
+        with pytest.raises(TypeError, match=r"matmul: grads\['weight'\] must have dtype float16 or float32.*float64"):
+            matmul.backward(saved, dy16, {"weight": np.zeros((3, 8)), "bias": f32(3)})
+        with pytest.raises(TypeError, match=r"matmul: 'grads\['x'\]' must have dtype float16"):
+            matmul.backward(saved, dy16, {"x": f32(4, 8), "weight": f32(3, 8), "bias": f32(3)})
+        _, saved = layernorm.forward({"x": x16.astype(np.float32), "weight": f32(8) + 1, "bias": f32(8)}, {"eps": 1e-5})
+        with pytest.raises(TypeError, match=r"layernorm: grads\['weight'\] must have dtype float32 for float32"):
+            layernorm.backward(saved, x16.astype(np.float32), {"weight": np.zeros(8, np.float16), "bias": f32(8)})
+        tokens = np.array([[1, 2]])
+        _, saved = embedding.forward({"tokens": tokens, "wte": f32(5, 8), "wpe": f32(4, 8)}, {})
+        with pytest.raises(ValueError, match=r"embedding: grads\['wte'\] must have shape \(5, 8\)"):
+            embedding.backward(saved, f32(1, 2, 8), {"wte": f32(4, 8), "wpe": f32(4, 8)})
+        assert len(rec) == launched + 2  # the two forwards; no refused backward launched anything
+
+
 def test_plugin_imports_neither_triton_nor_cupy():
     import subprocess
     import sys
     code = ("import sys; import backends.triton.plugin as p; p.nanoeuler_backends(); "
             "bad = [m for m in ('triton', 'cupy') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+#: calls that break a CUDA-graph capture of the step (device-to-host copies, synchronisation, CuPy
+#: functions backed by thrust or cuBLAS): none may appear in this backend's host launchers
+CAPTURE_BREAKERS = (".get()", ".item()", "asnumpy", "synchronize", "argsort", "xp.sort", "xp.unique",
+                    "xp.dot", "xp.matmul", "xp.nonzero", ".tolist()")
+
+
+def test_host_launchers_make_no_call_that_breaks_a_graph_capture():
+    """A static guard only (CI has no GPU): bench/device/mixed.sh captures every op on the H200."""
+    import pathlib
+    import re
+    found = []
+    for path in sorted(pathlib.Path(_runtime.__file__).parent.glob("*.py")):
+        code = re.sub(r'"""(.|\n)*?"""', "", path.read_text())       # docstrings may name them
+        for n, line in enumerate(code.splitlines(), 1):
+            code_part = line.split("#")[0]
+            found += [f"{path.name}: {call} in {line.strip()!r}" for call in CAPTURE_BREAKERS if call in code_part]
+    assert not found, "\n".join(found)
