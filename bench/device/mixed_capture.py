@@ -15,8 +15,9 @@ For every op (matmul at each of GPT-2's five linear shapes), through the dispatc
               (the graph reads the live inputs; nothing was baked in at capture)
     time      ms per forward + backward, eager (Python launches) and replayed (one graph launch)
 
-adamw runs its update alone (no backward), its state reset before each run; lr and step are Python
-numbers here (the device-scalar form is the lead's, contract item 2).
+adamw runs its update alone (no backward), as the mixed-precision step calls it (float32 state, a
+bf16 param_copy, clipping by grad_sumsq, lr and step as device scalars whose new values are
+written into the same arrays), its state reset before each run; sumsq its forward alone.
 
 Then the embedding backward's radix sort at N = 65536 and 131072 ids: its time beside cupy.argsort
 (what it replaced), its result against a stable argsort, and the whole embedding backward on
@@ -65,21 +66,25 @@ def cases(B: int, T: int, dry: bool) -> list[tuple[str, str, dict]]:
         ("residual", "residual", {"N": N, "C": C}),
         ("crossentropy", "crossentropy", {"B": B, "T": T, "V": V, "n_valid": V - 47 if not dry else V - 3}),
         ("adamw", "adamw", {"N": 1 << (20 if not dry else 10)}),
+        ("sumsq", "sumsq", {"N": 1 << (20 if not dry else 10)}),
     ]
 
 
 # ---- the two places this runs: the GPU (real capture) and the CPU (--dry) ------------------------------
 class Gpu:
-    """Everything (eager calls, capture, replays, events) on one non-blocking stream, made current
-    by `with gpu.stream:` around the whole run."""
+    """The core's own capture (euler_core.graph: its work stream, a private memory pool per graph);
+    everything here (eager calls, captures, replays, events) runs on that stream, made current by
+    `with gpu.stream:` around the whole run."""
 
     device = "cuda"
 
     def __init__(self, dtype):
         import cupy
+
+        from euler_core.graph import work_stream
         self.xp = cupy
         self.kernels = Kernels("triton")  # no dtype: triton lacks some ops, whose fallbacks take none
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream = work_stream()
 
     def kernel(self, op) -> Kernel:
         return self.kernels[op]
@@ -87,28 +92,12 @@ class Gpu:
     def sync(self):
         self.stream.synchronize()
 
-    def capture(self, step):
-        """step() recorded as a CUDA graph, its allocations from a private pool; returns replay(),
-        which launches the graph (asynchronously) on the stream."""
-        cp = self.xp
-        pool = cp.cuda.MemoryPool()
+    def capture(self, step, what="op"):
+        """step() captured by euler_core.graph.CapturedGraph; returns replay(), which queues the
+        graph on the stream. A capture that breaks raises GraphCaptureError naming the op."""
+        from euler_core.graph import CapturedGraph
         self.sync()
-        with cp.cuda.using_allocator(pool.malloc):
-            self.stream.begin_capture()
-            try:
-                step()
-            except BaseException:
-                try:
-                    self.stream.end_capture()  # leave the stream usable for the next op
-                except Exception:
-                    pass
-                raise
-            graph = self.stream.end_capture()
-
-        def replay():
-            graph.launch(self.stream)
-        replay.keep = (pool, graph)  # the graph's memory lives in the pool: keep both
-        return replay
+        return CapturedGraph(step, what).replay
 
     def timed(self, fn, reps=10) -> float:
         """ms per call of fn(), over `reps` back-to-back calls after one warm-up (events on the stream)."""
@@ -137,7 +126,7 @@ class Cpu:
     def sync(self):
         pass
 
-    def capture(self, step):
+    def capture(self, step, what="op"):
         return step  # no graph on the CPU: "replay" runs the calls again
 
     def timed(self, fn, reps=1) -> float:
@@ -193,14 +182,32 @@ class Step:
             if p in self.inputs:
                 bufs[f"d{p}"].fill(0)  # the core zeroes parameter gradients once per step
         _, saved = self.kernel.forward(self.inputs, self.attrs, out=bufs["out"])
-        grads = {n: bufs[f"d{n}"] for n in self.spec.differentiable if n in self.inputs}
-        self.kernel.backward(saved, self.dout, grads)
+        if self.spec.differentiable:  # sumsq has no backward
+            grads = {n: bufs[f"d{n}"] for n in self.spec.differentiable if n in self.inputs}
+            self.kernel.backward(saved, self.dout, grads)
         return saved
 
     def results(self, bufs: dict) -> dict:
-        if self.spec.output is None:
-            return {k: host_bits(self.inputs[k]) for k in ("param", "m", "v")}
+        if self.spec.output is None:  # adamw: the state it updated
+            return {k: host_bits(self.inputs[k]) for k in ("param", "m", "v", "param_copy") if k in self.inputs}
         return {k: host_bits(v) for k, v in bufs.items()}
+
+
+def make_case(op, dims, dtype, seed, where):
+    """(inputs, attrs, dout) on the device. adamw as the mixed-precision step calls it: float32
+    param, grad, m, v, a 16-bit param_copy, the gradient's sum of squares (clipping at max_norm 1),
+    lr and step as device scalars (their new values land in the same arrays before a replay)."""
+    if op != "adamw":
+        made = make_inputs(op, dims, dtype, seed, where.device)
+        return made.typed, made.attrs, made.dout
+    xp, rng, n = where.xp, np.random.default_rng(seed), dims["N"]
+    f32 = lambda a: xp.asarray(np.asarray(a, dtype=np.float32))  # noqa: E731
+    grad = rng.standard_normal(n) * 0.01
+    inputs = {"param": f32(rng.standard_normal(n)), "grad": f32(grad), "m": f32(rng.standard_normal(n) * 1e-3),
+              "v": f32(rng.standard_normal(n) ** 2 * 1e-6), "grad_sumsq": f32([np.sum(grad.astype(np.float32) ** 2)])}
+    inputs["param_copy"] = inputs["param"].astype(np_dtype(dtype))
+    attrs = {"lr": f32([1e-3 * (1 + seed)]), "step": f32([3 + seed]), "weight_decay": 0.1, "max_norm": 1.0}
+    return inputs, attrs, None
 
 
 def differences(got: dict, ref: dict) -> list[str]:
@@ -212,14 +219,16 @@ def check_op(where, label, op, dims, dtype, seed) -> dict:
     xp = where.xp
     try:
         kernel = where.kernel(op)
-        made = make_inputs(op, dims, dtype, seed, where.device)
-        fresh = {k: v.copy() for k, v in made.typed.items()}
-        inputs = {k: v.copy() for k, v in fresh.items()}
-        step = Step(kernel, op, inputs, made.attrs, made.dout, xp)
+        made_inputs, attrs, dout = make_case(op, dims, dtype, seed, where)
+        inputs = {k: v.copy() for k, v in made_inputs.items()}
+        step = Step(kernel, op, inputs, attrs, dout, xp)
+        # every array the step reads (device-scalar attributes too) and the values it starts from
+        live = {**inputs, **{f"attr {k}": v for k, v in attrs.items() if hasattr(v, "shape")}}
+        fresh = {k: v.copy() for k, v in live.items()}
 
         def restore():  # adamw changes its inputs: every run starts from the same state
             for k, v in fresh.items():
-                inputs[k][...] = v
+                live[k][...] = v
 
         eager_bufs, graph_bufs = step.buffers(), step.buffers()
         restore()
@@ -232,7 +241,7 @@ def check_op(where, label, op, dims, dtype, seed) -> dict:
     try:
         restore()
         captured = []  # the captured forward's saved values: the graph reads them at every replay
-        replay = where.capture(lambda: captured.append(step.run(graph_bufs)))
+        replay = where.capture(lambda: captured.append(step.run(graph_bufs)), label)
     except Exception as e:
         rec.update(status="capture failed", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc(limit=6))
         return rec
@@ -244,8 +253,9 @@ def check_op(where, label, op, dims, dtype, seed) -> dict:
         where.sync()
         rec["replay_differs"] = differences(step.results(graph_bufs), ref)
         # new values in the very same input arrays: the graph must read them
-        new = make_inputs(op, dims, dtype, seed + 1, where.device)
-        for k, v in new.typed.items():
+        new_inputs, new_attrs, _ = make_case(op, dims, dtype, seed + 1, where)
+        new = {**new_inputs, **{f"attr {k}": v for k, v in new_attrs.items() if hasattr(v, "shape")}}
+        for k, v in new.items():
             fresh[k][...] = v
         restore()
         step.run(eager_bufs)
@@ -289,7 +299,7 @@ def sort_timings(where, dtype: str, dry: bool) -> list[dict]:
                     rec["sort_ms"] = where.timed(lambda: embedding.sort_by_token(tokens, V), reps=20)
                     kept = []  # GPU time alone: the sort captured as a graph, replayed
                     rec["sort_graph_ms"] = where.timed(where.capture(lambda: kept.append(
-                        embedding.sort_by_token(tokens, V))), reps=20)
+                        embedding.sort_by_token(tokens, V)), "sort"), reps=20)
                 expected = np.argsort(ids, kind="stable")
                 got = got_order.get() if hasattr(got_order, "get") else got_order
                 rec["sort_right"] = bool(np.array_equal(got, expected))
@@ -307,7 +317,7 @@ def sort_timings(where, dtype: str, dry: bool) -> list[dict]:
                 with ctx():
                     rec["backward_ms"] = where.timed(lambda: embedding.backward(saved, dout, grads), reps=10)
                     rec["backward_graph_ms"] = where.timed(where.capture(lambda: kept.append(
-                        embedding.backward(saved, dout, grads))), reps=10)
+                        embedding.backward(saved, dout, grads)), "embedding backward"), reps=10)
                 rec["status"] = "ok" if rec["sort_right"] else "sort wrong"
             except Exception as e:
                 rec.update(status="failed", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc(limit=4))
