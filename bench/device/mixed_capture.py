@@ -354,6 +354,8 @@ def run(where, args, dtype) -> list[dict]:
         rec["wall_s"] = round(time.perf_counter() - t, 2)
         records.append(rec)
         print(f"{label:<18} {rec['status']:<15} {rec.get('error', '')[:200]}", flush=True)
+        if args.out:  # as it goes: a run cut short by its time cap still leaves what it did
+            Path(args.out).write_text(json.dumps(records, indent=1, default=str))
     if args.part != "ops" and not args.only:
         for rec in sort_timings(where, dtype, args.dry):
             records.append(rec)
