@@ -243,7 +243,8 @@ def model_dtypes(text: str, registry, dtypes=None) -> list[str]:
     the selection takes them (a selection that cannot be resolved gets float32: its check says why)."""
     from euler_core.kernels import Kernels, SelectionError
     try:
-        variants = Kernels(text, registry=registry).variants.values()
+        variants = [v for op, v in Kernels(text, registry=registry).variants.items()
+                    if not getattr(OPS[op], "inference_only", False)]
     except SelectionError:
         return ["float32"]
     wanted = [d for d in ("float32", "bfloat16", "float16") if all(d in v.dtypes for v in variants)] or ["float32"]

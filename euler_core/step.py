@@ -40,6 +40,7 @@ import numpy as np
 from .device import array_module, device_of, to_device
 from .kernels import Kernel
 from .model import GPT, loss_weights
+from .ops import OPS
 from .optim import AdamW
 
 
@@ -99,7 +100,8 @@ class TrainStep:
         """The step's settings and its device buffers (the arena, inputs, results)."""
         self.grad_clip = grad_clip
         self.check_finite = check_finite
-        on_gpu = model.device == "cuda" and all(v.device == "cuda" for v in model.kernels.variants.values())
+        on_gpu = model.device == "cuda" and all(v.device == "cuda" for op, v in model.kernels.variants.items()
+                                                if not getattr(OPS[op], "inference_only", False))
         if graph and not on_gpu:
             raise ValueError("TrainStep: a CUDA graph needs the model and every selected kernel on the GPU "
                              f"(--backend {model.kernels.text!r} runs some on the CPU); use --no-graph")
