@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 
+MAX_VOCAB_MULTIPLE = 4096  # llm.c pads to a multiple of 128; more than this is no real model
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     """The shape of a GPT-2 model.
@@ -14,7 +17,8 @@ class GPTConfig:
     vocab_size                the tokenizer's vocabulary V
     vocab_multiple            the vocabulary is padded up to a multiple of this (llm.c pads GPT-2's
                               50257 to 50304 = 393 * 128 for faster matmuls); the padded rows of wte
-                              exist but are never read as tokens nor trained as targets
+                              exist but are never read as tokens nor trained as targets. At most
+                              MAX_VOCAB_MULTIPLE: a file's metadata cannot make the padding huge
     """
 
     n_layer: int = 12
@@ -29,6 +33,8 @@ class GPTConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"GPTConfig: {name} must be a positive int, got {value!r}")
+        if self.vocab_multiple > MAX_VOCAB_MULTIPLE:
+            raise ValueError(f"GPTConfig: vocab_multiple must be at most {MAX_VOCAB_MULTIPLE}, got {self.vocab_multiple}")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig: n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
 
