@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from dataclasses import fields
 
@@ -23,7 +24,9 @@ from . import scaffold
 from .bench import cli as bench_cli
 from .convert import cli as convert_cli
 from .sft import cli as sft_cli
+from .rundir import sigterm_is_ctrl_c
 from .tokenizer import cli as tokenizer_cli
+from .values import flag_of, flag_of_field, flag_type, integer, number, resumable, rule_of
 
 TRAIN_HELP = {
     "preset": "model preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, baby, small, micro)",
@@ -52,18 +55,18 @@ TRAIN_HELP = {
 
 def add_config_options(parser, config_class, helps: dict, skip=("progress",)) -> None:
     """One --option per field of a config dataclass (default None: 'not given', so a resumed run can
-    tell what the user changed), typed by the field's annotation, with its help and default."""
-    types = {"int | None": int, "str | None": str, "float": float, "int": int, "str": str}
+    tell what the user changed), parsed and checked by the field's allowed values (values.py), with
+    its help, what it allows and its default."""
     for f in fields(config_class):
         if f.name in skip:
             continue
-        if str(f.type) == "bool":  # a switch: --name turns on a False default, --no-name turns off a True one
-            flag = ("--" if not f.default else "--no-") + f.name.replace("_", "-")
-            parser.add_argument(flag, dest=f.name, action="store_const", const=not f.default, default=None,
-                                help=helps[f.name])
+        rule = rule_of(f)
+        if rule.kind is bool:  # a switch: --name turns on a False default, --no-name turns off a True one
+            parser.add_argument(flag_of_field(f), dest=f.name, action="store_const", const=not f.default,
+                                default=None, help=helps[f.name])
             continue
-        parser.add_argument("--" + f.name.replace("_", "-"), type=types[str(f.type)], default=None,
-                            help=f"{helps[f.name]} (default: {f.default})")
+        parser.add_argument(flag_of(f.name), type=flag_type(rule), default=None,
+                            help=f"{helps[f.name]} ({rule.describe()}; default: {f.default})")
 
 
 def _add_train(sub) -> None:
@@ -71,21 +74,24 @@ def _add_train(sub) -> None:
     p = sub.add_parser("train", help="pretrain a GPT", description="Pretrain a GPT. With no arguments: a small "
                        "model on the embedded default corpus, on the CPU, in a few minutes, then a sample.")
     add_config_options(p, TrainConfig, TRAIN_HELP)
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint, "
+                   "with its own settings (a resume may change only " + ", ".join(resumable(TrainConfig)) + ")")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
 
 
 def _train(args) -> int:
-    from .train import TrainConfig, train
+    from .train import TrainConfig, describe_summary, resume_training, train
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
              if f.name != "progress" and getattr(args, f.name) is not None}
-    if args.resume and args.out is None:
-        raise ValueError("--resume needs --out RUN_DIR (the run to continue)")
-    cfg = TrainConfig(**given, progress=not args.no_progress)
-    summary = train(cfg, resume=args.resume)
-    print(f"\nfinished {summary['steps']} steps: val loss {summary['first_val_loss']:.3f} -> {summary['val_loss']:.3f}, "
-          f"{summary['tokens_per_s']:,.0f} tokens/s; checkpoint {summary.get('checkpoint')}")
+    given["progress"] = not args.no_progress
+    if args.resume:
+        if args.out is None:
+            raise ValueError("--resume needs --out RUN_DIR (the run to continue)")
+        summary = resume_training(args.out, given)
+    else:
+        summary = train(TrainConfig(**given))
+    print("\n" + describe_summary(summary))
     if "sample" in summary:
         print("sample:\n" + summary["sample"])
     return 0
@@ -94,12 +100,9 @@ def _train(args) -> int:
 def _add_generate(sub) -> None:
     p = sub.add_parser("generate", help="sample text from a checkpoint")
     p.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory (its latest)")
-    p.add_argument("--prompt", default="\n", help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=50)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--prompt", default="\n", help="text to continue (special tokens such as <|endoftext|> are "
+                   "encoded as themselves: '<|endoftext|>' alone gives an unconditional sample)")
+    add_sampling_options(p, temperature=0.8, max_new_tokens=200)
     p.add_argument("--backend", default="naive", help="kernel selection")
     p.add_argument("--no-kv-cache", action="store_true", help="rerun the whole context for every token (slower)")
     p.set_defaults(func=_generate)
@@ -109,17 +112,30 @@ def _generate(args) -> int:
     from .checkpoint import load_checkpoint
     from .generate import generate
     from .model import GPT
-    from .tokenizer import tokenizer_from_checkpoint
+    from .tokenizer import encode_prompt, tokenizer_from_checkpoint
     ckpt = load_checkpoint(args.checkpoint, with_optimizer=False)
     if "tokenizer" not in ckpt.meta:
         raise ValueError(f"checkpoint {ckpt.path} records no tokenizer: cannot turn a prompt into tokens")
     tokenizer = tokenizer_from_checkpoint(ckpt.path, ckpt.meta["tokenizer"])
     model = GPT(ckpt.config, args.backend, dtype=ckpt.meta.get("dtype", "float32"), seed=None)
     model.load_parameters(ckpt.params)
-    ids = generate(model, tokenizer.encode(args.prompt), args.max_new_tokens, args.temperature, args.top_k,
+    ids = generate(model, encode_prompt(tokenizer, args.prompt, "--prompt"), args.max_new_tokens, args.temperature, args.top_k,
                    args.top_p, args.seed, stop_token=_stop_tokens(tokenizer), use_cache=not args.no_kv_cache)
     print(args.prompt + tokenizer.decode(ids))
     return 0
+
+
+def add_sampling_options(p, temperature: float, max_new_tokens: int) -> None:
+    """The sampling flags of `euler generate` and `euler chat`, each checked by its allowed values."""
+    p.add_argument("--max-new-tokens", type=flag_type(integer(1)), default=max_new_tokens,
+                   help=f"tokens to generate at most (default: {max_new_tokens})")
+    p.add_argument("--temperature", type=flag_type(number(0)), default=temperature,
+                   help=f"0 = greedy (a finite number >= 0; default: {temperature})")
+    p.add_argument("--top-k", type=flag_type(integer(0)), default=50,
+                   help="sample among the k likeliest tokens (0: all; default: 50)")
+    p.add_argument("--top-p", type=flag_type(number(0, 1, low_open=True)), default=None,
+                   help="sample among the likeliest tokens holding this much probability (in (0, 1]; default: off)")
+    p.add_argument("--seed", type=flag_type(integer(0)), default=None, help="random seed (an integer >= 0)")
 
 
 def _stop_tokens(tokenizer) -> list[int]:
@@ -174,17 +190,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"euler {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("euler: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader went away (`euler backends | head`): not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 0
+    with sigterm_is_ctrl_c():
+        try:
+            return args.func(args)
+        except BrokenPipeError:  # the reader went away (`euler backends | head`): not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            return 0
+        except (ValueError, TypeError, OSError, ArithmeticError) as e:  # FileNotFoundError, a full disk ...
+            print(f"euler {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        except MemoryError as e:
+            print(f"euler {args.command}: error: out of memory ({e})", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (rundir.Interrupted)
+            print(f"euler: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+            return 128 + getattr(e, "signum", signal.SIGINT)
 
 
 if __name__ == "__main__":

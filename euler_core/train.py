@@ -1,83 +1,91 @@
 """Pretraining: the loop, its schedule, evaluation, samples, checkpoints and metrics.
 
-`train(TrainConfig(...))` is what `euler train` runs. With no data given it trains on the embedded
-default corpus (the Python standard library's source) with the default tokenizer, so the first run
-on a fresh machine needs no download.
+`train(TrainConfig(...))` starts a run (what `euler train` runs); `resume_training(out)` continues
+one from its newest checkpoint (`euler train --resume --out RUN`). With no data given it trains on
+the embedded default corpus (the Python standard library's source) with the default tokenizer, so
+the first run on a fresh machine needs no download.
 
-Every optimizer step: zero the gradients, run `grad_accum` micro-batches (forward, backward with the
-loss scaled by 1/grad_accum, gradients accumulating), clip the global gradient norm, and take one
-AdamW step at the scheduled learning rate. Batches are a pure function of (seed, step), and the
-checkpoint holds the parameters, AdamW's moments and the step: a resumed run computes the same
-losses as one that was never interrupted.
+Every optimizer step is one TrainStep.run (euler_core/step.py): zero the gradients, run `grad_accum`
+micro-batches (forward, backward, gradients accumulating), clip the global gradient norm, and take
+one AdamW step at the scheduled learning rate. Batches are a pure function
+of (seed, step), and the checkpoint holds the parameters, AdamW's moments and the step: a resumed
+run computes the same losses as one that was never interrupted.
+
+A resume takes every setting from the checkpoint: the model's shape, the tokenizer (the copy saved
+in the checkpoint, not the cache it came from) and the training settings. It may change only the
+settings marked `resume=True` below (how long to train, how often to evaluate, sample and save,
+and the kernels); any other flag given with a different value is refused. The run directory's
+rules (one process at a time, nothing lost to a kill or a full disk, Ctrl-C and SIGTERM save the
+completed steps) are in rundir.py and docs/run-directory.md.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import load_checkpoint, save_checkpoint
-from .config import GPTConfig, preset
+from .checkpoint import (CheckpointError, CheckpointWriteError, checkpoints, load_checkpoint, save_checkpoint,
+                         saved_settings)
+from .config import PRESETS, GPTConfig, preset
 from .data.loader import TokenSource
 from .generate import generate
 from .hostmem import keep_freed_memory
 from .kernels import Kernels
 from .model import GPT
 from .optim import AdamW, learning_rate
+from .rundir import MetricsLog, StopRequested, clean_leftovers, new_run_dir, run_lock, stop_signals
 from .step import TrainStep
-
+from .values import (check_settings, flag_of, integer, number, one_of, optional, output_dir, resume_settings,
+                     setting, switch, text)
 
 DEFAULT_VOCAB = 1024  # the BPE vocabulary trained on the default corpus
+RUNS = "runs/%Y%m%d-%H%M%S"  # the default run directory
 
 
 @dataclass
 class TrainConfig:
-    """Everything a training run needs; saved in every checkpoint so `--resume` continues alike."""
+    """Everything a training run needs; saved in every checkpoint so `--resume` continues alike.
+    Each field carries its allowed values (values.py); resume=True: a resume may change it."""
 
-    preset: str = "small"
-    n_layer: int | None = None       # overrides of the preset's shape
-    n_head: int | None = None
-    n_embd: int | None = None
-    backend: str = "naive"
-    dtype: str | None = None         # float32 on the CPU, bfloat16 (mixed precision) on a GPU
-    graph: bool = True               # on the GPU, capture the step as a CUDA graph (False: eager, for debugging)
-    check_finite: bool = False       # check every kernel's output for NaN/Inf in every step (slow; debugging)
-    train_data: str | None = None    # glob of llm.c .bin shards; None = the embedded default corpus
-    val_data: str | None = None
-    tokenizer: str | None = None     # 'gpt2', 'bytes' or a .tiktoken path; default corpus: None = its own BPE
-    vocab_size: int | None = None    # default corpus: size of its BPE; shards: vocabulary without a tokenizer
-    batch_size: int = 16
-    seq_len: int | None = None       # default: the preset's block size
-    total_batch: int | None = None   # tokens per optimizer step; default batch_size * seq_len
-    steps: int = 500
-    lr: float = 2e-3
-    min_lr_frac: float = 0.1
-    warmup: int = 20
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    eval_every: int = 50
-    eval_batches: int = 8
-    sample_every: int = 0            # 0: sample only at the end
-    sample_tokens: int = 200
-    sample_prompt: str = "def "
-    checkpoint_every: int = 100
-    out: str | None = None
-    seed: int = 1337
-    progress: bool = True
+    preset: str = setting("small", one_of(*PRESETS))
+    n_layer: int | None = setting(None, optional(integer(1)))   # overrides of the preset's shape
+    n_head: int | None = setting(None, optional(integer(1)))
+    n_embd: int | None = setting(None, optional(integer(1)))
+    backend: str = setting("naive", text(), resume=True)
+    dtype: str | None = setting(None, optional(one_of("float32", "float64", "bfloat16", "float16")))
+    # None: float32 on the CPU, bfloat16 (mixed precision) on a GPU
+    graph: bool = setting(True, switch(), resume=True)       # on the GPU, capture the step as a CUDA graph
+    check_finite: bool = setting(False, switch(), resume=True)  # check every kernel's output for NaN/Inf (slow)
+    train_data: str | None = setting(None, optional(text()))  # glob of llm.c .bin shards; None = the embedded corpus
+    val_data: str | None = setting(None, optional(text()))
+    tokenizer: str | None = setting(None, optional(text()))   # 'gpt2', 'bytes' or a .tiktoken path; default corpus: None = its own BPE
+    vocab_size: int | None = setting(None, optional(integer(1)))  # default corpus: size of its BPE; shards: vocabulary without a tokenizer
+    batch_size: int = setting(16, integer(1))
+    seq_len: int | None = setting(None, optional(integer(1)))   # default: the preset's block size
+    total_batch: int | None = setting(None, optional(integer(1)))  # tokens per optimizer step; default batch_size * seq_len
+    steps: int = setting(500, integer(1), resume=True)
+    lr: float = setting(2e-3, number(0, 1, low_open=True))
+    min_lr_frac: float = setting(0.1, number(0, 1))
+    warmup: int = setting(20, integer(0))
+    weight_decay: float = setting(0.1, number(0))
+    grad_clip: float = setting(1.0, number(0))                # 0: no clipping
+    eval_every: int = setting(50, integer(0), resume=True)    # 0: never
+    eval_batches: int = setting(8, integer(1), resume=True)
+    sample_every: int = setting(0, integer(0), resume=True)   # 0: sample only at the end
+    sample_tokens: int = setting(200, integer(1), resume=True)
+    sample_prompt: str = setting("def ", text(), resume=True)
+    checkpoint_every: int = setting(100, integer(0), resume=True)  # 0: only at the end (and when stopped)
+    out: str | None = setting(None, optional(text()))  # the run directory (a resume names it)
+    seed: int = setting(1337, integer(0))
+    progress: bool = setting(True, switch(), resume=True)
 
     def validate(self) -> None:
-        for name in ("batch_size", "steps", "eval_batches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train: {name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"train: lr must be positive, got {self.lr}")
-        if self.dtype not in (None, "float32", "float64", "bfloat16", "float16"):
-            raise ValueError(f"train: dtype must be float32, float64, bfloat16 or float16, got {self.dtype}")
+        check_settings(self, "train")
 
 
 @dataclass
@@ -86,15 +94,22 @@ class Data:
     val: TokenSource
     tokenizer: object  # may be None for shards given without a tokenizer
     vocab_size: int
+    fingerprint: dict | None = None  # what the batches are drawn from; a resume checks it is unchanged
 
 
-def load_data(cfg: TrainConfig, log=print) -> Data:
-    """The training and validation tokens, and the tokenizer that made them."""
+def load_data(cfg: TrainConfig, log=print, tokenizer=None) -> Data:
+    """The training and validation tokens, and the tokenizer that made them (`tokenizer`, when given:
+    a resumed run's own copy, used instead of building one from cfg)."""
     if cfg.train_data is None:
         from .corpus import default_corpus
         from .tokenizer import default_tokenizer, load_tokenizer
         text = default_corpus()
-        if cfg.tokenizer is None:
+        if tokenizer is not None:
+            about = f"the checkpoint's {tokenizer.n_vocab}-token tokenizer"
+        elif cfg.tokenizer is None:
+            if (cfg.vocab_size or DEFAULT_VOCAB) < 257:
+                raise ValueError(f"train: --vocab-size {cfg.vocab_size} is too small for the default corpus's BPE "
+                                 "(it needs the 256 bytes and <|endoftext|>: at least 257)")
             tokenizer = default_tokenizer(text, cfg.vocab_size or DEFAULT_VOCAB)
             about = f"a {tokenizer.n_vocab}-token BPE trained on it (cached)"
         else:
@@ -104,22 +119,24 @@ def load_data(cfg: TrainConfig, log=print) -> Data:
         split = int(len(tokens) * 0.9)
         log(f"data: the embedded default corpus (Python standard library source), {len(text) / 1e6:.1f} MB, "
             f"{len(tokens):,} tokens with {about}; 90/10 train/val split")
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         return Data(TokenSource([tokens[:split]], "train"), TokenSource([tokens[split:]], "val"),
-                    tokenizer, tokenizer.n_vocab)
+                    tokenizer, tokenizer.n_vocab, {"default_corpus_sha256": digest, "tokens": len(tokens)})
     if cfg.val_data is None:
         raise ValueError("train: --train-data needs --val-data too (a glob of validation shards)")
     train, val = TokenSource.from_shards(cfg.train_data, "train"), TokenSource.from_shards(cfg.val_data, "val")
-    tokenizer = None
-    if cfg.tokenizer is not None:
+    if tokenizer is None and cfg.tokenizer is not None:
         from . import tokenizer as tokenizers
         tokenizer = tokenizers.load_tokenizer(cfg.tokenizer)
     vocab = cfg.vocab_size or (tokenizer.n_vocab if tokenizer else None)
     if vocab is None:
         raise ValueError("train: with --train-data, give --tokenizer (to decode samples) or --vocab-size")
-    # No scan of the shards for out-of-range ids here (that would read every token, gigabytes, at each
-    # start): the embedding op checks each batch's ids and names the vocabulary it expected.
+    for source in (train, val):  # each batch's ids are checked against it, naming shard and position
+        source.vocab_size = vocab
     log(f"data: {train.name} {len(train):,} tokens, {val.name} {len(val):,} tokens, vocabulary {vocab}")
-    return Data(train, val, tokenizer, vocab)
+    fingerprint = {s.name.split()[0]: [[Path(p).name, int(n)] for p, n in zip(s.paths, s.lengths)]
+                   for s in (train, val)}
+    return Data(train, val, tokenizer, vocab, fingerprint)
 
 
 def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
@@ -147,47 +164,94 @@ def evaluate(model: GPT, source: TokenSource, batches: int, B: int, T: int, seed
     return float(np.mean(losses))
 
 
-class MetricsLog:
-    """metrics.jsonl: one JSON object per step; on resume, lines past the checkpoint are dropped."""
-
-    def __init__(self, path: Path, start_step: int):
-        self.path = path
-        if path.exists():
-            keep = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", -1) < start_step]
-            path.write_text("".join(line + "\n" for line in keep))
-
-    def write(self, record: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
 def sample_text(model: GPT, tokenizer, prompt: str, n_tokens: int, seed: int) -> str:
-    ids = tokenizer.encode(prompt)
+    from .tokenizer import encode_prompt
+    ids = encode_prompt(tokenizer, prompt, "--sample-prompt")
     new = generate(model, ids, n_tokens, temperature=0.8, top_k=50, seed=seed, stop_token=tokenizer.eot_token)
     return prompt + tokenizer.decode(new)
 
 
-def train(cfg: TrainConfig, resume: bool = False, log=print) -> dict:
-    """Run (or resume) training; returns a summary: steps, first and last validation loss, the
-    checkpoint written, the final sample and tokens/s."""
+def train(cfg: TrainConfig, log=print) -> dict:
+    """Start a new run in cfg.out (default: a new runs/<date-time>); returns a summary: steps, first
+    and last validation loss, the checkpoint written, the final sample and tokens/s."""
     cfg.validate()
-    out = Path(cfg.out or time.strftime("runs/%Y%m%d-%H%M%S"))
-    checkpoint = None
-    if resume:
-        checkpoint = load_checkpoint(out)
-        saved = TrainConfig(**{k: v for k, v in checkpoint.meta["train"].items()
-                               if k in {f.name for f in fields(TrainConfig)}})
-        saved.steps, saved.progress, saved.out = cfg.steps, cfg.progress, str(out)
-        cfg = saved
-        log(f"resuming from {checkpoint.path} (step {checkpoint.meta['step']})")
-    elif (out / "latest").exists():
-        raise ValueError(f"train: {out} already holds a run; pass --resume to continue it, or another --out")
+    out = output_dir(cfg.out) if cfg.out else new_run_dir(RUNS)
+    cfg = replace(cfg, out=str(out))
+    with run_lock(out, "euler train"):
+        if (out / "latest").exists() or checkpoints(out):
+            raise ValueError(f"train: {out} already holds a run; pass --resume to continue it, or another --out")
+        clean_leftovers(out, log)
+        data = load_data(cfg, log)
+        return _run(cfg, data, model_config(cfg, data.vocab_size), None, log)
 
-    data = load_data(cfg, log)
-    config = model_config(cfg, data.vocab_size)
-    if checkpoint is not None and checkpoint.config != config:
-        raise ValueError(f"train: checkpoint config {checkpoint.config} does not match {config}")
+
+def resume_training(out, changes: dict | None = None, log=print) -> dict:
+    """Continue the run in `out` from its newest checkpoint, with its own settings; `changes` (flag
+    values by setting name) may change only the settings a resume may change (see the module doc).
+
+    A checkpoint that holds weights but no training state (`euler import`) starts training from those
+    weights, with a fresh optimizer and the settings in `changes`; the model's shape and tokenizer
+    are the checkpoint's.
+    """
+    changes = {k: v for k, v in (changes or {}).items() if k != "out"}
+    out = Path(out)
+    if not out.is_dir():
+        raise CheckpointError(f"train --resume: {out} is not a run directory (no such directory)")
+    output_dir(out)
+    with run_lock(out, "euler train"):
+        clean_leftovers(out, log)
+        if not (out / "latest").exists() and not checkpoints(out):
+            raise CheckpointError(f"train --resume: {out} holds no checkpoint yet (the run stopped before its "
+                                  "first): start it again without --resume")
+        checkpoint = load_checkpoint(out)
+        meta = checkpoint.meta
+        if "sft" in meta:
+            raise ValueError(f"train --resume: {checkpoint.path} is an SFT run; continue it with `euler sft --resume`")
+        if "train" in meta:
+            cfg = resume_settings(saved_settings(checkpoint, "train", TrainConfig), changes, "train")
+            if checkpoint.optimizer is None:
+                raise CheckpointError(f"train --resume: {checkpoint.path} has no optimizer.npz to resume from")
+        else:
+            cfg = _settings_to_start_from_weights(checkpoint, changes)
+            log(f"starting from the weights in {checkpoint.path} (no training state: a fresh optimizer)")
+        cfg.out = str(out)
+        tokenizer = None
+        if "tokenizer" in meta:
+            from .tokenizer import tokenizer_from_checkpoint
+            tokenizer = tokenizer_from_checkpoint(checkpoint.path, meta["tokenizer"])
+        data = load_data(cfg, log, tokenizer=tokenizer)
+        position = meta.get("data_position") or {}
+        if position.get("fingerprint") not in (None, data.fingerprint):
+            raise ValueError(f"train --resume: the data changed since {checkpoint.path} was written (it recorded "
+                             f"{position['fingerprint']}, now {data.fingerprint}): the batches would not be the run's")
+        if data.vocab_size > checkpoint.config.vocab_size:
+            raise ValueError(f"train --resume: the data's vocabulary of {data.vocab_size} exceeds the model's "
+                             f"{checkpoint.config.vocab_size}")
+        T = cfg.seq_len or checkpoint.config.block_size
+        if T > checkpoint.config.block_size:
+            raise ValueError(f"train --resume: --seq-len {T} exceeds the checkpoint's block size "
+                             f"{checkpoint.config.block_size}")
+        return _run(cfg, data, checkpoint.config, checkpoint, log)
+
+
+def _settings_to_start_from_weights(checkpoint, changes: dict) -> TrainConfig:
+    """A checkpoint with weights only (`euler import`): the flags' settings, with the model's
+    vocabulary and dtype its own (flags that would change the model's shape are refused)."""
+    meta = checkpoint.meta
+    shape_flags = sorted({"preset", "n_layer", "n_head", "n_embd", "vocab_size", "dtype"} & set(changes))
+    if shape_flags:
+        raise ValueError(f"train --resume: {checkpoint.path} holds weights only; the model's shape and dtype "
+                         f"are its own, so {', '.join(flag_of(f) for f in shape_flags)} cannot be given")
+    cfg = TrainConfig(**changes, dtype=meta.get("dtype", "float32"), vocab_size=checkpoint.config.vocab_size)
+    cfg.validate()
+    if "tokenizer" not in meta and cfg.train_data is None and cfg.tokenizer is None:
+        raise ValueError(f"train --resume: {checkpoint.path} records no tokenizer to encode the default "
+                         "corpus with: give --tokenizer, or --train-data/--val-data shards")
+    return cfg
+
+
+def _run(cfg: TrainConfig, data: Data, config: GPTConfig, checkpoint, log) -> dict:
+    out = Path(cfg.out)
     kernels = select_kernels(cfg)
     for note in kernels.notes:
         log(f"note: {note}")
@@ -196,33 +260,44 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> dict:
     start = 0
     if checkpoint is not None:
         model.load_parameters(checkpoint.params)
-        if checkpoint.optimizer is None:
-            raise ValueError(f"train: {checkpoint.path} has no optimizer state to resume from")
-        optimizer.m[...] = checkpoint.optimizer["m"]
-        optimizer.v[...] = checkpoint.optimizer["v"]
-        optimizer.step_count = int(checkpoint.optimizer["step"])
-        start = int(checkpoint.meta["step"])
+        start = checkpoint.meta["step"]
+        if checkpoint.optimizer is not None:
+            optimizer.m[...] = checkpoint.optimizer["m"]
+            optimizer.v[...] = checkpoint.optimizer["v"]
+            optimizer.step_count = int(checkpoint.optimizer["step"])
+        log(f"resuming from {checkpoint.path} (step {start} of {cfg.steps})")
+    sample = None
+    if data.tokenizer is not None:
+        from .tokenizer import encode_prompt
+        encode_prompt(data.tokenizer, cfg.sample_prompt, "--sample-prompt")  # refused now, not at the first sample
+
+        def sample(model: GPT, seed: int) -> str:
+            return sample_text(model, data.tokenizer, cfg.sample_prompt, cfg.sample_tokens, seed)
 
     log(f"model: {model}")
     log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
 
     def meta(accum: int) -> dict:
-        return {"train": asdict(cfg), "data_position": {"seed": cfg.seed, "batches_per_step": accum}}
+        return {"train": asdict(cfg), "data_position": {"seed": cfg.seed, "batches_per_step": accum,
+                                                        "fingerprint": data.fingerprint}}
 
-    def sample(model: GPT, seed: int) -> str:
-        return sample_text(model, data.tokenizer, cfg.sample_prompt, cfg.sample_tokens, seed)
-
-    return run_loop(cfg, model, optimizer, data, out, start, meta, sample if data.tokenizer is not None else None, log)
+    return run_loop(cfg, model, optimizer, data, out, start, meta, sample, log)
 
 
 def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Path, start: int, meta,
              sample=None, log=print) -> dict:
-    """The optimizer steps start..cfg.steps-1 (pretraining's and SFT's alike): evaluation, gradient
-    accumulation, clipping, AdamW, metrics.jsonl, the progress bar, samples and checkpoints.
+    """The optimizer steps start..cfg.steps-1 (pretraining's and SFT's alike): evaluation, the
+    optimizer step, metrics.jsonl, the progress bar, samples and checkpoints. The caller holds the
+    run directory's lock. Each optimizer step is one TrainStep.run (euler_core/step.py): on the GPU
+    a replayed CUDA graph.
 
     data.train / data.val offer `batch(index, B, T, seed) -> (inputs, targets)`; `meta(accum)` gives
     the JSON a checkpoint records; `sample(model, seed) -> str`, when given, makes the samples.
-    Each optimizer step is one TrainStep.run (euler_core/step.py): on the GPU a replayed CUDA graph.
+
+    A step is complete when its metrics record is on disk. Whatever ends the loop early (Ctrl-C,
+    SIGTERM, an error such as bad data or a diverged loss) the completed steps are saved as a
+    checkpoint before it propagates, unless it struck inside a TrainStep.run or a metrics write (then
+    the state may be between steps and the newest checkpoint stands) or inside a checkpoint write.
     """
     keep_freed_memory()   # each step's activations reuse the last step's memory (see hostmem.py)
     B = cfg.batch_size
@@ -230,60 +305,100 @@ def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Pa
     per_micro = B * T
     total = cfg.total_batch or per_micro
     if total % per_micro:
-        raise ValueError(f"train: total batch {total} tokens is not a multiple of batch_size*seq_len = {per_micro}")
+        raise ValueError(f"train: --total-batch {total} is not a multiple of --batch-size x --seq-len = "
+                         f"{B} x {T} = {per_micro} tokens")
     accum = total // per_micro
-    out.mkdir(parents=True, exist_ok=True)
-    metrics = MetricsLog(out / "metrics.jsonl", start)
+    if start > cfg.steps:
+        raise ValueError(f"train: --steps {cfg.steps} is behind the checkpoint, which is at step {start}")
+    metrics = MetricsLog(out / "metrics.jsonl", start, log)
     log(f"batch: {B} x {T} tokens x {accum} micro-batch(es) = {total:,} tokens/step; {cfg.steps} steps; out {out}")
+    summary = {"out": str(out), "first_val_loss": None, "val_loss": None, "steps": cfg.steps,
+               "steps_run": 0, "tokens_per_s": float("nan")}
+    if start == cfg.steps:
+        log(f"the run has completed its {cfg.steps} steps; give --steps with more to train further")
+        summary["checkpoint"] = str(out / (out / "latest").read_text().strip()) if (out / "latest").exists() else None
+        return summary
     trainer = TrainStep(model, optimizer, B, T, accum, grad_clip=cfg.grad_clip,
                         graph=None if cfg.graph else False, check_finite=cfg.check_finite)
-    summary = {"out": str(out), "first_val_loss": None, "val_loss": None}
+    done = saved = start  # steps completed (their metrics on disk); the newest checkpoint's step
+    saving = updating = False
+
+    def save() -> Path:
+        nonlocal saved, saving
+        saving = True
+        path = save_checkpoint(out, done, model, optimizer, meta(accum), data.tokenizer)
+        saving = False
+        saved = done
+        summary["checkpoint"] = str(path)
+        return path
+
     bar = _progress(range(start, cfg.steps), cfg.progress, initial=start, total=cfg.steps)
-    done = start  # optimizer steps completed
-    tokens_per_s = float("nan")
-    try:
-        for step in bar:
-            last = step == cfg.steps - 1
-            record = {"step": step}
-            if cfg.eval_every and (step % cfg.eval_every == 0 or last):
-                val = evaluate(model, data.val, cfg.eval_batches, B, T, cfg.seed)
-                record["val_loss"] = val
-                summary["val_loss"] = val
-                if summary["first_val_loss"] is None:
-                    summary["first_val_loss"] = val
-            t0 = time.perf_counter()
-            lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr_frac)
-            batches = [data.train.batch(step * accum + micro, B, T, cfg.seed) for micro in range(accum)]
-            result = trainer.run(batches, lr)
-            result.check()  # a NaN/Inf loss or gradient stops the run, naming the op that made it
-            loss, norm = result.loss, result.grad_norm
-            done = step + 1
-            dt = time.perf_counter() - t0
-            tokens_per_s = total / dt
-            record.update(loss=loss, lr=lr, grad_norm=norm, tokens_per_s=tokens_per_s, time_s=dt)
-            metrics.write(record)
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{loss:.3f}", val=f"{summary['val_loss']:.3f}" if summary["val_loss"] else "-",
-                                tok_s=f"{tokens_per_s:,.0f}")
-            if sample is not None and cfg.sample_every and done % cfg.sample_every == 0 and not last:
-                log(f"\nsample at step {done}: {sample(model, step)!r}")
-            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or last:
-                summary["checkpoint"] = str(save_checkpoint(out, done, model, optimizer, meta(accum), data.tokenizer))
-    except KeyboardInterrupt:
-        # Ctrl-C: keep what the completed steps did, unless the interrupt landed inside an optimizer
-        # update (it counts itself first), which may have touched only part of the buffer: then the
-        # periodic checkpoint stands.
-        if done > start and optimizer.step_count == done:
-            path = save_checkpoint(out, done, model, optimizer, meta(accum), data.tokenizer)
-            log(f"\ninterrupted: saved {path}; continue with --resume --out {out}")
-        raise
-    finally:
-        if hasattr(bar, "close"):
-            bar.close()
-    summary.update(steps=cfg.steps, tokens_per_s=tokens_per_s)
-    if sample is not None:
+    with stop_signals(log) as stop:
+        try:
+            for step in bar:
+                last = step == cfg.steps - 1
+                record = {"step": step}
+                if cfg.eval_every and (step % cfg.eval_every == 0 or last):
+                    val = evaluate(model, data.val, cfg.eval_batches, B, T, cfg.seed)
+                    record["val_loss"] = val
+                    summary["val_loss"] = val
+                    if summary["first_val_loss"] is None:
+                        summary["first_val_loss"] = val
+                t0 = time.perf_counter()
+                lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr_frac)
+                batches = [data.train.batch(step * accum + micro, B, T, cfg.seed) for micro in range(accum)]
+                updating = True   # from here to the result the parameters may be part-updated
+                result = trainer.run(batches, lr)
+                loss, norm = result.loss, result.grad_norm
+                updating = False
+                try:
+                    result.check()  # a NaN/Inf loss or gradient stops the run, naming the op that made it
+                except FloatingPointError:
+                    optimizer.step_count = done  # the update was skipped on the device: it does not count
+                    raise
+                dt = time.perf_counter() - t0
+                summary["tokens_per_s"] = total / dt
+                record.update(loss=loss, lr=lr, grad_norm=norm, tokens_per_s=total / dt, time_s=dt)
+                metrics.write(record)
+                done = step + 1
+                summary["steps_run"] = done - start
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(loss=f"{loss:.3f}", val=f"{summary['val_loss']:.3f}" if summary["val_loss"] else "-",
+                                    tok_s=f"{total / dt:,.0f}")
+                if sample is not None and cfg.sample_every and done % cfg.sample_every == 0 and not last:
+                    log(f"\nsample at step {done}: {sample(model, step)!r}")
+                if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or last or stop[0] is not None:
+                    save()
+                if stop[0] is not None and not last:
+                    raise StopRequested(stop[0])
+        except StopRequested:
+            log(f"\nstopped after step {done}: saved {summary['checkpoint']}; continue with --resume --out {out}")
+            raise
+        except (KeyboardInterrupt, Exception) as e:
+            if not (saving or updating) and done > saved and optimizer.step_count == done and \
+                    not isinstance(e, CheckpointWriteError):
+                try:
+                    log(f"\n{'interrupted' if isinstance(e, KeyboardInterrupt) else 'stopped by an error'} after "
+                        f"step {done}: saved {save()}; continue with --resume --out {out}")
+                except CheckpointWriteError as failed:
+                    log(f"\ncould not save the completed steps: {failed}")
+            raise
+        finally:
+            if hasattr(bar, "close"):
+                bar.close()
+    if sample is not None and stop[0] is None:
         summary["sample"] = sample(model, cfg.seed)
     return summary
+
+
+def describe_summary(summary: dict) -> str:
+    """The line `euler train` and `euler sft` end with."""
+    if not summary.get("steps_run"):
+        return f"nothing to do: the run had completed its {summary['steps']} steps; checkpoint {summary.get('checkpoint')}"
+    first, last = summary.get("first_val_loss"), summary.get("val_loss")
+    val = f"val loss {first:.3f} -> {last:.3f}" if last is not None else "no validation loss (--eval-every 0)"
+    return (f"finished {summary['steps']} steps: {val}, {summary['tokens_per_s']:,.0f} tokens/s; "
+            f"checkpoint {summary.get('checkpoint')}")
 
 
 def _progress(iterable, enabled: bool, initial: int, total: int):

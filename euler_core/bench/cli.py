@@ -66,13 +66,14 @@ def add_commands(sub) -> None:
 
     from euler_core.cli import TRAIN_HELP, add_config_options
     from euler_core.train import TrainConfig
+    from euler_core.values import flag_type, integer
     st = bench.add_parser("step", help="a training run (euler train's options), timed op by op",
                           description="Run `euler train` with every kernel call timed (CUDA events on the GPU) "
                                       "and print where a step's time goes: per op and direction, the time per "
                                       "step and its share, and what no kernel accounts for (euler_core/bench/"
                                       "profile.py). Use --eval-every 0 and a few steps.")
     add_config_options(st, TrainConfig, TRAIN_HELP)
-    st.add_argument("--skip-steps", type=int, default=2, help="first steps left out (compilation, warm-up) (default 2)")
+    st.add_argument("--skip-steps", type=flag_type(integer(0)), default=2, help="first steps left out (compilation, warm-up) (default 2)")
     st.add_argument("--profile-out", default=None, help="also write the profile as JSON here")
     st.set_defaults(func=_step)
 

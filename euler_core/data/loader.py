@@ -16,11 +16,20 @@ from .shards import open_shard
 
 
 class TokenSource:
-    """One or more 1-D token arrays sampled as one stream of windows."""
+    """One or more 1-D token arrays sampled as one stream of windows.
 
-    def __init__(self, arrays: list[np.ndarray], name: str = "tokens"):
-        self.arrays = [a for a in arrays if len(a) > 0]
+    With `vocab_size` set, every batch is checked to hold only ids below it; an id beyond it is an
+    error naming the shard (or array) and the position where it lies.
+    """
+
+    def __init__(self, arrays: list[np.ndarray], name: str = "tokens", paths: list | None = None,
+                 vocab_size: int | None = None):
+        paths = paths if paths is not None else [None] * len(arrays)
+        kept = [(a, p) for a, p in zip(arrays, paths) if len(a) > 0]
+        self.arrays = [a for a, _ in kept]
+        self.paths = [p for _, p in kept]
         self.name = name
+        self.vocab_size = vocab_size
         if not self.arrays:
             raise ValueError(f"{name}: no tokens")
         self.lengths = np.array([len(a) for a in self.arrays], dtype=np.int64)
@@ -31,7 +40,7 @@ class TokenSource:
         paths = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
         if not paths or not all(Path(p).exists() for p in paths):
             raise FileNotFoundError(f"{name}: no token shards match {pattern!r}")
-        return cls([open_shard(p) for p in paths], name=f"{name} ({len(paths)} shard(s))")
+        return cls([open_shard(p) for p in paths], name=f"{name} ({len(paths)} shard(s))", paths=paths)
 
     def __len__(self) -> int:
         return int(self.lengths.sum())
@@ -46,7 +55,17 @@ class TokenSource:
         weights = np.clip(usable, 0, None) / np.clip(usable, 0, None).sum()
         which = rng.choice(len(self.arrays), size=B, p=weights)
         windows = np.empty((B, T + 1), dtype=np.int32)
+        starts = []
         for row, a in enumerate(which):
             start = int(rng.integers(0, usable[a]))
+            starts.append(start)
             windows[row] = self.arrays[a][start:start + T + 1]
+        if self.vocab_size is not None and int(windows.max()) >= self.vocab_size:
+            row = int(np.argmax(windows.max(axis=1) >= self.vocab_size))
+            col = int(np.argmax(windows[row] >= self.vocab_size))
+            a = which[row]
+            where = self.paths[a] or f"{self.name} array {a}"
+            raise ValueError(f"{where}: token id {int(windows[row, col])} at token position {starts[row] + col:,} "
+                             f"is outside the vocabulary of {self.vocab_size} (ids 0..{self.vocab_size - 1}); "
+                             "were these shards made with another tokenizer?")
         return windows[:, :-1], windows[:, 1:]

@@ -26,7 +26,8 @@ HELP = {
 
 
 def add_commands(sub) -> None:
-    from ..cli import add_config_options
+    from ..cli import add_config_options, add_sampling_options
+    from ..values import resumable
     from .run import SFTConfig
     p = sub.add_parser("sft", help="fine-tune a checkpoint on conversations (SFT)",
                        description="Supervised fine-tuning: loss only on the assistant's tokens, conversations "
@@ -34,7 +35,8 @@ def add_commands(sub) -> None:
                        "embedding. Same checkpoints, metrics.jsonl and progress as `euler train`. See docs/sft.md.")
     add_config_options(p, SFTConfig, HELP, skip=("progress", "strict"))
     p.add_argument("--strict", action="store_true", help=HELP["strict"])
-    p.add_argument("--resume", action="store_true", help="continue the SFT run in --out from its latest checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue the SFT run in --out from its latest checkpoint, "
+                   "with its own settings (a resume may change only " + ", ".join(resumable(SFTConfig)) + ")")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_sft)
 
@@ -43,24 +45,24 @@ def add_commands(sub) -> None:
                        "Type a message and Enter; /reset starts over, /quit (or end of input) leaves.")
     p.add_argument("--checkpoint", required=True, help="an SFT checkpoint or run directory (its latest)")
     p.add_argument("--system", default=None, help="a system message opening the conversation")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=50)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    add_sampling_options(p, temperature=0.7, max_new_tokens=256)
     p.add_argument("--backend", default="naive", help="kernel selection")
     p.set_defaults(func=_chat)
 
 
 def _sft(args) -> int:
-    from .run import SFTConfig, sft
+    from ..train import describe_summary
+    from .run import SFTConfig, resume_sft, sft
     given = {f.name: getattr(args, f.name) for f in fields(SFTConfig)
              if f.name != "progress" and getattr(args, f.name) not in (None, False)}
-    if args.resume and args.out is None:
-        raise ValueError("--resume needs --out RUN_DIR (the SFT run to continue)")
-    summary = sft(SFTConfig(**given, progress=not args.no_progress), resume=args.resume)
-    print(f"\nfinished {summary['steps']} steps: val loss {summary['first_val_loss']:.3f} -> {summary['val_loss']:.3f}, "
-          f"{summary['tokens_per_s']:,.0f} tokens/s; checkpoint {summary.get('checkpoint')}")
+    given["progress"] = not args.no_progress
+    if args.resume:
+        if args.out is None:
+            raise ValueError("--resume needs --out RUN_DIR (the SFT run to continue)")
+        summary = resume_sft(args.out, given)
+    else:
+        summary = sft(SFTConfig(**given))
+    print("\n" + describe_summary(summary))
     if "sample" in summary:
         print("sample: " + summary["sample"])
     return 0

@@ -17,9 +17,10 @@ bad line is an error. Blank lines are skipped silently.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..files import parse_json
 
 ROLES = ("system", "user", "assistant")
 
@@ -85,14 +86,18 @@ def read_jsonl(path, strict: bool = False) -> tuple[list[Conversation], list[str
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-                conversations.append(Conversation(to_messages(record), lineno))
-            except ValueError as e:  # json.JSONDecodeError is a ValueError too
-                reason = f"not valid JSON ({e.msg} at column {e.colno})" if isinstance(e, json.JSONDecodeError) else str(e)
-                problem = f"{path}:{lineno}: {reason}"
-                if strict:
-                    raise SFTDataError(f"{problem} (--strict: refusing the file)") from None
-                problems.append(problem)
+                record = parse_json(line, f"{path}:{lineno}")  # bad syntax, or nesting too deep to parse
+            except ValueError as e:
+                problem = str(e)
+            else:
+                try:
+                    conversations.append(Conversation(to_messages(record), lineno))
+                    continue
+                except ValueError as e:
+                    problem = f"{path}:{lineno}: {e}"
+            if strict:
+                raise SFTDataError(f"{problem} (--strict: refusing the file)")
+            problems.append(problem)
     if not conversations:
         raise SFTDataError(f"{path}: no valid conversation" + (f" ({len(problems)} bad line(s); first: {problems[0]})"
                                                                 if problems else " (empty file)"))

@@ -12,18 +12,20 @@ grown tokenizer and the template, so `euler chat` and `euler generate` read it d
 
 from __future__ import annotations
 
+import hashlib
 import math
-import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import CheckpointError, checkpoints, load_checkpoint, saved_settings
 from ..kernels import Kernels
 from ..model import GPT
 from ..optim import AdamW
+from ..rundir import clean_leftovers, new_run_dir, run_lock
 from ..train import Data, TrainConfig, run_loop
+from ..values import check_settings, integer, number, one_of, optional, output_dir, resume_settings, setting, switch, text
 from .data import read_jsonl
 from .pack import PackedSource, pack
 from .template import ChatTemplate, grow_vocabulary, prepare_tokenizer
@@ -31,35 +33,36 @@ from .template import ChatTemplate, grow_vocabulary, prepare_tokenizer
 
 @dataclass
 class SFTConfig:
-    """Everything an SFT run needs; saved in its checkpoints (meta["sft"]) so --resume continues alike."""
+    """Everything an SFT run needs; saved in its checkpoints (meta["sft"]) so --resume continues alike.
+    Each field carries its allowed values (values.py); resume=True: a resume may change it."""
 
-    init: str | None = None          # the checkpoint (or run directory) to start from
-    data: str | None = None          # JSONL of conversations
-    val_data: str | None = None      # JSONL held out for validation; default: val_frac of `data`
-    val_frac: float = 0.1
-    strict: bool = False             # refuse the data file on its first bad line
-    tokenizer: str | None = None     # when the init checkpoint records none: gpt2, bytes or .tiktoken
-    backend: str = "naive"
-    dtype: str = "float32"
-    batch_size: int = 8
-    seq_len: int | None = None       # tokens per row (T); default the model's block size
-    total_batch: int | None = None
-    epochs: float = 3.0
-    steps: int | None = None         # overrides epochs
-    lr: float = 3e-4
-    min_lr_frac: float = 0.1
-    warmup: int = 10
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    eval_every: int = 50
-    eval_batches: int | None = None  # default: the whole validation split
-    sample_every: int = 0
-    sample_prompt: str = "Hello! Who are you?"
-    sample_tokens: int = 64
-    checkpoint_every: int = 100
-    out: str | None = None
-    seed: int = 1337
-    progress: bool = True
+    init: str | None = setting(None, optional(text()))        # the checkpoint (or run directory) to start from
+    data: str | None = setting(None, optional(text()))        # JSONL of conversations
+    val_data: str | None = setting(None, optional(text()))    # JSONL held out for validation; default: val_frac of `data`
+    val_frac: float = setting(0.1, number(0, 1, high_open=True))
+    strict: bool = setting(False, switch())                   # refuse the data file on its first bad line
+    tokenizer: str | None = setting(None, optional(text()))   # when the init checkpoint records none: gpt2, bytes or .tiktoken
+    backend: str = setting("naive", text(), resume=True)
+    dtype: str = setting("float32", one_of("float32", "float64"))
+    batch_size: int = setting(8, integer(1))
+    seq_len: int | None = setting(None, optional(integer(1)))  # tokens per row (T); default the model's block size
+    total_batch: int | None = setting(None, optional(integer(1)))
+    epochs: float = setting(3.0, number(0, low_open=True))
+    steps: int | None = setting(None, optional(integer(1)), resume=True)  # overrides epochs
+    lr: float = setting(3e-4, number(0, 1, low_open=True))
+    min_lr_frac: float = setting(0.1, number(0, 1))
+    warmup: int = setting(10, integer(0))
+    weight_decay: float = setting(0.0, number(0))
+    grad_clip: float = setting(1.0, number(0))
+    eval_every: int = setting(50, integer(0), resume=True)
+    eval_batches: int | None = setting(None, optional(integer(1)), resume=True)  # default: the whole validation split
+    sample_every: int = setting(0, integer(0), resume=True)
+    sample_prompt: str = setting("Hello! Who are you?", text(), resume=True)
+    sample_tokens: int = setting(64, integer(1), resume=True)
+    checkpoint_every: int = setting(100, integer(0), resume=True)
+    out: str | None = setting(None, optional(text()))
+    seed: int = setting(1337, integer(0))
+    progress: bool = setting(True, switch(), resume=True)
 
 
 def encode_conversations(conversations, template: ChatTemplate):
@@ -77,47 +80,73 @@ def split(conversations, val_frac: float, seed: int):
     return train, val
 
 
-def sft(cfg: SFTConfig, resume: bool = False, log=print) -> dict:
-    """Run (or resume) SFT; returns pretraining's summary plus the data counts."""
-    out = Path(cfg.out or time.strftime("runs/sft-%Y%m%d-%H%M%S"))
-    checkpoint = None
-    if resume:
-        checkpoint = load_checkpoint(out)
-        if "sft" not in checkpoint.meta:
-            raise ValueError(f"sft: {checkpoint.path} is not an SFT checkpoint (no 'sft' in its meta.json)")
-        saved = SFTConfig(**{k: v for k, v in checkpoint.meta["sft"].items() if k in {f.name for f in fields(SFTConfig)}})
-        saved.steps, saved.progress, saved.out = cfg.steps or saved.steps, cfg.progress, str(out)
-        cfg = saved
-        log(f"resuming from {checkpoint.path} (step {checkpoint.meta['step']})")
-    elif (out / "latest").exists():
-        raise ValueError(f"sft: {out} already holds a run; pass --resume to continue it, or another --out")
+def sft(cfg: SFTConfig, log=print) -> dict:
+    """Start an SFT run in cfg.out (default: a new runs/sft-<date-time>); returns pretraining's
+    summary plus the data counts."""
+    check_settings(cfg, "sft")
     if cfg.init is None or cfg.data is None:
         raise ValueError("sft: --init CHECKPOINT and --data FILE.jsonl are required")
-    if cfg.dtype not in ("float32", "float64"):
-        raise ValueError(f"sft: dtype must be float32 or float64, got {cfg.dtype}")
+    out = output_dir(cfg.out) if cfg.out else new_run_dir("runs/sft-%Y%m%d-%H%M%S")
+    cfg = replace(cfg, out=str(out))
+    with run_lock(out, "euler sft"):
+        if (out / "latest").exists() or checkpoints(out):
+            raise ValueError(f"sft: {out} already holds a run; pass --resume to continue it, or another --out")
+        clean_leftovers(out, log)
+        # the starting weights, and the tokenizer with the template's tokens
+        from ..tokenizer import load_tokenizer, tokenizer_from_checkpoint
+        init = load_checkpoint(cfg.init, with_optimizer=False)
+        if cfg.tokenizer is not None:
+            base_tokenizer = load_tokenizer(cfg.tokenizer)
+        elif "tokenizer" in init.meta:
+            base_tokenizer = tokenizer_from_checkpoint(init.path, init.meta["tokenizer"])
+        else:
+            raise ValueError(f"sft: {init.path} records no tokenizer; pass --tokenizer (gpt2, bytes or a .tiktoken file)")
+        if base_tokenizer.n_vocab > init.config.vocab_size:
+            raise ValueError(f"sft: the tokenizer has {base_tokenizer.n_vocab} ids, the model only {init.config.vocab_size}")
+        tokenizer, added = prepare_tokenizer(base_tokenizer)
+        config, params = grow_vocabulary(init.config, init.params, max(tokenizer.n_vocab, init.config.vocab_size),
+                                         cfg.seed)
+        if added:
+            log(f"chat template: added special tokens {added} (ids {init.config.vocab_size}..{config.vocab_size - 1}); "
+                f"vocabulary {init.config.vocab_size} -> {config.vocab_size} (padded {config.padded_vocab_size})")
+        return _run(cfg, tokenizer, config, params, None, str(init.path), log)
 
-    # ---- the starting weights and the tokenizer with the template's tokens -----------------------
-    from ..tokenizer import load_tokenizer, tokenizer_from_checkpoint
-    init = load_checkpoint(cfg.init, with_optimizer=False)
-    if cfg.tokenizer is not None:
-        base_tokenizer = load_tokenizer(cfg.tokenizer)
-    elif "tokenizer" in init.meta:
-        base_tokenizer = tokenizer_from_checkpoint(init.path, init.meta["tokenizer"])
-    else:
-        raise ValueError(f"sft: {init.path} records no tokenizer; pass --tokenizer (gpt2, bytes or a .tiktoken file)")
-    if base_tokenizer.n_vocab > init.config.vocab_size:
-        raise ValueError(f"sft: the tokenizer has {base_tokenizer.n_vocab} ids, the model only {init.config.vocab_size}")
-    tokenizer, added = prepare_tokenizer(base_tokenizer)
-    config, params = grow_vocabulary(init.config, init.params, max(tokenizer.n_vocab, init.config.vocab_size), cfg.seed)
-    if added:
-        log(f"chat template: added special tokens {added} (ids {init.config.vocab_size}..{config.vocab_size - 1}); "
-            f"vocabulary {init.config.vocab_size} -> {config.vocab_size} (padded {config.padded_vocab_size})")
+
+def resume_sft(out, changes: dict | None = None, log=print) -> dict:
+    """Continue the SFT run in `out` from its newest checkpoint: its settings, grown tokenizer and
+    model come from the checkpoint (the --init run may have moved on since); `changes` may change
+    only the settings a resume may change (values.resume_settings)."""
+    from ..tokenizer import tokenizer_from_checkpoint
+    changes = {k: v for k, v in (changes or {}).items() if k != "out"}
+    out = Path(out)
+    if not out.is_dir():
+        raise CheckpointError(f"sft --resume: {out} is not a run directory (no such directory)")
+    output_dir(out)
+    with run_lock(out, "euler sft"):
+        clean_leftovers(out, log)
+        if not (out / "latest").exists() and not checkpoints(out):
+            raise CheckpointError(f"sft --resume: {out} holds no checkpoint yet (the run stopped before its "
+                                  "first): start it again without --resume")
+        checkpoint = load_checkpoint(out)
+        if "sft" not in checkpoint.meta:
+            raise ValueError(f"sft --resume: {checkpoint.path} is not an SFT checkpoint (no 'sft' in its meta.json)")
+        cfg = resume_settings(saved_settings(checkpoint, "sft", SFTConfig), changes, "sft")
+        cfg.out = str(out)
+        if checkpoint.optimizer is None or "tokenizer" not in checkpoint.meta:
+            raise CheckpointError(f"sft --resume: {checkpoint.path} lacks its optimizer state or tokenizer")
+        tokenizer = tokenizer_from_checkpoint(checkpoint.path, checkpoint.meta["tokenizer"])
+        return _run(cfg, tokenizer, checkpoint.config, checkpoint.params, checkpoint,
+                    checkpoint.meta.get("init"), log)
+
+
+def _run(cfg: SFTConfig, tokenizer, config, params: dict, checkpoint, init_path, log) -> dict:
+    """Read, check and pack the data, build the model (from `params`, or the checkpoint resumed) and
+    train through pretraining's loop."""
+    out = Path(cfg.out)
     template = ChatTemplate(tokenizer)
-
-    # ---- the data ----------------------------------------------------------------------------------
     T = cfg.seq_len or config.block_size
     if T > config.block_size:
-        raise ValueError(f"sft: seq_len {T} exceeds the model's block_size {config.block_size}")
+        raise ValueError(f"sft: --seq-len {T} exceeds the model's block_size {config.block_size}")
     conversations, problems = read_jsonl(cfg.data, cfg.strict)
     for p in problems[:10]:
         log(f"skipped line: {p}")
@@ -143,6 +172,13 @@ def sft(cfg: SFTConfig, resume: bool = False, log=print) -> dict:
                         "loss_tokens": sources[name].loss_tokens}
         log(f"{name}: {len(convs) - skipped} conversations packed into {len(tokens)} rows of {T + 1} tokens, "
             f"{sources[name].loss_tokens:,} tokens with loss ({sources[name].loss_tokens / tokens.size:.0%})")
+    fingerprint = {"packed_rows_sha256": hashlib.sha256(b"".join(
+        np.ascontiguousarray(s.tokens).tobytes() for s in sources.values())).hexdigest()[:16]}
+    if checkpoint is not None:
+        recorded = (checkpoint.meta.get("data_position") or {}).get("fingerprint")
+        if recorded not in (None, fingerprint):
+            raise ValueError(f"sft --resume: the data changed since {checkpoint.path} was written: the packed rows "
+                             "differ, so the batches would not be the run's")
 
     # ---- the model, the optimizer and the loop -----------------------------------------------------
     kernels = Kernels(cfg.backend, dtype=cfg.dtype)
@@ -153,13 +189,10 @@ def sft(cfg: SFTConfig, resume: bool = False, log=print) -> dict:
     optimizer = AdamW(model, weight_decay=cfg.weight_decay)
     start = 0
     if checkpoint is not None:
-        if checkpoint.config != config:
-            raise ValueError(f"sft: checkpoint config {checkpoint.config} does not match {config}")
-        model.load_parameters(checkpoint.params)
         optimizer.m[...] = checkpoint.optimizer["m"]
         optimizer.v[...] = checkpoint.optimizer["v"]
         optimizer.step_count = int(checkpoint.optimizer["step"])
-        start = int(checkpoint.meta["step"])
+        start = checkpoint.meta["step"]
     per_step = (cfg.total_batch or cfg.batch_size * T) // T  # rows per optimizer step
     steps = cfg.steps or max(1, math.ceil(cfg.epochs * sources["train"].rows / per_step))
     cfg.steps = steps
@@ -170,12 +203,12 @@ def sft(cfg: SFTConfig, resume: bool = False, log=print) -> dict:
                            eval_every=cfg.eval_every, eval_batches=eval_batches, sample_every=cfg.sample_every,
                            sample_tokens=cfg.sample_tokens, checkpoint_every=cfg.checkpoint_every, out=str(out),
                            seed=cfg.seed, progress=cfg.progress)
-    log(f"model: {model} from {init.path}")
+    log(f"model: {model} from {init_path}")
     log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
 
     def meta(accum: int) -> dict:
-        return {"sft": asdict(cfg), "chat_template": template.to_meta(), "init": str(init.path), "data": counts,
-                "data_position": {"seed": cfg.seed, "batches_per_step": accum}}
+        return {"sft": asdict(cfg), "chat_template": template.to_meta(), "init": init_path, "data": counts,
+                "data_position": {"seed": cfg.seed, "batches_per_step": accum, "fingerprint": fingerprint}}
 
     def sample(model, seed):
         reply = chat_reply(model, template, [{"role": "user", "content": cfg.sample_prompt}],

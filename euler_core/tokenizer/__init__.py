@@ -8,6 +8,8 @@ Every tokenizer offers the same small surface, which training, checkpoints and g
     decode(ids) -> str
     to_checkpoint(directory) -> dict   writes what it needs beside a checkpoint, returns JSON metadata
 
+`encode_prompt(tokenizer, text, flag)` encodes a generation prompt (special tokens allowed in it).
+
 `tokenizer_from_checkpoint(directory, meta)` is the inverse of `to_checkpoint`.
 
 The byte-level BPE tokenizer (exact against tiktoken with GPT-2's ranks, trainable here) lives in
@@ -52,6 +54,18 @@ def tokenizer_from_checkpoint(directory: str | Path, meta: dict):
 
         return BPETokenizer.from_checkpoint(directory, meta)
     raise ValueError(f"checkpoint {directory}: unknown tokenizer kind {kind!r} (known: 'bytes', 'bpe')")
+
+
+def encode_prompt(tokenizer, text: str, flag: str = "--prompt") -> list[int]:
+    """A prompt's ids, for generation. Special tokens written in it (`<|endoftext|>`) are encoded as
+    themselves: `--prompt "<|endoftext|>"` is GPT-2's unconditional sample. A prompt that makes no
+    token is refused, naming the flag."""
+    specials = getattr(tokenizer, "special_tokens", None)
+    ids = tokenizer.encode(text, allowed_special="all") if specials else tokenizer.encode(text)
+    if not ids:
+        hint = " (for an unconditional sample give '<|endoftext|>')" if specials and "<|endoftext|>" in specials else ""
+        raise ValueError(f"{flag}: {text!r} is not allowed: expected text that makes at least one token{hint}")
+    return ids
 
 
 def load_tokenizer(spec: str | Path, fast: bool | None = None):
