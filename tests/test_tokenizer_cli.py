@@ -60,7 +60,7 @@ def test_encode_decode_gpt2_and_invalid_utf8(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out == "64 50256\n"
 
 
-def test_cli_errors(tmp_path, monkeypatch):
+def test_cli_errors(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("EULER_GPT2_RANKS", str(tmp_path / "nope.tiktoken"))
     with pytest.raises(FileNotFoundError, match="EULER_GPT2_RANKS=.*no such file"):
         run(["tokenizer", "encode"], stdin=b"x", monkeypatch=monkeypatch)
@@ -72,9 +72,10 @@ def test_cli_errors(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="is not GPT-2's"):
         run(["tokenizer", "encode"], stdin=b"x", monkeypatch=monkeypatch)
     (tmp_path / "c.txt").write_text("abc")
-    with pytest.raises(ValueError, match="under 256"):
+    with pytest.raises(SystemExit):
         run(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size", "100", "--out",
              str(tmp_path / "t.tiktoken")], monkeypatch=monkeypatch)
+    assert "argument --vocab-size: 100 is not allowed: expected an integer >= 257" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not a token id"):
         run(["tokenizer", "decode", "--tokenizer", "bytes"], stdin=b"1 2 x", monkeypatch=monkeypatch)
 
@@ -95,4 +96,4 @@ def test_through_the_main_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "euler_core.cli", "tokenizer", "train", "--input", str(corpus),
                         "--vocab-size", "10", "--out", str(tmp_path / "t.tiktoken")], capture_output=True, text=True,
                        env=env, cwd=REPO)
-    assert r.returncode == 2 and "under 256" in r.stderr
+    assert r.returncode == 2 and "--vocab-size: 10 is not allowed: expected an integer >= 257" in r.stderr

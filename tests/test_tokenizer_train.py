@@ -131,11 +131,11 @@ def test_default_tokenizer_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("EULER_CACHE_DIR", str(tmp_path / "cache"))
     first = default_tokenizer(text, 512)
     files = sorted((tmp_path / "cache" / "tokenizers").iterdir())
-    assert sorted(f.suffix for f in files) == [".json", ".tiktoken"]
+    assert sorted(f.suffix for f in files) == [".json", ".sha256", ".tiktoken"]
     second = default_tokenizer(text, 512)
     assert second.mergeable_ranks == first.mergeable_ranks and second.n_vocab == 512
     other = default_tokenizer(text + "x", 512)  # another corpus, another cache entry
-    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 4
+    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 6
     assert other.n_vocab == 512
     # a checkpoint carries the tokenizer along
     meta = first.to_checkpoint(tmp_path / "ckpt")

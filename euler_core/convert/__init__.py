@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint import load_checkpoint, save_checkpoint
+from ..checkpoint import checkpoints, load_checkpoint, save_checkpoint
 from ..config import GPTConfig
+from ..rundir import clean_leftovers, run_lock
+from ..values import output_dir, output_file
 
 FORMATS = ("llmc", "llmc-bf16", "hf", "hf-bf16")
 
@@ -82,11 +84,13 @@ def import_weights(src, out_dir, fmt: str | None = None, tokenizer=None, n_head:
         tokenizer = load_tokenizer(tokenizer)
     if tokenizer is not None and tokenizer.n_vocab != config.vocab_size:
         raise ValueError(f"tokenizer has {tokenizer.n_vocab} ids but the weights' vocabulary is {config.vocab_size}")
-    out = Path(out_dir)
-    if (out / "latest").exists():
-        raise ValueError(f"{out} already holds a run; choose another --out")
-    meta = {"imported_from": {"path": str(src), "format": fmt or detect_format(src)}}
-    path = save_checkpoint(out, 0, _Weights(config, params), meta=meta, tokenizer=tokenizer)
+    out = output_dir(out_dir, "--out")
+    with run_lock(out, "euler import"):
+        if (out / "latest").exists() or checkpoints(out):
+            raise ValueError(f"--out: {out} already holds a run; choose another --out")
+        clean_leftovers(out, log)
+        meta = {"imported_from": {"path": str(src), "format": fmt or detect_format(src)}}
+        path = save_checkpoint(out, 0, _Weights(config, params), meta=meta, tokenizer=tokenizer)
     log(f"imported {src}: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} channels, "
         f"vocabulary {config.vocab_size} (padded {config.padded_vocab_size}), context {config.block_size} -> {path}")
     return path
@@ -97,6 +101,10 @@ def export_weights(checkpoint, dst, fmt: str, log=print) -> Path:
     ('hf', 'hf-bf16': `dst` is a directory that gets model.safetensors and config.json)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt.startswith("llmc"):
+        output_file(dst, "--out")
+    else:
+        output_dir(dst, "--out")
     ckpt = load_checkpoint(checkpoint, with_optimizer=False)
     dtype = "bfloat16" if fmt.endswith("-bf16") else "float32"
     if fmt.startswith("llmc"):

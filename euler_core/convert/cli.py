@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..values import flag_type, integer
+
 
 def add_commands(sub) -> None:
     p = sub.add_parser("import", help="import llm.c .bin or Hugging Face GPT-2 weights as a checkpoint",
@@ -13,7 +15,7 @@ def add_commands(sub) -> None:
     p.add_argument("--format", choices=("llmc", "hf"), default=None, help="default: detected from the file")
     p.add_argument("--tokenizer", default=None,
                    help="gpt2, bytes or a .tiktoken file to record (default: gpt2 for a 50257 vocabulary when found)")
-    p.add_argument("--n-head", type=int, default=None, help="heads, when there is no config.json (default C/64)")
+    p.add_argument("--n-head", type=flag_type(integer(1)), default=None, help="heads, when there is no config.json (default C/64)")
     p.set_defaults(func=_import)
 
     p = sub.add_parser("export", help="export a checkpoint as llm.c .bin or Hugging Face safetensors")

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import GPTConfig
+from ..config import MAX_VOCAB_MULTIPLE, GPTConfig
+from ..files import parse_json
+from ..values import check_value, integer, refusal
 from .safetensors import read_safetensors, write_safetensors
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -70,9 +72,12 @@ def from_hf(tensors: dict, hf_cfg: dict | None = None, n_head: int | None = None
     if "wte.weight" not in named or "wpe.weight" not in named:
         raise HFFormatError(f"{source}: no wte.weight/wpe.weight: not GPT-2 weights (tensors: "
                             f"{sorted(tensors)[:6]}...)")
-    wte = named["wte.weight"]
+    wte, wpe = named["wte.weight"], named["wpe.weight"]
+    for name, value in (("wte.weight", wte), ("wpe.weight", wpe)):
+        if value.ndim != 2 or 0 in value.shape:
+            raise HFFormatError(f"{source}: {name} has shape {tuple(value.shape)}, expected a 2-D (rows, C) matrix")
     V, C = wte.shape
-    maxT = named["wpe.weight"].shape[0]
+    maxT = wpe.shape[0]
     if head is not None and (head.shape != wte.shape or not np.array_equal(head, wte)):
         raise HFFormatError(f"{source}: lm_head.weight differs from wte.weight; GPT-2 ties them and so does "
                             "this model (an untied head cannot be loaded)")
@@ -81,8 +86,8 @@ def from_hf(tensors: dict, hf_cfg: dict | None = None, n_head: int | None = None
     if layers != list(range(L)):
         raise HFFormatError(f"{source}: layers {layers} are not numbered 0..{L - 1}")
     hf_cfg = hf_cfg or {}
-    if n_head is None:
-        n_head = hf_cfg.get("n_head")
+    if n_head is None and "n_head" in hf_cfg:
+        n_head = check_value(f"{source}: config.json n_head", hf_cfg["n_head"], integer(1))
     if n_head is None:
         if C % 64:
             raise HFFormatError(f"{source}: no config.json and C={C} is not a multiple of 64: pass n_head")
@@ -139,11 +144,17 @@ def load_hf(path, n_head: int | None = None) -> tuple[GPTConfig, dict, list[str]
     tensors, metadata = read_safetensors(weights)
     hf_cfg = None
     if config_path is not None:
-        try:
-            hf_cfg = json.loads(config_path.read_text())
-        except json.JSONDecodeError as e:
-            raise HFFormatError(f"{config_path}: not valid JSON ({e})") from None
-    multiple = int(metadata.get("nanoeuler.vocab_multiple", 128))
+        hf_cfg = parse_json(config_path.read_bytes(), config_path, HFFormatError)
+        if not isinstance(hf_cfg, dict):
+            raise HFFormatError(f"{config_path}: holds {type(hf_cfg).__name__}, expected a JSON object")
+    multiple = metadata.get("nanoeuler.vocab_multiple", "128")
+    rule = integer(1, MAX_VOCAB_MULTIPLE)
+    try:
+        multiple = rule.parse(multiple)
+    except ValueError:
+        pass  # refused just below, with the text as it is
+    if not rule.allows(multiple):
+        raise HFFormatError(refusal(f"{weights}: metadata nanoeuler.vocab_multiple", multiple, rule))
     return from_hf(tensors, hf_cfg, n_head, vocab_multiple=multiple, source=str(weights))
 
 

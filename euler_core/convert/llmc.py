@@ -16,12 +16,12 @@ The weights are in (out, in) layout, ours too, so no transposes. The padded voca
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from ..config import GPTConfig
+from ..files import write_atomic
 from .safetensors import bf16_bits_to_float32, float32_to_bf16_bits
 
 MAGIC = 20240326
@@ -113,9 +113,9 @@ def write_llmc(path, config: GPTConfig, params: dict, dtype: str = "float32") ->
     header[:8] = (MAGIC, version, config.block_size, config.vocab_size, config.n_layer, config.n_head,
                   config.n_embd, config.padded_vocab_size)
     shapes = _shapes(config)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "wb") as f:
+
+    def fill(f):
         f.write(header.tobytes())
         for llmc_name, ours, per_layer in ORDER:
             if per_layer:
@@ -127,7 +127,5 @@ def write_llmc(path, config: GPTConfig, params: dict, dtype: str = "float32") ->
                                  f"config {config} expects {shapes[llmc_name]}")
             t32 = t.astype(np.float32)
             f.write(t32.astype("<f4").tobytes() if dtype == "float32" else float32_to_bf16_bits(t32).astype("<u2").tobytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, fill)
     return path

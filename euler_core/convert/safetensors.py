@@ -18,11 +18,13 @@ What it does not do: memory-map lazily (every tensor is read into memory), or th
 from __future__ import annotations
 
 import json
-import os
+import math
 import struct
 from pathlib import Path
 
 import numpy as np
+
+from ..files import parse_json, write_atomic
 
 DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64,
           "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "U16": np.uint16,
@@ -61,12 +63,13 @@ def read_header(path) -> tuple[dict, int]:
         if n > MAX_HEADER or 8 + n > size:
             raise SafetensorsError(f"{path}: header length {n} does not fit the file of {size} bytes "
                                    "(not a safetensors file, or truncated)")
-        try:
-            header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise SafetensorsError(f"{path}: the header is not valid JSON ({e})") from None
+        header = parse_json(f.read(n), f"{path}: the header", SafetensorsError)
     if not isinstance(header, dict):
         raise SafetensorsError(f"{path}: the header is not a JSON object")
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise SafetensorsError(f"{path}: __metadata__ must be a JSON object of strings, got "
+                               f"{type(metadata).__name__}")
     return header, 8 + n
 
 
@@ -80,13 +83,15 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     with open(path, "rb") as f:
         for name, info in header.items():
             try:
-                dtype, shape, (begin, end) = info["dtype"], [int(s) for s in info["shape"]], info["data_offsets"]
+                dtype, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
+                if not all(isinstance(x, int) and not isinstance(x, bool) for x in (*shape, begin, end)):
+                    raise TypeError("shape and data_offsets must be integers")
             except (KeyError, TypeError, ValueError) as e:
-                raise SafetensorsError(f"{path}: tensor {name!r} has a malformed entry {info!r} ({e})") from None
-            if dtype not in DTYPES:
+                raise SafetensorsError(f"{path}: tensor {name!r} has a malformed entry {str(info)[:200]} ({e})") from None
+            if not isinstance(dtype, str) or dtype not in DTYPES:
                 raise SafetensorsError(f"{path}: tensor {name!r} has dtype {dtype!r}; known: {', '.join(DTYPES)}")
             np_dtype = np.dtype(DTYPES[dtype])
-            count = int(np.prod(shape)) if shape else 1
+            count = math.prod(shape)  # exact: a crafted shape cannot wrap around to a small count
             if any(s < 0 for s in shape) or not 0 <= begin <= end <= buffer_size or \
                     end - begin != count * np_dtype.itemsize:
                 raise SafetensorsError(f"{path}: tensor {name!r} ({dtype} {shape}) has data_offsets [{begin}, {end}] "
@@ -124,14 +129,12 @@ def write_safetensors(path, tensors: dict[str, np.ndarray], metadata: dict | Non
         header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}, **header}
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # pad the header so the buffer starts 8-byte aligned
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "wb") as f:
+
+    def fill(f):
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for chunk in chunks:
             f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, fill)
     return path

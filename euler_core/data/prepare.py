@@ -10,6 +10,12 @@ at most `shard_tokens` tokens:
     OUT/meta.json          what was made: tokenizer, vocabulary, token counts, shards
     OUT/tokenizer.tiktoken the tokenizer itself (BPE tokenizers other than gpt2), for training/sampling
 
+Everything is written into a hidden staging folder in OUT first. Only when the whole data set is
+there does it replace the previous one of the same name: meta.json goes first, then the new shards
+are renamed in, the old shards of that name that are not among them are deleted (a folder that
+held 2,772 shards and now gets 1 ends with 1), and the new meta.json is written last. A prepare
+that fails or is interrupted before that point leaves the previous data set as it was.
+
 Shards are uint16 (llm.c's version 1) when the vocabulary fits, uint32 (version 2) otherwise.
 
 Large inputs are cut into chunks of about 1 MB and encoded by several processes. A chunk boundary
@@ -29,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..values import input_file, output_dir
+from ..files import leftovers, parse_json, remove_tree, rename, write_text_atomic
 from .shards import write_shard
 
 CHUNK_BYTES = 1 << 20
@@ -54,18 +62,16 @@ def safe_cuts(text: str, every: int) -> list[int]:
 def iter_documents(paths):
     """(path, text) for every document: a whole text file, or each line's "text" of a .jsonl file."""
     for path in paths:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"data prepare: input {path}: no such file")
+        path = input_file(path, "--input")
         if path.suffix == ".jsonl":
             with open(path, encoding="utf-8") as f:
                 for lineno, line in enumerate(f, 1):
                     if not line.strip():
                         continue
                     try:
-                        doc = json.loads(line)
-                        text = doc["text"] if isinstance(doc, dict) else None
-                    except (ValueError, KeyError):
+                        doc = parse_json(line, f"{path}, line {lineno}")
+                        text = doc.get("text") if isinstance(doc, dict) else None
+                    except ValueError:
                         text = None
                     if not isinstance(text, str):
                         raise ValueError(f"data prepare: {path}, line {lineno}: expected a JSON object with a "
@@ -104,6 +110,7 @@ class _ShardWriter:
     """Collects tokens of one split and writes a shard each time `shard_tokens` are there."""
 
     def __init__(self, out: Path, name: str, split: str, shard_tokens: int, vocab_size: int):
+        """Shards go to `out` (the staging folder) as {name}_{split}_NNNNNN.bin."""
         self.out, self.name, self.split = out, name, split
         self.shard_tokens, self.vocab_size = shard_tokens, vocab_size
         self.parts: list[np.ndarray] = []
@@ -134,7 +141,7 @@ class _ShardWriter:
 
 def prepare(inputs, tokenizer, out, *, val_fraction: float = 0.01, shard_tokens: int = 100_000_000,
             name: str = "data", workers: int | None = None, progress: bool | None = None,
-            tokenizer_spec: str | None = None) -> dict:
+            tokenizer_spec: str | None = None, log=lambda message: None) -> dict:
     """Tokenize `inputs` into shards under `out`; return (and write as meta.json) what was made.
 
     tokenizer: a tokenizer object, or a spec ("gpt2", "bytes", or a .tiktoken path).
@@ -142,12 +149,9 @@ def prepare(inputs, tokenizer, out, *, val_fraction: float = 0.01, shard_tokens:
     """
     from ..tokenizer import load_tokenizer
 
-    inputs = [Path(p) for p in inputs]
     if not inputs:
         raise ValueError("data prepare: no input files")
-    for p in inputs:
-        if not p.is_file():
-            raise FileNotFoundError(f"data prepare: input {p}: no such file")
+    inputs = [input_file(p, "--input") for p in inputs]
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"data prepare: val_fraction must be in [0, 1), got {val_fraction}")
     if shard_tokens < 1:
@@ -155,14 +159,32 @@ def prepare(inputs, tokenizer, out, *, val_fraction: float = 0.01, shard_tokens:
     if isinstance(tokenizer, (str, os.PathLike)):
         tokenizer_spec = str(tokenizer)
         tokenizer = load_tokenizer(tokenizer)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out, "--out")
     total_bytes = sum(p.stat().st_size for p in inputs)
     val_target = int(val_fraction * total_bytes)
     if workers is None:
         workers = 1 if total_bytes < 4 * CHUNK_BYTES else max(1, os.cpu_count() or 1)
     chunk = max(4096, min(CHUNK_BYTES, total_bytes // max(1, 4 * workers)))
 
+    from ..rundir import run_lock
+
+    with run_lock(out, "euler data prepare"):
+        for old in leftovers(out):  # staging folders of prepares that were interrupted
+            remove_tree(old)
+        stage = out / f".prepare-{name}.tmp{os.getpid()}"
+        stage.mkdir()
+        try:
+            meta = _prepare_into(stage, inputs, tokenizer, tokenizer_spec, name, val_fraction, shard_tokens,
+                                 total_bytes, val_target, workers, chunk, progress)
+            _replace_data_set(out, stage, name, meta, log)
+        finally:
+            remove_tree(stage)
+    return meta
+
+
+def _prepare_into(out: Path, inputs, tokenizer, tokenizer_spec, name, val_fraction, shard_tokens, total_bytes,
+                  val_target, workers, chunk, progress) -> dict:
+    """Tokenize and write every shard (and the tokenizer file) into `out`; return the meta."""
     writers = {s: _ShardWriter(out, name, s, shard_tokens, tokenizer.n_vocab) for s in ("val", "train")}
 
     def items():
@@ -215,8 +237,11 @@ def prepare(inputs, tokenizer, out, *, val_fraction: float = 0.01, shard_tokens:
     for w in writers.values():
         w.close()
     if writers["train"].total == 0:
-        raise ValueError(f"data prepare: the training split is empty (input of {total_bytes} bytes with "
-                         f"val_fraction={val_fraction}); use more data or a smaller --val-fraction")
+        why = (f"the validation split is cut at the first line break after the first {val_fraction:g} of the "
+               f"input ({val_target:,} of {total_bytes:,} bytes), where the next line starts with a non-blank "
+               "character, and the input has no such line break after that point; add line breaks, more "
+               "data, or give --val-fraction 0") if writers["val"].total else "the input holds no tokens"
+        raise ValueError(f"data prepare: the training split is empty: {why}")
     meta = {
         "format": "llm.c token shards", "magic": 20240520,
         "tokenizer": tokenizer_spec or getattr(tokenizer, "name", None) or type(tokenizer).__name__,
@@ -229,5 +254,29 @@ def prepare(inputs, tokenizer, out, *, val_fraction: float = 0.01, shard_tokens:
     if getattr(tokenizer, "kind", None) == "bpe" and tokenizer_spec != "gpt2":
         tokenizer.save(out / "tokenizer.tiktoken")
         meta["tokenizer_file"] = "tokenizer.tiktoken"
-    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta
+
+
+SHARD = re.compile(r"(.+)_(train|val)_\d{6}\.bin")
+
+
+def _replace_data_set(out: Path, stage: Path, name: str, meta: dict, log) -> None:
+    """Move the staged data set into `out` in place of the previous one of the same name."""
+    old_shards = {p.name for p in out.iterdir() if (m := SHARD.fullmatch(p.name)) and m.group(1) == name}
+    remove_tree(out / "meta.json")
+    for staged in sorted(stage.iterdir()):
+        rename(staged, out / staged.name)
+    new = {s["file"] for split in ("train", "val") for s in meta[split]["shards"]}
+    stale = sorted(old_shards - new)
+    for path in stale:
+        remove_tree(out / path)
+    if "tokenizer_file" not in meta:
+        for path in ("tokenizer.tiktoken", "tokenizer.tiktoken.json"):
+            remove_tree(out / path)
+    write_text_atomic(out / "meta.json", json.dumps(meta, indent=1) + "\n")
+    if stale:
+        log(f"note: removed {len(stale)} shard(s) of the previous {name!r} data set in {out}")
+    others = sorted({m.group(1) for p in out.iterdir() if (m := SHARD.fullmatch(p.name)) and m.group(1) != name})
+    if others:
+        log(f"note: {out} also holds shards named {', '.join(others)}_*: a glob over {out}/*_train_*.bin "
+            "trains on them too")

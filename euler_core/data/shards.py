@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import write_atomic
+
 MAGIC = 20240520
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
@@ -45,14 +47,11 @@ def write_shard(path: str | os.PathLike, tokens, vocab_size: int | None = None) 
     version = 2 if needs_u32 else 1
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[0], header[1], header[2] = MAGIC, version, tokens.size
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
+
+    def fill(f):
         f.write(header.tobytes())
         f.write(tokens.astype(TOKEN_DTYPES[version]).tobytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, fill)
 
 
 def open_shard(path: str | os.PathLike) -> np.ndarray:

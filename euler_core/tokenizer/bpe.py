@@ -297,12 +297,11 @@ class BPETokenizer:
         meta = {}
         side = sidecar_path(path)
         if side.is_file():
-            try:
-                meta = json.loads(side.read_text())
-                if not isinstance(meta, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as e:
-                raise TokenizerFileError(f"tokenizer metadata {side}: not valid ({e})") from None
+            from ..files import parse_json
+
+            meta = parse_json(side.read_bytes(), f"tokenizer metadata {side}", TokenizerFileError)
+            if not isinstance(meta, dict):
+                raise TokenizerFileError(f"tokenizer metadata {side}: not valid (not a JSON object)")
         if special_tokens is None:
             special_tokens = meta.get("special_tokens")
             if special_tokens is None:
@@ -319,7 +318,11 @@ class BPETokenizer:
 
     @classmethod
     def from_checkpoint(cls, directory: str | os.PathLike, meta: dict) -> "BPETokenizer":
-        path = Path(directory) / meta.get("file", "tokenizer.tiktoken")
+        name = meta.get("file", "tokenizer.tiktoken")
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise TokenizerFileError(f"checkpoint {directory}: tokenizer file {name!r} is not a file name "
+                                     "inside the checkpoint")
+        path = Path(directory) / name
         return cls(load_tiktoken_ranks(path), meta.get("special_tokens") or {}, pattern=meta.get("pattern", "gpt2"),
                    name=meta.get("name"))
 
@@ -329,11 +332,10 @@ def sidecar_path(path: Path) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    from ..files import write_bytes_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, data)
 
 
 def save_tiktoken_ranks(path: str | os.PathLike, ranks: dict[bytes, int]) -> Path:

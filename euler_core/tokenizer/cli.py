@@ -15,6 +15,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..values import flag_type, input_file, integer, number, output_dir, output_file, text
+
+SHARD_NAME = text(pattern=r"[A-Za-z0-9][A-Za-z0-9._-]*", says="a name of letters, digits, '.', '_' and '-' "
+                  "(it prefixes NAME_train_000000.bin)")
+
 
 def add_commands(subparsers) -> None:
     _add_tokenizer(subparsers)
@@ -30,7 +35,8 @@ def _add_tokenizer(subparsers) -> None:
 
     t = sub.add_parser("train", help="train a byte-level BPE vocabulary on text files")
     t.add_argument("--input", nargs="+", required=True, metavar="FILE", help="UTF-8 text files (each one a document)")
-    t.add_argument("--vocab-size", type=int, required=True, help="ids in all, special tokens included (>= 257)")
+    t.add_argument("--vocab-size", type=flag_type(integer(257)), required=True,
+                   help="ids in all, special tokens included (>= 257)")
     t.add_argument("--out", required=True, help="output .tiktoken file (its specials and pattern go to OUT.json)")
     t.add_argument("--special", action="append", default=None, metavar="TOKEN",
                    help="a special token (repeatable; default: <|endoftext|>)")
@@ -56,20 +62,16 @@ def _add_tokenizer(subparsers) -> None:
 def _read_input(path) -> bytes:
     if path is None:
         return sys.stdin.buffer.read()
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input {path}: no such file")
-    return path.read_bytes()
+    return input_file(path, "--input").read_bytes()
 
 
 def _train(args) -> int:
     from .train import train_bpe
 
+    out = output_file(args.out, "--out")
     texts = []
     for f in args.input:
-        path = Path(f)
-        if not path.is_file():
-            raise FileNotFoundError(f"tokenizer train: input {path}: no such file")
+        path = input_file(f, "--input")
         try:
             texts.append(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:
@@ -77,8 +79,12 @@ def _train(args) -> int:
     specials = args.special if args.special is not None else ["<|endoftext|>"]
     result = train_bpe(texts, args.vocab_size, special_tokens=specials, conventions=args.conventions,
                        progress=False if args.no_progress else None, name=Path(args.out).stem)
-    out = result.tokenizer.save(args.out)
     tok = result.tokenizer
+    if tok.n_vocab < args.vocab_size:
+        raise ValueError(f"--vocab-size: {args.vocab_size} is not allowed for this corpus: it has byte pairs "
+                         f"enough for only {tok.n_vocab} ids (specials included); give --vocab-size {tok.n_vocab} "
+                         "or less, or more text")
+    out = tok.save(out)
     print(f"wrote {out} ({len(tok.mergeable_ranks)} mergeable tokens, specials {tok.special_tokens}) "
           f"and {out.name}.json", file=sys.stderr)
     return 0
@@ -135,11 +141,14 @@ def _add_data(subparsers) -> None:
                    help="UTF-8 text files (one document each) or .jsonl files (one document per line, 'text' field)")
     d.add_argument("--tokenizer", default="gpt2", help="gpt2, bytes, or a .tiktoken file (default: gpt2)")
     d.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    d.add_argument("--name", default="data", help="shard name prefix: NAME_train_000000.bin (default: data)")
-    d.add_argument("--val-fraction", type=float, default=0.01,
-                   help="leading fraction of the input (by bytes) for validation (default: 0.01)")
-    d.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard (default: 1e8)")
-    d.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count for large inputs)")
+    d.add_argument("--name", type=flag_type(SHARD_NAME), default="data",
+                   help="shard name prefix: NAME_train_000000.bin (default: data)")
+    d.add_argument("--val-fraction", type=flag_type(number(0, 1, high_open=True)), default=0.01,
+                   help="leading fraction of the input (by bytes) for validation (in [0, 1); default: 0.01)")
+    d.add_argument("--shard-tokens", type=flag_type(integer(1)), default=100_000_000,
+                   help="tokens per shard (default: 1e8)")
+    d.add_argument("--workers", type=flag_type(integer(1)), default=None,
+                   help="encoding processes (default: CPU count for large inputs)")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.set_defaults(func=_prepare)
 
@@ -148,7 +157,7 @@ def _add_data(subparsers) -> None:
     g = sub.add_parser("download", help="download a standard data set (checksummed, resumable)")
     g.add_argument("name", choices=sorted(DATASETS), help="; ".join(f"{k}: {v.description}" for k, v in sorted(DATASETS.items())))
     g.add_argument("--out", default=None, metavar="DIR", help="destination directory (default: data/NAME)")
-    g.add_argument("--shards", type=int, default=None,
+    g.add_argument("--shards", type=flag_type(integer(0)), default=None,
                    help="for sharded sets (fineweb-edu): how many training shards (default: all)")
     g.add_argument("--base-url", default=None, help="fetch from this mirror instead (same file layout)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -160,7 +169,7 @@ def _prepare(args) -> int:
 
     meta = prepare(args.input, args.tokenizer, args.out, val_fraction=args.val_fraction,
                    shard_tokens=args.shard_tokens, name=args.name, workers=args.workers,
-                   progress=False if args.no_progress else None)
+                   progress=False if args.no_progress else None, log=lambda m: print(m, file=sys.stderr))
     print(f"{args.out}: train {meta['train']['tokens']:,} tokens in {len(meta['train']['shards'])} shard(s), "
           f"val {meta['val']['tokens']:,} tokens in {len(meta['val']['shards'])} shard(s); "
           f"vocabulary {meta['n_vocab']} ({meta['token_dtype']})", file=sys.stderr)
@@ -170,6 +179,8 @@ def _prepare(args) -> int:
 def _download(args) -> int:
     from ..data.download import download
 
+    if args.out is not None:
+        output_dir(args.out, "--out")
     paths = download(args.name, out=args.out, shards=args.shards, base_url=args.base_url,
                      progress=False if args.no_progress else None)
     for p in paths:
