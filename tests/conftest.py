@@ -4,8 +4,7 @@ import pytest
 from euler_core.data.shards import write_shard
 
 
-@pytest.fixture
-def shards(tmp_path):
+def make_shards(directory):
     """A small train/val pair of llm.c shards over a 64-token vocabulary, with learnable structure
     (a noisy counting sequence) so the loss can fall."""
     rng = np.random.default_rng(0)
@@ -14,9 +13,14 @@ def shards(tmp_path):
         noise = rng.random(n) < 0.1
         base[noise] = rng.integers(0, 64, size=noise.sum())
         return base.astype(np.uint16)
-    train = write_shard(tmp_path / "tiny_train_000001.bin", make(20_000))
-    val = write_shard(tmp_path / "tiny_val_000000.bin", make(4_000))
+    train = write_shard(directory / "tiny_train_000001.bin", make(20_000))
+    val = write_shard(directory / "tiny_val_000000.bin", make(4_000))
     return str(train), str(val)
+
+
+@pytest.fixture
+def shards(tmp_path):
+    return make_shards(tmp_path)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -190,6 +190,13 @@ def test_cli_sft_resume_chat_and_generate(base_run, tmp_path, monkeypatch, capsy
     args = ["sft", "--init", str(base_run), "--data", str(data), "--out", str(out), "--batch-size", "4",
             "--eval-every", "5", "--checkpoint-every", "5", "--no-progress", "--lr", "3e-3"]
     assert main(args + ["--steps", "5"]) == 0
+    capsys.readouterr()
+    assert main(["sft", "--resume", "--out", str(out), "--steps", "10", "--lr", "0.1"]) == 2  # the run's own lr
+    assert "cannot change --lr 0.1 (the run's is 0.003)" in capsys.readouterr().err
+    write_jsonl(data, arithmetic(61))  # the data changed: its batches would not be the run's
+    assert main(["sft", "--resume", "--out", str(out), "--steps", "10"]) == 2
+    assert "the data changed since" in capsys.readouterr().err
+    write_jsonl(data, arithmetic(60))
     assert main(["sft", "--resume", "--out", str(out), "--steps", "10", "--no-progress"]) == 0
     assert load_checkpoint(out).meta["step"] == 10
     monkeypatch.setattr("sys.stdin", io.StringIO("1+2=\n/reset\n3+4=\n/quit\n"))

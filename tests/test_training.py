@@ -186,4 +186,5 @@ def test_token_ids_beyond_the_vocabulary_are_a_clear_error(tmp_path, capsys):
     val_path = write_shard(tmp_path / "x_val.bin", tokens[:1000])
     assert main(["train", "--preset", "micro", "--train-data", str(train_path), "--val-data", str(val_path),
                  "--vocab-size", "64", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
-    assert "token ids must lie in [0, 64)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "x_val.bin: token id 70 at token position 539 is outside the vocabulary of 64" in err
