@@ -76,6 +76,7 @@ class StepResult:
         """Raise FloatingPointError if the step went bad, naming the first op that made a NaN/Inf."""
         if math.isfinite(self.loss) and math.isfinite(self.grad_norm):
             return
+        self.trainer.optimizer.step_count = self.step - 1  # the update was skipped on the device: not counted
         where = self.trainer.find_nonfinite(self.batches)
         raise FloatingPointError(
             f"step {self.step - 1}: loss {self.loss}, gradient norm {self.grad_norm}; the update was skipped "

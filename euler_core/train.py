@@ -351,11 +351,7 @@ def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Pa
                 result = trainer.run(batches, lr)
                 loss, norm = result.loss, result.grad_norm
                 updating = False
-                try:
-                    result.check()  # a NaN/Inf loss or gradient stops the run, naming the op that made it
-                except FloatingPointError:
-                    optimizer.step_count = done  # the update was skipped on the device: it does not count
-                    raise
+                result.check()  # a NaN/Inf loss or gradient stops the run, naming the op that made it
                 dt = time.perf_counter() - t0
                 summary["tokens_per_s"] = total / dt
                 record.update(loss=loss, lr=lr, grad_norm=norm, tokens_per_s=total / dt, time_s=dt)
