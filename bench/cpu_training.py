@@ -18,8 +18,9 @@ What it measures, per model (the `euler train` default CPU config, and nanoGPT's
 
 Every implementation runs in its own subprocess, one after the other (never two at once), rounds
 interleaved so that background load spreads over all of them; the load average is recorded before
-and after each run. PyTorch runs from its own virtual environment (--torch-python) through
-bench/torch_reference.py: it is never a NanoEuler dependency. Before timing, the numba step is
+and after each run. PyTorch runs from its own virtual environment (--torch-python) as the reference
+GPT-2 of bench/euler-torch-reference (euler_torch_reference.gpt2, float32 eager on the CPU): it is
+never a NanoEuler dependency. Before timing, the numba step is
 checked against the naive step on the same inputs (loss and gradient norm; validate before timing).
 """
 
@@ -40,6 +41,7 @@ from pathlib import Path
 T_START = time.time()
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from euler_core.bench.workers import reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
 from euler_core.hostmem import GLIBC_TUNABLES, keep_freed_memory  # noqa: E402  (light: ctypes only)
 
 BABY = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 65, "vocab_multiple": 1,
@@ -178,13 +180,11 @@ IMPLS = {  # name -> (kind, --backend selection)
 def run_one(impl: str, model: str, settings: dict, args, env_extra: dict | None = None, steps=None) -> dict:
     kind, selection = IMPLS[impl]
     steps = args.steps if steps is None else steps
-    if kind == "torch":
-        cfg = {k: settings[k] for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
-        m = settings["vocab_multiple"]
-        cfg["padded_vocab"] = (settings["vocab_size"] + m - 1) // m * m
-        cmd = [args.torch_python, str(ROOT / "bench" / "torch_reference.py"), "--config", json.dumps(cfg),
-               "--B", str(settings["B"]), "--T", str(settings["T"]), "--warmup", str(args.warmup),
-               "--steps", str(steps)]
+    reference = {}
+    if kind == "torch":  # the PyTorch reference GPT-2, fp32 eager on the CPU (bench/euler-torch-reference)
+        cmd = reference_command(args.torch_python, settings, settings["B"], settings["T"], compile=False,
+                                warmup=args.warmup, steps=steps, device="cpu")
+        reference = reference_env()
     else:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--backend", selection,
                "--settings", json.dumps(settings), "--warmup", str(args.warmup), "--steps", str(steps)]
@@ -192,7 +192,7 @@ def run_one(impl: str, model: str, settings: dict, args, env_extra: dict | None 
             cmd.append("--per-op")
     # The allocator setting `euler train` makes for itself (euler_core/hostmem.py), given to PyTorch
     # too, from outside, so that neither side gains by it alone.
-    env = {**os.environ, "GLIBC_TUNABLES": GLIBC_TUNABLES, **(env_extra or {})}
+    env = {**os.environ, "GLIBC_TUNABLES": GLIBC_TUNABLES, **reference, **(env_extra or {})}
     load_before = os.getloadavg()
     t_launch = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
