@@ -59,12 +59,14 @@ def add_commands(sub) -> None:
     o.set_defaults(func=_ops)
 
     r = bench.add_parser("report", help="markdown tables and PNG plots from bench records",
-                         description="Render one or more record folders into report.md, a roofline chart per "
+                         description="Render one or more record folders: op records into report.md, a roofline chart per "
                                      "device and speedup bars per op. With two or more runs, the later ones "
                                      "are compared with the first: what got faster or slower beyond the "
-                                     "run-to-run spread.")
+                                     "run-to-run spread. Records of `euler bench train` become train.md and "
+                                     "train-tokens-per-s.png, those of `euler bench quality` quality.md and "
+                                     "quality-loss.png.")
     r.add_argument("dirs", nargs="+", help="record folders (searched for records.jsonl) or files")
-    r.add_argument("--out", required=True, help="folder for report.md and the PNG plots")
+    r.add_argument("--out", required=True, help="folder for the markdown and the PNG plots")
     r.add_argument("--no-plots", action="store_true", help="markdown only (no matplotlib needed)")
     r.set_defaults(func=_report)
 
@@ -87,7 +89,7 @@ def add_commands(sub) -> None:
                                      "time to first step with cold and warm kernel caches, and a per-op breakdown "
                                      "of one eager step; with --reference, the PyTorch reference GPT-2 "
                                      "(bench/euler-torch-reference) on the same device at the same sizes. Writes "
-                                     "records.jsonl, run.json, report.md and a PNG to --out "
+                                     "records.jsonl, run.json, train.md and a PNG to --out "
                                      "(euler_core/bench/train.py).")
     t.add_argument("--backend", action="append", default=None,
                    help="a kernel selection, as for euler train; repeat for several systems (default: triton)")
@@ -109,6 +111,34 @@ def add_commands(sub) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", required=True, help="folder for the records and the report")
     t.set_defaults(func=_train)
+
+    q = bench.add_parser("quality", help="ours and the PyTorch reference trained from the same weights on the same batches",
+                         description="Train each --backend selection and each --reference mode through one plan (the "
+                                     "same initial weights, the same token windows and learning rate at every step), "
+                                     "each in a process of its own, and compare the loss curves: the mean relative "
+                                     "difference per step. Writes records.jsonl, quality.md and quality-loss.png to "
+                                     "--out (euler_core/bench/quality.py).")
+    q.add_argument("--backend", action="append", default=None,
+                   help="a kernel selection; repeat for several (the first is compared with the rest; default triton)")
+    q.add_argument("--reference", default="", help="PyTorch reference modes, comma-separated: eager, compile")
+    q.add_argument("--preset", default="gpt2", help="model preset (default gpt2)")
+    q.add_argument("--batch-size", type=int, default=16, help="B (default 16)")
+    q.add_argument("--seq-len", type=int, default=None, help="T (default: the preset's block size)")
+    q.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
+    q.add_argument("--lr", type=float, default=6e-4, help="peak learning rate (default 6e-4)")
+    q.add_argument("--warmup", type=int, default=30, help="learning-rate warmup steps (default 30)")
+    q.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on the GPU, float32 on the CPU)")
+    q.add_argument("--no-graph", action="store_true", help="run our steps eagerly (no CUDA graph)")
+    q.add_argument("--data", default=None, help="glob of llm.c .bin token shards (default: the embedded corpus)")
+    q.add_argument("--tokenizer", default="gpt2", help="tokenises the embedded corpus: gpt2, bytes or a .tiktoken file")
+    q.add_argument("--torch-python", default=None,
+                   help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
+    q.add_argument("--budget", type=float, default=None,
+                   help="seconds of training for the first system; every system then runs the steps it finished")
+    q.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per worker process (default 1800)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", required=True, help="folder for the records and the report")
+    q.set_defaults(func=_quality)
 
 
 def _ops(args) -> int:
@@ -137,11 +167,22 @@ def _ops(args) -> int:
 
 
 def _report(args) -> int:
+    from . import quality, train
+    from .records import load_records
     from .report import PlotsUnavailable, render
-    try:
-        files = render(args.dirs, args.out, plots=not args.no_plots)
+    records = load_records(args.dirs)
+    kinds = {r.get("kind") for r in records}
+    whole_steps = set(train.TRAIN_KINDS) | set(quality.QUALITY_KINDS)
+    files = []
+    try:  # op records -> report.md; training-step records -> train.md; quality records -> quality.md
+        if "op" in kinds or not kinds & whole_steps:
+            files += render(args.dirs, args.out, plots=not args.no_plots)
+        if kinds & set(train.TRAIN_KINDS):
+            files += train.render(records, args.out, plots=not args.no_plots, log=lambda *a: None)
+        if kinds & set(quality.QUALITY_KINDS):
+            files += quality.render(records, args.out, plots=not args.no_plots, log=lambda *a: None)
     except PlotsUnavailable as e:
-        print(f"euler bench report: wrote {args.out}/report.md, but no plots: {e}", file=sys.stderr)
+        print(f"euler bench report: wrote the markdown in {args.out}, but no plots: {e}", file=sys.stderr)
         return 1
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
@@ -199,5 +240,18 @@ def _train(args) -> int:
         return 130
     failed = [r for r in records if r.get("status") == "failed"]
     print(f"\n{sum(r.get('kind') == 'train' and r['status'] == 'ok' for r in records)} throughput measurements, "
-          f"{len(failed)} failed; {args.out}/report.md")
+          f"{len(failed)} failed; {args.out}/train.md")
+    return 1 if failed else 0
+
+
+def _quality(args) -> int:
+    from .quality import QualityConfig, run
+    cfg = QualityConfig(backends=args.backend or ["triton"], references=_csv(args.reference) or [], preset=args.preset,
+                        batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, lr=args.lr,
+                        warmup=args.warmup, dtype=args.dtype, graph=False if args.no_graph else None, data=args.data,
+                        tokenizer=args.tokenizer, torch_python=args.torch_python, seed=args.seed,
+                        budget_s=args.budget, timeout_s=args.timeout)
+    records = run(cfg, args.out, argv=["euler", *sys.argv[1:]])
+    failed = [r["system"] for r in records if r.get("kind") == "quality_curve" and r["status"] != "ok"]
+    print(f"\n{args.out}/quality.md" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

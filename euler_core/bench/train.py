@@ -29,7 +29,7 @@ What it measures, each in a worker process of its own (workers.py says why), one
 
 Records (records.py's style: one JSON object per measurement, each carrying the environment) go to
 OUT/records.jsonl, kinds "peak", "train", "first_step", "op_profile"; OUT/run.json holds the run;
-render() makes OUT/report.md and OUT/train-tokens-per-s.png from the records alone
+render() makes OUT/train.md and OUT/train-tokens-per-s.png from the records alone
 (`euler bench report OUT --out OUT` re-makes them).
 """
 
@@ -299,7 +299,7 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
     writer.write_run(meta)
     writer.close()
     records = writer.records
-    render(records, out_dir, plots=True, log=log)
+    render(records, out_dir, plots=True, meta=meta, log=log)
     if interrupted:
         raise KeyboardInterrupt("the benchmark was interrupted; its records so far are written")
     return records
@@ -494,13 +494,10 @@ def plot_tokens_per_s(records: list[dict], path: Path) -> bool:
 
 
 def render(records: list[dict], out_dir, plots: bool = True, meta: dict | None = None, log=print) -> list[Path]:
-    """report.md (and train-tokens-per-s.png) in out_dir from the records."""
+    """train.md (and train-tokens-per-s.png) in out_dir from the records (`meta`: the run's, if at hand)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if meta is None and (out / rec.RUN_FILE).exists():
-        import json
-        meta = json.loads((out / rec.RUN_FILE).read_text())
-    files = [out / "report.md"]
+    files = [out / "train.md"]
     files[0].write_text(markdown(records, meta), encoding="utf-8")
     if plots and plot_tokens_per_s(records, out / "train-tokens-per-s.png"):
         files.append(out / "train-tokens-per-s.png")

@@ -13,7 +13,8 @@ quality.py) never touches the GPU itself, so nvidia-smi sees only the worker.
 The reference runs from bench/euler-torch-reference with no install: its folder is put on PYTHONPATH.
 
 Roles of our worker (the functions they call live with the command that needs them):
-    peaks     the device's ceilings (peaks.py), the environment, and the device and variants of each selection
+    peaks     the device and variants of each selection, the environment of each device, and (unless
+              "measure" is false) the devices' ceilings (peaks.py)
     step      training steps of one selection at one batch size (train.worker_step)
     profile   one eager step timed op by op (train.worker_profile)
     quality   a whole planned training run (quality.worker_quality)
@@ -205,7 +206,8 @@ def worker_peaks(spec: dict) -> dict:
     peaks, environments = {}, {}
     for device in sorted(devices):
         environments[device] = rec.environment(device)
-        peaks[device] = measure_peaks(device, "bfloat16" if device == "cuda" else "float32", spec["peak_size"])
+        if spec.get("measure", True):
+            peaks[device] = measure_peaks(device, "bfloat16" if device == "cuda" else "float32", spec["peak_size"])
     return {"systems": systems, "peaks": peaks, "environments": environments}
 
 
