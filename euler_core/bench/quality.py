@@ -174,7 +174,7 @@ def run(cfg: QualityConfig, out_dir, log=print, argv=None) -> list[dict]:
     probe = launch(ours_command({"role": "peaks", "selections": cfg.backends, "dtype": cfg.dtype,
                                  "reference": False, "measure": False}), timeout_s=cfg.timeout_s)
     if probe.result is None:
-        raise RuntimeError(f"bench quality: the selections could not be resolved: {_headline(probe.error)}\n{probe.error}")
+        raise ValueError(f"bench quality: the selections could not be resolved: {_headline(probe.error)}")
     systems, envs = probe.result["systems"], probe.result["environments"]
     device = "cuda" if "cuda" in envs else "cpu"
     run_id = rec.new_run_id(envs[device]["device_key"])

@@ -222,9 +222,9 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
     started, load_before = rec.now_iso(), rec.loadavg()
     probe = launch(ours_command({"role": "peaks", "selections": cfg.backends, "dtype": cfg.dtype,
                                  "reference": bool(cfg.references), "peak_size": cfg.peak_size}), timeout_s=cfg.timeout_s)
-    if probe.result is None:
-        raise RuntimeError(f"bench train: the selections could not be resolved, or the peaks measured: "
-                           f"{_headline(probe.error)}\n{probe.error}")
+    if probe.result is None:  # most often a selection this machine cannot run: say why, as euler train would
+        raise ValueError(f"bench train: the selections could not be resolved, or the peaks measured: "
+                         f"{_headline(probe.error)}")
     systems, peaks, envs = (probe.result[k] for k in ("systems", "peaks", "environments"))
     device = "cuda" if "cuda" in peaks else "cpu"
     if cfg.references and device not in peaks:
@@ -396,7 +396,7 @@ def markdown(records: list[dict], meta: dict | None = None) -> str:
     L.append(f"Run {head.get('run_id', '?')}, {head.get('time', '?')}; commit {sha[:12] if sha else 'unknown'}"
              + (" (with uncommitted changes)" if head.get("git_dirty") else "") + f"; {head.get('driver') or head.get('os', '')}.")
     versions = head.get("versions") or {}
-    L.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
+    L.append("Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + ".")
     if head.get("preset"):
         c = head["config"]
         L += ["", f"Model: preset `{head['preset']}` ({c['n_layer']} layers, {c['n_head']} heads, {c['n_embd']} "
