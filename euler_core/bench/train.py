@@ -12,10 +12,11 @@ What it measures, each in a worker process of its own (workers.py says why), one
   where the model is on the GPU, unless --no-graph). Each step ends by reading the loss, as a loop
   that logs every step does. Tokens/s is B*T*accum over the median step; MFU is that times the
   training FLOPs per token (flops_per_token) over the measured matmul peak;
-- peak memory: on the GPU, CuPy's default pool (its held bytes, the most seen at the end of a step),
-  the device's used memory from cudaMemGetInfo (the same moments; it counts memory from any pool,
-  the graph's too, and the CUDA context), and nvidia-smi's used memory polled every 0.2 s by the
-  driver while the worker ran; on the CPU, the worker's peak resident set;
+- peak memory: on the GPU, the bytes CuPy's pools hold (the default pool and the private pools of
+  the step's CUDA graphs; the most seen at the end of a step), the device's used memory from
+  cudaMemGetInfo (the same moments; it counts the CUDA context and every library's memory too), and
+  nvidia-smi's used memory polled every 0.2 s by the driver while the worker ran; on the CPU, the
+  worker's peak resident set;
 - time to first step: from starting the worker process to the end of its first step, split into the
   interpreter's start, imports and building the model, and the step itself (kernels compiled there).
   Every selection gets a kernel-cache folder of its own (TRITON_CACHE_DIR, NUMBA_CACHE_DIR,
@@ -104,9 +105,10 @@ class _DeviceMemory:
             import cupy
             self.cupy = cupy
 
-    def sample(self) -> None:
-        if self.device == "cuda":
-            self.pool_max = max(self.pool_max, self.cupy.get_default_memory_pool().total_bytes())
+    def sample(self, step) -> None:
+        if self.device == "cuda":  # CuPy's default pool, and the private pools of the step's CUDA graphs
+            pools = [self.cupy.get_default_memory_pool()] + [g.pool for g in step.graphs or ()]
+            self.pool_max = max(self.pool_max, sum(pool.total_bytes() for pool in pools))
             free, total = self.cupy.cuda.runtime.memGetInfo()
             self.used_max = max(self.used_max, total - free)
 
@@ -152,7 +154,7 @@ def worker_step(spec: dict) -> dict:
     result = step.run(batches, LR)
     losses = [float(result.loss)]                     # waits for the device
     t_first_end = time.time()
-    memory.sample()
+    memory.sample(step)
     out = {"variants": variants, "device": model.device, "num_parameters": model.num_parameters,
            "t_build": t_build, "t_first_step_start": t_first, "t_first_step_end": t_first_end}
     times = []
@@ -164,7 +166,7 @@ def worker_step(spec: dict) -> dict:
             loss = float(result.loss)
             dt = time.perf_counter() - t0
             losses.append(loss)
-            memory.sample()
+            memory.sample(step)
             if i >= spec["warmup"]:
                 times.append(dt)
         out["grad_norm"] = float(result.grad_norm)
@@ -177,10 +179,9 @@ def worker_profile(spec: dict) -> dict:
     model, step, variants = _build(spec, False)
     rng = np.random.default_rng(spec["seed"])
     profile = StepProfile(skip=1 + spec["warmup"])
-    with profile.active(mark_steps=False):
+    with profile.active():  # a step ends where TrainStep.run returns
         for _ in range(1 + spec["warmup"] + spec["steps"]):
             float(step.run(_batches(rng, spec, model.config.vocab_size), LR).loss)
-            profile.end_step()
     return {"variants": variants, "profile": profile.summary()}
 
 
@@ -424,7 +425,8 @@ def markdown(records: list[dict], meta: dict | None = None) -> str:
             L.append(f"| {r['system']} | {r['B']} | {r['tokens_per_s']:,.0f} | {_ms(r['step_s_p50'])} "
                      f"[{_ms(r['step_s_p20'])}, {_ms(r['step_s_p80'])}] | {100 * r['mfu']:.1f}% | {vs[0]} | {vs[1]} | "
                      f"{pool} | {used} | {smi} | {r['first_loss']:.3f} |")
-        L += ["", "pool / reserved: CuPy's default pool (bytes it holds) for ours, `torch.cuda.max_memory_reserved` "
+        L += ["", "pool / reserved: the bytes CuPy's pools hold (the default pool and the CUDA graphs' private pools) "
+              "for ours, `torch.cuda.max_memory_reserved` "
               "for PyTorch; device used: cudaMemGetInfo at the end of each step (every pool and the CUDA context); "
               "nvidia-smi: polled every 0.2 s while the process ran. On the CPU: the process's peak RSS. "
               "The first loss is on random tokens from GPT-2's initialisation: about ln(V)."]
