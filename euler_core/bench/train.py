@@ -9,7 +9,8 @@ What it measures, each in a worker process of its own (workers.py says why), one
 - per selection (each --backend) and batch size B: `--steps` training steps after the first one and
   `--warmup` more, on random tokens, through euler_core.step.TrainStep (the step `euler train`
   takes: forward and backward of every micro-batch, the gradient norm, clipping, AdamW; a CUDA graph
-  where the model is on the GPU, unless --no-graph). Each step ends by reading the loss, as a loop
+  where the model is on the GPU, unless --no-graph; a step that cannot be captured is recorded as
+  failed, naming the op, and measured again without the graph). Each step ends by reading the loss, as a loop
   that logs every step does. Tokens/s is B*T*accum over the median step; MFU is that times the
   training FLOPs per token (flops_per_token) over the measured matmul peak;
 - peak memory: on the GPU, the bytes CuPy's pools hold (the default pool and the private pools of
@@ -55,6 +56,7 @@ LR = 1e-4                 # a small constant rate: the benchmark times steps, it
 WEIGHT_DECAY = 0.1
 GRAD_CLIP = 1.0
 REFERENCE_MODES = ("eager", "compile")
+GRAPH_REFUSED = "cannot be captured as a CUDA graph"  # in euler_core.graph.GraphCaptureError's message
 
 
 @dataclass
@@ -272,6 +274,15 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
                     state = "warm"
                     _train_record(writer, base("train", sys_device), common, B, o, peaks[sys_device], log,
                                   variants=(o.result or {}).get("variants", systems[selection]["variants"]))
+                    if o.result is None and GRAPH_REFUSED in (o.error or "") and cfg.graph is not False:
+                        # recorded as failed above, with the op that broke the capture; measure it eagerly too
+                        log(f"{system} B={B}: the step cannot be captured as a CUDA graph; measuring it without")
+                        eager = {**common, "system": f"nanoeuler {selection} (no graph)", "graph": False}
+                        o = launch(ours_command({**spec, "graph": False, "role": "step", "first_step_only": False}),
+                                   cache_env, cfg.timeout_s, watch_gpu=sys_device == "cuda")
+                        _first_step(writer, base("first_step", sys_device), eager, B, state, o, log)
+                        _train_record(writer, base("train", sys_device), eager, B, o, peaks[sys_device], log,
+                                      variants=(o.result or {}).get("variants", systems[selection]["variants"]))
                 if cfg.profile:
                     B = cfg.batch_sizes[0]
                     o = launch(ours_command({**spec, "B": B, "role": "profile", "first_step_only": False}),
