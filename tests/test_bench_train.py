@@ -170,3 +170,15 @@ def test_bench_train_runs_the_reference_beside_ours(tmp_path):
     rows = {r["system"]: r for r in load(tmp_path) if r["kind"] == "train"}
     assert rows["torch eager"]["status"] == "ok" and rows["torch eager"]["version"]
     assert "| nanoeuler naive | 2 |" in (tmp_path / "train.md").read_text()
+
+
+def test_kept_kernel_caches_are_cold_when_empty_and_warm_once_filled(tmp_path):
+    with train._kernel_cache(str(tmp_path), "nanoeuler triton,attention=naive") as (folder, state):
+        assert folder == tmp_path / "nanoeuler-triton-attention-naive" and state == "cold"
+        (folder / "triton").mkdir(parents=True)
+        (folder / "triton" / "kernel.cubin").write_bytes(b"x")
+    with train._kernel_cache(str(tmp_path), "nanoeuler triton,attention=naive") as (folder, state):
+        assert state == "warm"
+    with train._kernel_cache(None, "torch compile") as (folder, state):
+        assert state == "cold" and folder.exists() and not any(folder.iterdir())
+    assert not folder.exists()  # a temporary folder is removed afterwards

@@ -107,6 +107,8 @@ def add_commands(sub) -> None:
     t.add_argument("--torch-python", default=None,
                    help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
     t.add_argument("--peak-size", default="large", choices=["small", "large"], help="size of the peak measurements")
+    t.add_argument("--kernel-cache", default=None, metavar="DIR",
+                   help="keep each system's kernel caches in DIR/<system> (default: temporary folders)")
     t.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per worker process (default 600)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", required=True, help="folder for the records and the report")
@@ -135,6 +137,8 @@ def add_commands(sub) -> None:
                    help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
     q.add_argument("--budget", type=float, default=None,
                    help="seconds of training for the first system; every system then runs the steps it finished")
+    q.add_argument("--kernel-cache", default=None, metavar="DIR",
+                   help="each system's kernel caches in DIR/<system>, as `bench train --kernel-cache` keeps them")
     q.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per worker process (default 1800)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", required=True, help="folder for the records and the report")
@@ -231,7 +235,7 @@ def _train(args) -> int:
                            graph=False if args.no_graph else None, warmup=args.warmup, steps=args.steps,
                            cold=not args.no_cold, profile=not args.no_profile, references=_csv(args.reference) or [],
                            torch_python=args.torch_python, seed=args.seed, peak_size=args.peak_size,
-                           timeout_s=args.timeout)
+                           kernel_cache=args.kernel_cache, timeout_s=args.timeout)
     _sigterm_as_interrupt()
     try:
         records = run(cfg, args.out, argv=["euler", *sys.argv[1:]])
@@ -250,7 +254,7 @@ def _quality(args) -> int:
                         batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, lr=args.lr,
                         warmup=args.warmup, dtype=args.dtype, graph=False if args.no_graph else None, data=args.data,
                         tokenizer=args.tokenizer, torch_python=args.torch_python, seed=args.seed,
-                        budget_s=args.budget, timeout_s=args.timeout)
+                        budget_s=args.budget, kernel_cache=args.kernel_cache, timeout_s=args.timeout)
     records = run(cfg, args.out, argv=["euler", *sys.argv[1:]])
     failed = [r["system"] for r in records if r.get("kind") == "quality_curve" and r["status"] != "ok"]
     print(f"\n{args.out}/quality.md" + (f"; FAILED: {', '.join(failed)}" if failed else ""))

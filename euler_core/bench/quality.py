@@ -41,8 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from . import records as rec
-from .train import GRAD_CLIP, REFERENCE_MODES, WEIGHT_DECAY, _headline
-from .workers import launch, ours_command, reference_command, reference_env, torch_python, torch_unavailable_reason
+from .train import GRAD_CLIP, REFERENCE_MODES, WEIGHT_DECAY, _headline, _kernel_cache
+from .workers import (kernel_cache_env, launch, ours_command, reference_command, reference_env, torch_python,
+                      torch_unavailable_reason)
 
 QUALITY_KINDS = ("quality_curve", "quality_compare")
 PLAN_FILE = "plan.npz"
@@ -67,6 +68,7 @@ class QualityConfig:
     torch_python: str | None = None
     seed: int = 0
     budget_s: float | None = None      # seconds of training for the first system (the plan is cut to them)
+    kernel_cache: str | None = None    # DIR: each system's kernel caches in DIR/<system>, as bench train keeps them
     timeout_s: float = 1800.0          # per worker process
 
 
@@ -192,7 +194,7 @@ def run(cfg: QualityConfig, out_dir, log=print, argv=None) -> list[dict]:
                     "budget_s": cfg.budget_s if i == 0 else None}
             system = f"nanoeuler {selection}" + (" (no graph)" if cfg.graph is False else "")
             log(f"{system}: training {len(tokens)} steps ({dtype})")
-            o = launch(ours_command(spec), timeout_s=cfg.timeout_s)
+            o = launch(ours_command(spec), _cache_env(cfg, system), timeout_s=cfg.timeout_s)
             curve = _curve(writer, {**common, **envs[dev]}, system, "nanoeuler", selection, None, dtype, cfg.graph, o, log)
             curves.append(curve)
             if i == 0 and curve["status"] != "ok":
@@ -208,7 +210,7 @@ def run(cfg: QualityConfig, out_dir, log=print, argv=None) -> list[dict]:
                 log(f"{system}: training {len(tokens)} steps ({dtype})")
                 cmd = reference_command(python, config.to_dict(), B, T, compile=mode == "compile", init=init, plan=plan,
                                         seed=cfg.seed, device=device)
-                o = launch(cmd, reference_env(), timeout_s=cfg.timeout_s)
+                o = launch(cmd, {**_cache_env(cfg, system), **reference_env()}, timeout_s=cfg.timeout_s)
                 curves.append(_curve(writer, {**common, **envs[device]}, system, "torch", None, mode, dtype, None, o, log))
     first = curves[0]
     for other in curves[1:]:
@@ -228,6 +230,15 @@ def run(cfg: QualityConfig, out_dir, log=print, argv=None) -> list[dict]:
     writer.close()
     render(writer.records, out_dir, log=log)
     return writer.records
+
+
+def _cache_env(cfg: QualityConfig, system: str) -> dict:
+    """The kernel-cache variables for `system` with --kernel-cache (bench train's folders, so a
+    quality run after a bench train starts warm); none without (the caches the environment names)."""
+    if cfg.kernel_cache is None:
+        return {}
+    with _kernel_cache(cfg.kernel_cache, system) as (folder, _):
+        return kernel_cache_env(folder)
 
 
 def _curve(writer, base: dict, system: str, impl: str, selection, mode, dtype: str, graph, o, log) -> dict:

@@ -20,11 +20,13 @@ What it measures, each in a worker process of its own (workers.py says why), one
   worker's peak resident set;
 - time to first step: from starting the worker process to the end of its first step, split into the
   interpreter's start, imports and building the model, and the step itself (kernels compiled there).
-  Every selection gets a kernel-cache folder of its own (TRITON_CACHE_DIR, NUMBA_CACHE_DIR,
-  CUPY_CACHE_DIR): its first process finds it empty ("cold"), later ones warm. At the first batch
-  size a process runs only the first step cold, then the timed process starts warm;
+  Every system gets a kernel-cache folder of its own (TRITON_CACHE_DIR, NUMBA_CACHE_DIR,
+  CUPY_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR): its first process finds it empty ("cold"), later ones
+  warm. At the first batch size a process runs only the first step cold, then the timed process
+  starts warm. The folders are temporary, or --kernel-cache DIR/<system> (kept: then a later command
+  can start warm, and a folder already filled makes the first process warm);
 - where one step's time goes (--profile, at the first batch size): the same selection without the
-  graph, every kernel call timed with CUDA events (profile.py), the median over the steps;
+  graph, every kernel call timed with CUDA events (profile.py), the median over 3 steps after 1;
 - the PyTorch reference (--reference eager,compile): euler_torch_reference.gpt2, the same model and
   optimizer in bf16 autocast with SDPA and fused AdamW, on the same card at the same batch sizes,
   run by --torch-python (an environment with torch; NanoEuler never imports it).
@@ -37,6 +39,7 @@ render() makes OUT/train.md and OUT/train-tokens-per-s.png from the records alon
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import sys
@@ -56,6 +59,7 @@ LR = 1e-4                 # a small constant rate: the benchmark times steps, it
 WEIGHT_DECAY = 0.1
 GRAD_CLIP = 1.0
 REFERENCE_MODES = ("eager", "compile")
+PROFILE_WARMUP, PROFILE_STEPS = 1, 3   # the eager steps of the breakdown: a few are enough for its medians
 GRAPH_REFUSED = "cannot be captured as a CUDA graph"  # in euler_core.graph.GraphCaptureError's message
 
 
@@ -76,6 +80,7 @@ class TrainBenchConfig:
     torch_python: str | None = None
     seed: int = 0
     peak_size: str = "large"            # peaks.py's sizes ("small" for quick runs)
+    kernel_cache: str | None = None     # keep each system's kernel caches in DIR/<system> (default: a temporary folder)
     timeout_s: float = 600.0            # per worker process
 
 
@@ -256,14 +261,13 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
                       "graph": cfg.graph, **model_fields}
             for note in systems[selection]["notes"]:
                 log(f"{system}: note: {note}")
-            with tempfile.TemporaryDirectory(prefix="euler-kernel-cache-") as cache:
-                cache_env = kernel_cache_env(Path(cache))
-                state = "cold"
+            with _kernel_cache(cfg.kernel_cache, system) as (cache, state):
+                cache_env = kernel_cache_env(cache)
                 for i, B in enumerate(cfg.batch_sizes):
                     spec = {"selection": selection, "config": config.to_dict(), "B": B, "T": T,
                             "accum": cfg.accum, "dtype": dtype, "graph": cfg.graph, "seed": cfg.seed,
                             "warmup": cfg.warmup, "steps": cfg.steps}
-                    if i == 0 and cfg.cold:
+                    if i == 0 and cfg.cold and state == "cold":
                         o = launch(ours_command({**spec, "role": "step", "first_step_only": True}), cache_env,
                                    cfg.timeout_s, watch_gpu=sys_device == "cuda")
                         _first_step(writer, base("first_step", sys_device), common, B, state, o, log)
@@ -285,21 +289,22 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
                                       variants=(o.result or {}).get("variants", systems[selection]["variants"]))
                 if cfg.profile:
                     B = cfg.batch_sizes[0]
-                    o = launch(ours_command({**spec, "B": B, "role": "profile", "first_step_only": False}),
+                    short = {"warmup": min(cfg.warmup, PROFILE_WARMUP), "steps": min(cfg.steps, PROFILE_STEPS)}
+                    o = launch(ours_command({**spec, **short, "B": B, "role": "profile", "first_step_only": False}),
                                cache_env, cfg.timeout_s)
                     _profile_records(writer, base("op_profile", sys_device), common, B, o, log)
         for mode in cfg.references:
             system = f"torch {mode}"
             common = {"system": system, "impl": "torch", "selection": None, "reference_mode": mode,
                       "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "graph": None, **model_fields}
-            with tempfile.TemporaryDirectory(prefix="euler-kernel-cache-") as cache:
-                cache_env = {**kernel_cache_env(Path(cache)), **reference_env()}
-                for i, B in enumerate(cfg.batch_sizes):
+            with _kernel_cache(cfg.kernel_cache, system) as (cache, state):
+                cache_env = {**kernel_cache_env(cache), **reference_env()}
+                for B in cfg.batch_sizes:
                     cmd = reference_command(python, config.to_dict(), B, T, compile=mode == "compile",
                                             warmup=cfg.warmup, steps=cfg.steps, seed=cfg.seed, device=device)
                     o = launch(cmd, cache_env, cfg.timeout_s, watch_gpu=device == "cuda")
-                    state = "none" if mode == "eager" else ("cold" if i == 0 else "warm")
-                    _first_step(writer, base("first_step", device), common, B, state, o, log)
+                    _first_step(writer, base("first_step", device), common, B, "none" if mode == "eager" else state, o, log)
+                    state = "warm"
                     _train_record(writer, base("train", device), common, B, o, peaks[device], log)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (cli.py): keep what was measured
         interrupted = True
@@ -315,6 +320,18 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
     if interrupted:
         raise KeyboardInterrupt("the benchmark was interrupted; its records so far are written")
     return records
+
+
+@contextlib.contextmanager
+def _kernel_cache(base: str | None, system: str):
+    """(the folder of `system`'s kernel caches, "cold" if it is empty else "warm"): a temporary folder,
+    or base/<system as a file name> kept after the run (another command can then start warm)."""
+    if base is None:
+        with tempfile.TemporaryDirectory(prefix="euler-kernel-cache-") as folder:
+            yield Path(folder), "cold"
+        return
+    folder = Path(base) / "".join(c if c.isalnum() or c in "-_." else "-" for c in system)
+    yield folder, "warm" if folder.exists() and any(folder.rglob("*")) else "cold"
 
 
 def _first_step(writer, base: dict, common: dict, B: int, cache: str, o: Outcome, log) -> None:
