@@ -22,8 +22,10 @@
 # with naive at the micro preset, to check its logic here (PY=.venv/bin/python DRY=1 bash bench/device/train.sh).
 #
 # Carry .h200 (git-ignored): .h200/gpt2.tiktoken (cp ../shared/data/gpt2.tiktoken .h200/) and .h200/pydocs/
-# (bash bench/device/train_data.sh, about 7 MB). Write the sha into the command (no .git there):
-#   run(command="GIT_SHA=$(git rev-parse HEAD) bash bench/device/train.sh", carry=[".h200"], timeout_s=330)
+# (bash bench/device/train_data.sh, about 7 MB). As a stage of the round driver (it installs the checkout
+# and prints the machine), or alone (then it installs the checkout itself); the sha goes in the command:
+#   run(command="GIT_SHA=$(git rev-parse HEAD) bash bench/device/round.sh train:300", carry=[".h200"])
+#   run(command="GIT_SHA=$(git rev-parse HEAD) SMOKE=1 bash bench/device/round.sh train:150", carry=[".h200"])
 #
 # Comes back: ONE file, $OUT/train.tar.gz = train/{log.txt, bench/{records.jsonl, run.json, train.md,
 # train-tokens-per-s.png}, quality/{records.jsonl, run.json, quality.md, quality-loss.png}}. Unpack it
@@ -59,7 +61,7 @@ log "env (mode: ${DRY:+dry}${SMOKE:+smoke}$([[ -z ${DRY:-}${SMOKE:-} ]] && echo 
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1 | head -3
   "$PY" -c "import sys, numpy; print('python', sys.version.split()[0], 'numpy', numpy.__version__)"
 } 2>&1 | tee -a "$D/log.txt"
-if [[ -z ${DRY:-} ]]; then
+if ! "$PY" -c "import euler_core.bench.train" 2> /dev/null; then   # not run by round.sh, which installs it
   "$PY" -m pip install -q --no-deps --no-build-isolation -e . >> "$D/log.txt" 2>&1 || log "pip install failed"
 fi
 
