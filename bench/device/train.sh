@@ -61,7 +61,7 @@ log "env (mode: ${DRY:+dry}${SMOKE:+smoke}$([[ -z ${DRY:-}${SMOKE:-} ]] && echo 
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1 | head -3
   "$PY" -c "import sys, numpy; print('python', sys.version.split()[0], 'numpy', numpy.__version__)"
 } 2>&1 | tee -a "$D/log.txt"
-if ! "$PY" -c "import euler_core.bench.train" 2> /dev/null; then   # not run by round.sh, which installs it
+if ! "$PY" -c "import importlib.metadata as m; m.version('nanoeuler')" 2> /dev/null; then  # round.sh installs it
   "$PY" -m pip install -q --no-deps --no-build-isolation -e . >> "$D/log.txt" 2>&1 || log "pip install failed"
 fi
 
