@@ -6,15 +6,16 @@
 What it measures, per model (the `euler train` default CPU config, and nanoGPT's "baby GPT":
 6 layers, 6 heads, 384 channels, T=256, B=12, vocabulary 65) and per implementation:
 
-- training tokens/s: a full optimizer step (zero_grad, forward, backward, gradient norm and
-  clipping, AdamW) on random tokens, float32, median over the measured steps and rounds;
+- training tokens/s: a full optimizer step (euler_core.step.TrainStep, as `euler train` takes it:
+  zero_grad, forward, backward, gradient norm and clipping, AdamW) on random tokens, float32,
+  median over the measured steps and rounds;
 - peak memory: the worker process's peak resident set size (VmHWM), so it includes the
   interpreter and libraries (PyTorch's are larger than NumPy's);
 - cold start: wall time from launching the process to the end of its first training step, with an
   empty Numba cache (every kernel compiled); warm start: the same with the cache filled by the cold
   run. naive and torch compile nothing: their one start time is shown in both columns;
-- per-op times for one step (numba against naive): each Kernel's forward and backward wrapped in
-  a timer, median over the measured steps.
+- per-op times for one step (numba against naive): each kernel call timed by a watcher of the
+  dispatcher (euler_core.kernels.Kernel.watchers), median over the measured steps.
 
 Every implementation runs in its own subprocess, one after the other (never two at once), rounds
 interleaved so that background load spreads over all of them; the load average is recorded before
@@ -64,27 +65,6 @@ def model_settings(name: str) -> dict:
 
 
 # ---- the worker: one implementation, one process ---------------------------------------------
-class _Timed:
-    """A Kernel with a stopwatch on forward and backward (per-op times)."""
-
-    def __init__(self, kernel, sink):
-        self.kernel, self.sink = kernel, sink
-
-    def forward(self, *a, **kw):
-        t = time.perf_counter()
-        r = self.kernel.forward(*a, **kw)
-        key = f"{self.kernel.spec.name}.forward"
-        self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - t
-        return r
-
-    def backward(self, *a, **kw):
-        t = time.perf_counter()
-        r = self.kernel.backward(*a, **kw)
-        key = f"{self.kernel.spec.name}.backward"
-        self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - t
-        return r
-
-
 def peak_rss_mb() -> float:
     """This process's peak resident memory. /proc's VmHWM starts afresh at exec; getrusage's
     ru_maxrss does not (a child inherits its parent's peak across fork + exec), so it is only the
@@ -105,9 +85,10 @@ def _batch(rng, B, T, V):
 def worker(args) -> dict:
     import numpy as np
     from euler_core.config import GPTConfig
-    from euler_core.kernels import Kernels
+    from euler_core.kernels import Kernel, Kernels
     from euler_core.model import GPT
-    from euler_core.optim import AdamW, clip_scale
+    from euler_core.optim import AdamW
+    from euler_core.step import TrainStep
 
     keep_freed_memory()                  # as euler train does (euler_core.train.run_loop)
     s = json.loads(args.settings)
@@ -115,26 +96,30 @@ def worker(args) -> dict:
     config = GPTConfig(**s)
     kernels = Kernels(args.backend, dtype="float32")
     model = GPT(config, kernels, dtype="float32", seed=0)
-    opt = AdamW(model)
+    step = TrainStep(model, AdamW(model), batch_size=B, seq_len=T, grad_clip=1.0)  # euler train's step
     per_op: dict = {}
+
+    def timed(kernel, direction, call):  # a stopwatch on every kernel call (per-op times)
+        t = time.perf_counter()
+        result = call()
+        key = f"{kernel.spec.name}.{direction}"
+        per_op[key] = per_op.get(key, 0.0) + time.perf_counter() - t
+        return result
+
     if args.per_op:
-        for op in kernels.variants:
-            kernels._kernels[op] = _Timed(kernels[op], per_op)
+        Kernel.watchers.append(timed)
     rng = np.random.default_rng(0)
     step_times, op_steps, losses, first_step_end = [], [], [], None
-    for step in range(1 + args.warmup + args.steps):
+    for i in range(1 + args.warmup + args.steps):
         x, y = _batch(rng, B, T, config.vocab_size)
         per_op.clear()
         t0 = time.perf_counter()
-        model.zero_grad()
-        _, loss = model.forward(x, y)
-        model.backward()
-        opt.step(1e-4, clip_scale(model.grad_norm(), 1.0))
+        loss = step.run([(x, y)], 1e-4).loss
         dt = time.perf_counter() - t0
         losses.append(loss)
-        if step == 0:
+        if i == 0:
             first_step_end = time.time()
-        elif step > args.warmup:
+        elif i > args.warmup:
             step_times.append(dt)
             op_steps.append(dict(per_op))
     ops = {k: statistics.median(d.get(k, 0.0) for d in op_steps) for k in (op_steps[0] if op_steps else {})}

@@ -3,7 +3,7 @@ of our parameter names onto it (weights.py). The mapping needs no torch and is c
 the model itself is checked against ours where torch is installed in this interpreter, and skipped
 with the reason where it is not (CI)."""
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +12,11 @@ import pytest
 from euler_core.config import preset
 from euler_core.model import GPT, parameter_layout
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "euler-torch-reference"))
-from euler_torch_reference import weights  # noqa: E402  (NumPy only)
+REFERENCE = Path(__file__).resolve().parents[1] / "bench" / "euler-torch-reference"
+# weights.py alone (NumPy only), without putting the distribution on sys.path for every other test
+_spec = importlib.util.spec_from_file_location("euler_torch_reference_weights", REFERENCE / "euler_torch_reference" / "weights.py")
+weights = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(weights)
 
 
 def layout_of(config):
@@ -56,11 +59,13 @@ def test_a_mismatch_names_the_parameters():
         weights.from_reference({**state, "lm_head.weight": state["lm_head.weight"] + 1})
 
 
-def test_the_reference_trains_exactly_as_ours_from_the_same_weights():
+def test_the_reference_trains_exactly_as_ours_from_the_same_weights(monkeypatch):
     """float64 on the CPU: the same losses and gradient norms, step after step, to 1e-8."""
     torch = pytest.importorskip("torch", reason="PyTorch is not installed here: the reference model (a benchmark "
                                                 "tool, never a dependency) is checked only where it is")
-    from euler_core.optim import AdamW, clip_scale
+    monkeypatch.syspath_prepend(str(REFERENCE))
+    from euler_core.optim import AdamW
+    from euler_core.step import TrainStep
     from euler_torch_reference.gpt2 import GPT as Reference, optimizer
     config = preset("micro", vocab_size=60, vocab_multiple=16)
     ours = GPT(config, "naive", dtype="float64", seed=3)
@@ -70,19 +75,17 @@ def test_the_reference_trains_exactly_as_ours_from_the_same_weights():
     ref.load_named(ours.named_parameters())
     ref.double()
     ours.load_parameters({k: v.astype(np.float32) for k, v in ours.named_parameters().items()})  # the same rounding
-    opt_ours, opt_ref = AdamW(ours), optimizer(ref, 1e-2, 0.1, fused=False)
+    step = TrainStep(ours, AdamW(ours), batch_size=3, seq_len=16, grad_clip=1.0, graph=False)
+    opt_ref = optimizer(ref, 1e-2, 0.1, fused=False)
     rng = np.random.default_rng(0)
     for _ in range(4):
         x, y = rng.integers(0, 60, (3, 16)), rng.integers(0, 60, (3, 16))
         y[0, :5] = -1                                   # ignored targets, as SFT makes them
-        ours.zero_grad()
-        loss = ours.forward(x, y)[1]
-        ours.backward()
-        norm = ours.grad_norm()
-        opt_ours.step(1e-2, clip_scale(norm, 1.0))
+        result = step.run([(x, y)], 1e-2)
         opt_ref.zero_grad()
         ref_loss = ref(torch.from_numpy(x), torch.from_numpy(y))
         ref_loss.backward()
         ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
         opt_ref.step()
-        assert ref_loss.item() == pytest.approx(loss, rel=1e-8) and ref_norm.item() == pytest.approx(norm, rel=1e-6)
+        assert ref_loss.item() == pytest.approx(result.loss, rel=1e-8)
+        assert ref_norm.item() == pytest.approx(result.grad_norm, rel=1e-6)
