@@ -242,7 +242,7 @@ def _cache_env(cfg: QualityConfig, system: str) -> dict:
 
 
 def _curve(writer, base: dict, system: str, impl: str, selection, mode, dtype: str, graph, o, log) -> dict:
-    r = {**base, "kind": "quality_curve", "time": rec.now_iso(), "system": system, "impl": impl,
+    r = {**base, "kind": "quality_curve", "time": rec.now_iso(), "loadavg": rec.loadavg(), "system": system, "impl": impl,
          "selection": selection, "reference_mode": mode, "dtype": dtype, "graph": graph}
     if o.result is None:
         r.update(status="failed", message=o.error, losses=[], grad_norms=[])
