@@ -6,20 +6,22 @@
 What it measures, per model (the `euler train` default CPU config, and nanoGPT's "baby GPT":
 6 layers, 6 heads, 384 channels, T=256, B=12, vocabulary 65) and per implementation:
 
-- training tokens/s: a full optimizer step (zero_grad, forward, backward, gradient norm and
-  clipping, AdamW) on random tokens, float32, median over the measured steps and rounds;
+- training tokens/s: a full optimizer step (euler_core.step.TrainStep, as `euler train` takes it:
+  zero_grad, forward, backward, gradient norm and clipping, AdamW) on random tokens, float32,
+  median over the measured steps and rounds;
 - peak memory: the worker process's peak resident set size (VmHWM), so it includes the
   interpreter and libraries (PyTorch's are larger than NumPy's);
 - cold start: wall time from launching the process to the end of its first training step, with an
   empty Numba cache (every kernel compiled); warm start: the same with the cache filled by the cold
   run. naive and torch compile nothing: their one start time is shown in both columns;
-- per-op times for one step (numba against naive): each Kernel's forward and backward wrapped in
-  a timer, median over the measured steps.
+- per-op times for one step (numba against naive): each kernel call timed by a watcher of the
+  dispatcher (euler_core.kernels.Kernel.watchers), median over the measured steps.
 
 Every implementation runs in its own subprocess, one after the other (never two at once), rounds
 interleaved so that background load spreads over all of them; the load average is recorded before
-and after each run. PyTorch runs from its own virtual environment (--torch-python) through
-bench/torch_reference.py: it is never a NanoEuler dependency. Before timing, the numba step is
+and after each run. PyTorch runs from its own virtual environment (--torch-python) as the reference
+GPT-2 of bench/euler-torch-reference (euler_torch_reference.gpt2, float32 eager on the CPU): it is
+never a NanoEuler dependency. Before timing, the numba step is
 checked against the naive step on the same inputs (loss and gradient norm; validate before timing).
 """
 
@@ -40,6 +42,7 @@ from pathlib import Path
 T_START = time.time()
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from euler_core.bench.workers import reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
 from euler_core.hostmem import GLIBC_TUNABLES, keep_freed_memory  # noqa: E402  (light: ctypes only)
 
 BABY = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 65, "vocab_multiple": 1,
@@ -62,27 +65,6 @@ def model_settings(name: str) -> dict:
 
 
 # ---- the worker: one implementation, one process ---------------------------------------------
-class _Timed:
-    """A Kernel with a stopwatch on forward and backward (per-op times)."""
-
-    def __init__(self, kernel, sink):
-        self.kernel, self.sink = kernel, sink
-
-    def forward(self, *a, **kw):
-        t = time.perf_counter()
-        r = self.kernel.forward(*a, **kw)
-        key = f"{self.kernel.spec.name}.forward"
-        self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - t
-        return r
-
-    def backward(self, *a, **kw):
-        t = time.perf_counter()
-        r = self.kernel.backward(*a, **kw)
-        key = f"{self.kernel.spec.name}.backward"
-        self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - t
-        return r
-
-
 def peak_rss_mb() -> float:
     """This process's peak resident memory. /proc's VmHWM starts afresh at exec; getrusage's
     ru_maxrss does not (a child inherits its parent's peak across fork + exec), so it is only the
@@ -103,9 +85,10 @@ def _batch(rng, B, T, V):
 def worker(args) -> dict:
     import numpy as np
     from euler_core.config import GPTConfig
-    from euler_core.kernels import Kernels
+    from euler_core.kernels import Kernel, Kernels
     from euler_core.model import GPT
-    from euler_core.optim import AdamW, clip_scale
+    from euler_core.optim import AdamW
+    from euler_core.step import TrainStep
 
     keep_freed_memory()                  # as euler train does (euler_core.train.run_loop)
     s = json.loads(args.settings)
@@ -113,26 +96,30 @@ def worker(args) -> dict:
     config = GPTConfig(**s)
     kernels = Kernels(args.backend, dtype="float32")
     model = GPT(config, kernels, dtype="float32", seed=0)
-    opt = AdamW(model)
+    step = TrainStep(model, AdamW(model), batch_size=B, seq_len=T, grad_clip=1.0)  # euler train's step
     per_op: dict = {}
+
+    def timed(kernel, direction, call):  # a stopwatch on every kernel call (per-op times)
+        t = time.perf_counter()
+        result = call()
+        key = f"{kernel.spec.name}.{direction}"
+        per_op[key] = per_op.get(key, 0.0) + time.perf_counter() - t
+        return result
+
     if args.per_op:
-        for op in kernels.variants:
-            kernels._kernels[op] = _Timed(kernels[op], per_op)
+        Kernel.watchers.append(timed)
     rng = np.random.default_rng(0)
     step_times, op_steps, losses, first_step_end = [], [], [], None
-    for step in range(1 + args.warmup + args.steps):
+    for i in range(1 + args.warmup + args.steps):
         x, y = _batch(rng, B, T, config.vocab_size)
         per_op.clear()
         t0 = time.perf_counter()
-        model.zero_grad()
-        _, loss = model.forward(x, y)
-        model.backward()
-        opt.step(1e-4, clip_scale(model.grad_norm(), 1.0))
+        loss = step.run([(x, y)], 1e-4).loss
         dt = time.perf_counter() - t0
         losses.append(loss)
-        if step == 0:
+        if i == 0:
             first_step_end = time.time()
-        elif step > args.warmup:
+        elif i > args.warmup:
             step_times.append(dt)
             op_steps.append(dict(per_op))
     ops = {k: statistics.median(d.get(k, 0.0) for d in op_steps) for k in (op_steps[0] if op_steps else {})}
@@ -178,13 +165,11 @@ IMPLS = {  # name -> (kind, --backend selection)
 def run_one(impl: str, model: str, settings: dict, args, env_extra: dict | None = None, steps=None) -> dict:
     kind, selection = IMPLS[impl]
     steps = args.steps if steps is None else steps
-    if kind == "torch":
-        cfg = {k: settings[k] for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
-        m = settings["vocab_multiple"]
-        cfg["padded_vocab"] = (settings["vocab_size"] + m - 1) // m * m
-        cmd = [args.torch_python, str(ROOT / "bench" / "torch_reference.py"), "--config", json.dumps(cfg),
-               "--B", str(settings["B"]), "--T", str(settings["T"]), "--warmup", str(args.warmup),
-               "--steps", str(steps)]
+    reference = {}
+    if kind == "torch":  # the PyTorch reference GPT-2, fp32 eager on the CPU (bench/euler-torch-reference)
+        cmd = reference_command(args.torch_python, settings, settings["B"], settings["T"], compile=False,
+                                warmup=args.warmup, steps=steps, device="cpu")
+        reference = reference_env()
     else:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--backend", selection,
                "--settings", json.dumps(settings), "--warmup", str(args.warmup), "--steps", str(steps)]
@@ -192,7 +177,7 @@ def run_one(impl: str, model: str, settings: dict, args, env_extra: dict | None 
             cmd.append("--per-op")
     # The allocator setting `euler train` makes for itself (euler_core/hostmem.py), given to PyTorch
     # too, from outside, so that neither side gains by it alone.
-    env = {**os.environ, "GLIBC_TUNABLES": GLIBC_TUNABLES, **(env_extra or {})}
+    env = {**os.environ, "GLIBC_TUNABLES": GLIBC_TUNABLES, **reference, **(env_extra or {})}
     load_before = os.getloadavg()
     t_launch = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)

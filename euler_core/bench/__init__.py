@@ -8,6 +8,9 @@
     report.py   `euler bench report`: markdown, roofline and speedup plots, run comparisons
     auto.py     `--backend auto`: the fastest variant that passed on this device
     profile.py  `euler bench step`: a training run timed op by op (where a step's time goes)
+    train.py    `euler bench train`: whole training steps per selection and batch size, beside PyTorch
+    quality.py  `euler bench quality`: ours and PyTorch trained from the same weights on the same batches
+    workers.py  the worker processes those two run each measurement in, and the PyTorch reference's command
     cli.py      the `euler bench` commands
 
 Nothing here is imported by the core until a bench command or `--backend auto` runs.

@@ -8,6 +8,10 @@
     euler bench report runs/before runs/after --out runs/compare    # what got faster or slower
     euler bench step --backend triton --preset gpt2 --steps 8 --eval-every 0 --profile-out prof.json
                                        # a training run, timed op by op: where a step's time goes
+    euler bench train --backend triton --batch-sizes 16,32,64 --reference eager,compile --out reports/train-h200
+                                       # whole training steps: tokens/s, MFU, memory, first step, beside PyTorch
+    euler bench quality --backend triton --reference eager --steps 300 --data "data/*_train_*.bin" --out runs/q
+                                       # ours and PyTorch trained from the same weights on the same batches
 """
 
 from __future__ import annotations
@@ -55,12 +59,14 @@ def add_commands(sub) -> None:
     o.set_defaults(func=_ops)
 
     r = bench.add_parser("report", help="markdown tables and PNG plots from bench records",
-                         description="Render one or more record folders into report.md, a roofline chart per "
+                         description="Render one or more record folders: op records into report.md, a roofline chart per "
                                      "device and speedup bars per op. With two or more runs, the later ones "
                                      "are compared with the first: what got faster or slower beyond the "
-                                     "run-to-run spread.")
+                                     "run-to-run spread. Records of `euler bench train` become train.md and "
+                                     "train-tokens-per-s.png, those of `euler bench quality` quality.md and "
+                                     "quality-loss.png.")
     r.add_argument("dirs", nargs="+", help="record folders (searched for records.jsonl) or files")
-    r.add_argument("--out", required=True, help="folder for report.md and the PNG plots")
+    r.add_argument("--out", required=True, help="folder for the markdown and the PNG plots")
     r.add_argument("--no-plots", action="store_true", help="markdown only (no matplotlib needed)")
     r.set_defaults(func=_report)
 
@@ -77,6 +83,68 @@ def add_commands(sub) -> None:
     st.add_argument("--profile-out", default=None, help="also write the profile as JSON here")
     st.set_defaults(func=_step)
 
+    t = bench.add_parser("train", help="whole training steps per selection and batch size, beside PyTorch",
+                         description="Time whole training steps (euler_core.step.TrainStep) for each --backend "
+                                     "selection at each batch size, every measurement in a process of its own: "
+                                     "tokens/s, MFU against the matmul peak measured in the same run, peak memory, "
+                                     "time to first step with cold and warm kernel caches, and a per-op breakdown "
+                                     "of one eager step; with --reference, the PyTorch reference GPT-2 "
+                                     "(bench/euler-torch-reference) on the same device at the same sizes. Writes "
+                                     "records.jsonl, run.json, train.md and a PNG to --out "
+                                     "(euler_core/bench/train.py).")
+    t.add_argument("--backend", action="append", default=None,
+                   help="a kernel selection, as for euler train; repeat for several systems (default: triton)")
+    t.add_argument("--batch-sizes", default="16,32,64", help="comma-separated batch sizes B (default 16,32,64)")
+    t.add_argument("--preset", default="gpt2", help="model preset (default gpt2: GPT-2 124M)")
+    t.add_argument("--seq-len", type=int, default=None, help="T (default: the preset's block size)")
+    t.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on the GPU, float32 on the CPU)")
+    t.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
+    t.add_argument("--no-graph", action="store_true", help="run every step eagerly (no CUDA graph)")
+    t.add_argument("--warmup", type=int, default=3, help="untimed steps after the first (default 3)")
+    t.add_argument("--steps", type=int, default=10, help="timed steps per measurement (default 10)")
+    t.add_argument("--no-cold", action="store_true", help="no separate cold-cache first step")
+    t.add_argument("--no-profile", action="store_true", help="no per-op breakdown")
+    t.add_argument("--reference", default="", help="PyTorch reference modes, comma-separated: eager, compile")
+    t.add_argument("--torch-python", default=None,
+                   help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
+    t.add_argument("--peak-size", default="large", choices=["small", "large"], help="size of the peak measurements")
+    t.add_argument("--kernel-cache", default=None, metavar="DIR",
+                   help="keep each system's kernel caches in DIR/<system> (default: temporary folders)")
+    t.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per worker process (default 600)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", required=True, help="folder for the records and the report")
+    t.set_defaults(func=_train)
+
+    q = bench.add_parser("quality", help="ours and the PyTorch reference trained from the same weights on the same batches",
+                         description="Train each --backend selection and each --reference mode through one plan (the "
+                                     "same initial weights, the same token windows and learning rate at every step), "
+                                     "each in a process of its own, and compare the loss curves: the mean relative "
+                                     "difference per step. Writes records.jsonl, quality.md and quality-loss.png to "
+                                     "--out (euler_core/bench/quality.py).")
+    q.add_argument("--backend", action="append", default=None,
+                   help="a kernel selection; repeat for several (the first is compared with the rest; default triton)")
+    q.add_argument("--reference", default="", help="PyTorch reference modes, comma-separated: eager, compile")
+    q.add_argument("--preset", default="gpt2", help="model preset (default gpt2)")
+    q.add_argument("--batch-size", type=int, default=16, help="B (default 16)")
+    q.add_argument("--seq-len", type=int, default=None, help="T (default: the preset's block size)")
+    q.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
+    q.add_argument("--lr", type=float, default=6e-4, help="peak learning rate (default 6e-4)")
+    q.add_argument("--warmup", type=int, default=30, help="learning-rate warmup steps (default 30)")
+    q.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on the GPU, float32 on the CPU)")
+    q.add_argument("--no-graph", action="store_true", help="run our steps eagerly (no CUDA graph)")
+    q.add_argument("--data", default=None, help="glob of llm.c .bin token shards (default: the embedded corpus)")
+    q.add_argument("--tokenizer", default="gpt2", help="tokenises the embedded corpus: gpt2, bytes or a .tiktoken file")
+    q.add_argument("--torch-python", default=None,
+                   help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
+    q.add_argument("--budget", type=float, default=None,
+                   help="seconds of training for the first system; every system then runs the steps it finished")
+    q.add_argument("--kernel-cache", default=None, metavar="DIR",
+                   help="each system's kernel caches in DIR/<system>, as `bench train --kernel-cache` keeps them")
+    q.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per worker process (default 1800)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", required=True, help="folder for the records and the report")
+    q.set_defaults(func=_quality)
+
 
 def _ops(args) -> int:
     from .ops import BenchConfig, run
@@ -89,11 +157,7 @@ def _ops(args) -> int:
                       baseline=None if args.baseline in ("none", "") else args.baseline,
                       conformance=not args.no_conformance, seed=args.seed, timing=timing,
                       peak_timing=TimingConfig.quick() if args.quick else None)
-    import signal
-
-    def stop(signum, frame):  # `timeout` sends SIGTERM: finish the records as Ctrl-C would
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, stop)
+    _sigterm_as_interrupt()
     try:
         records = run(cfg, args.out, argv=["euler", *sys.argv[1:]], copy_to_cache=not args.no_cache)
     except KeyboardInterrupt:
@@ -108,11 +172,22 @@ def _ops(args) -> int:
 
 
 def _report(args) -> int:
+    from . import quality, train
+    from .records import load_records
     from .report import PlotsUnavailable, render
-    try:
-        files = render(args.dirs, args.out, plots=not args.no_plots)
+    records = load_records(args.dirs)
+    kinds = {r.get("kind") for r in records}
+    whole_steps = set(train.TRAIN_KINDS) | set(quality.QUALITY_KINDS)
+    files = []
+    try:  # op records -> report.md; training-step records -> train.md; quality records -> quality.md
+        if "op" in kinds or not kinds & whole_steps:
+            files += render(args.dirs, args.out, plots=not args.no_plots)
+        if kinds & set(train.TRAIN_KINDS):
+            files += train.render(records, args.out, plots=not args.no_plots, log=lambda *a: None)
+        if kinds & set(quality.QUALITY_KINDS):
+            files += quality.render(records, args.out, plots=not args.no_plots, log=lambda *a: None)
     except PlotsUnavailable as e:
-        print(f"euler bench report: wrote {args.out}/report.md, but no plots: {e}", file=sys.stderr)
+        print(f"euler bench report: wrote the markdown in {args.out}, but no plots: {e}", file=sys.stderr)
         return 1
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
@@ -137,3 +212,51 @@ def _step(args) -> int:
         with open(args.profile_out, "w", encoding="utf-8") as f:
             json.dump({"config": given, **summary}, f, indent=1)
     return 0
+
+
+def _sigterm_as_interrupt() -> None:
+    import signal
+
+    def stop(signum, frame):  # `timeout` sends SIGTERM: finish the records as Ctrl-C would
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text) or []]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
+
+
+def _train(args) -> int:
+    from .train import TrainBenchConfig, run
+    cfg = TrainBenchConfig(backends=args.backend or ["triton"], batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
+                           preset=args.preset, seq_len=args.seq_len, dtype=args.dtype, accum=args.accum,
+                           graph=False if args.no_graph else None, warmup=args.warmup, steps=args.steps,
+                           cold=not args.no_cold, profile=not args.no_profile, references=_csv(args.reference) or [],
+                           torch_python=args.torch_python, seed=args.seed, peak_size=args.peak_size,
+                           kernel_cache=args.kernel_cache, timeout_s=args.timeout)
+    _sigterm_as_interrupt()
+    try:
+        records = run(cfg, args.out, argv=["euler", *sys.argv[1:]])
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the records measured so far are in {args.out}", file=sys.stderr)
+        return 130
+    failed = [r for r in records if r.get("status") == "failed"]
+    print(f"\n{sum(r.get('kind') == 'train' and r['status'] == 'ok' for r in records)} throughput measurements, "
+          f"{len(failed)} failed; {args.out}/train.md")
+    return 1 if failed else 0
+
+
+def _quality(args) -> int:
+    from .quality import QualityConfig, run
+    cfg = QualityConfig(backends=args.backend or ["triton"], references=_csv(args.reference) or [], preset=args.preset,
+                        batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, lr=args.lr,
+                        warmup=args.warmup, dtype=args.dtype, graph=False if args.no_graph else None, data=args.data,
+                        tokenizer=args.tokenizer, torch_python=args.torch_python, seed=args.seed,
+                        budget_s=args.budget, kernel_cache=args.kernel_cache, timeout_s=args.timeout)
+    records = run(cfg, args.out, argv=["euler", *sys.argv[1:]])
+    failed = [r["system"] for r in records if r.get("kind") == "quality_curve" and r["status"] != "ok"]
+    print(f"\n{args.out}/quality.md" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0

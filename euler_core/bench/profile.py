@@ -49,8 +49,8 @@ class StepProfile:
         return result
 
     def end_step(self) -> None:
-        if self._cupy is not None:
-            self._cupy.cuda.get_current_stream().synchronize()
+        if self._cupy is not None:  # the whole device: the step ran on TrainStep's own stream, not the current one
+            self._cupy.cuda.Device().synchronize()
         now = time.perf_counter()
         ops: dict = {}
         for op, direction, start, end in self.pending:

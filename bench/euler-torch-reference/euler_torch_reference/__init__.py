@@ -1,1 +1,3 @@
-"""PyTorch's own kernels as the nanoeuler backend `torch`, for benchmarking beside ours (see plugin.py)."""
+"""PyTorch as NanoEuler's reference, for benchmarking beside ours: its kernels as the nanoeuler backend
+`torch` (plugin.py), and the reference GPT-2 that whole training steps and runs are measured against
+(gpt2.py, with the torch-free mapping of our parameter names in weights.py)."""
