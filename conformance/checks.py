@@ -126,13 +126,13 @@ class CaseContext:
         if self.spec.output is not None:
             out_dtype = self.spec.output_dtype(typed, full_attrs)
             douts = []
-            for name, shape, dt in zip(self.spec.output_names, *self.per_output(out_shape, out_dtype)):
+            for name, shape, out_dt in zip(self.spec.output_names, *self.per_output(out_shape, out_dtype)):
                 if name in self.case.zero_grads:  # no gradient reaches this output: None
                     douts.append(None)
                     continue
                 d = rng.standard_normal(shape)
                 d[d == 0] = 0.5
-                douts.append(d.astype(np_dtype(dt)))
+                douts.append(d.astype(np_dtype(out_dt)))
             dout = tuple(douts) if self.spec.outputs else douts[0]
             dout64 = _each(dout, lambda d: d.astype(np.float64))
             if self.spec.grad_input:  # the output gradient is this input: the forward gets R itself
