@@ -335,10 +335,10 @@ def check_grad_buffer(ctx: CaseContext) -> None:
         if res.get(name) is not bufs[name] and not same_bits(res.get(name), bufs[name]):
             raise CheckFailed(f"backward was given grads['{name}'] to overwrite but returned another array")
     if ctx.dtype in HALF_DTYPES:
-        _expect_wide_activation_buffer_refused(ctx, saved)
+        _expect_wide_activation_buffer_refused(ctx, saved, inputs)
 
 
-def _expect_wide_activation_buffer_refused(ctx: CaseContext, saved) -> None:
+def _expect_wide_activation_buffer_refused(ctx: CaseContext, saved, forward_inputs: dict) -> None:
     """With 16-bit inputs, parameter gradients are float32 but activation gradients keep the inputs'
     dtype: a float32 buffer for an activation must be refused (ValueError/TypeError naming the op),
     not silently written in another dtype than the next op expects."""
@@ -346,7 +346,7 @@ def _expect_wide_activation_buffer_refused(ctx: CaseContext, saved) -> None:
         inputs = ctx.get("typed")
         grads = {**ctx.param_buffers(inputs), name: ctx.xp.zeros(inputs[name].shape, dtype=np.float32)}
         try:
-            ctx.kernel.backward(saved, ctx.dout(), grads)
+            ctx.kernel.backward(saved, ctx.dout(forward_inputs), grads)
         except (ValueError, TypeError) as e:
             if ctx.op not in str(e):
                 raise CheckFailed(f"a float32 grads['{name}'] buffer with {ctx.dtype} inputs raised "

@@ -111,7 +111,6 @@ def backward(saved, grad_output, grads):
     SPEC.check_backward(saved.dlosses, grad_output)
     dx = saved.dx
     dW = _common.param_grad(OP, grads, "weight", saved.dweight.shape, dx.dtype)  # float32 for 16-bit x
+    dx_buf = None if grads.get("x") is None else _common.grad_buffer(OP, grads, "x", dx, xp_of(dx))
     _reduce.splitk_finish_into(saved.dweight[None], dW, accumulate=True)         # grads += dW_local
-    if grads.get("x") is not None:
-        dx = copy_into(dx, _common.grad_buffer(OP, grads, "x", dx, xp_of(dx)))
-    return {"x": dx, "weight": dW}
+    return {"x": dx if dx_buf is None else copy_into(dx, dx_buf), "weight": dW}

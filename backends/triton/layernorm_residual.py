@@ -41,6 +41,6 @@ def backward(saved, grad_output, grads):
     xp = xp_of(x)
     first, second = ("a", "b") if grads.get("a") is not None or grads.get("b") is None else ("b", "a")
     d = _common.grad_buffer(OP, grads, first, x, xp)
+    other = None if grads.get(second) is None else _common.grad_buffer(OP, grads, second, x, xp)
     dw, db = layernorm.normalize_backward(saved, dy, d, grads, dresidual=dstream, op=OP)
-    other = d if grads.get(second) is None else copy_into(d, _common.grad_buffer(OP, grads, second, x, xp))
-    return {first: d, second: other, "weight": dw, "bias": db}
+    return {first: d, second: d if other is None else copy_into(d, other), "weight": dw, "bias": db}
