@@ -19,9 +19,11 @@ every output and activation gradient into a preallocated buffer:
    the CuPy pool bytes held from the forward to the backward (saved values), and the peak the pair
    needs beyond its inputs and arena (pool.total_bytes() growth after free_all_blocks); total =
    arena + peak.
-3. time: each callable captured REPS times back to back in one CUDA graph; the median of ITERS
-   replays / REPS (if a capture fails: REPS eager calls between two events, and the record says
-   so). The fused ops' outputs after the replays are compared bit for bit with the eager run.
+3. time: each callable run REPS times back to back, captured as one CUDA graph by the core's
+   euler_core.graph.CapturedGraph (its work stream, a private memory pool, the op named if a capture
+   fails); the median of ITERS replays / REPS (if a capture fails: REPS eager calls between two
+   events, and the record says why). The fused ops' outputs after the replays are compared bit for
+   bit with the eager run.
 Records go to fused/results.json; the summary table is printed last.
 """
 
@@ -123,27 +125,22 @@ def time_it(step) -> float:
         for _ in range(REPS):
             step()
         return (time.perf_counter() - t) / REPS
-    stream = xp.cuda.Stream(non_blocking=True)
+    from euler_core.graph import CapturedGraph, work_stream
+    stream = work_stream()
     start, end = xp.cuda.Event(), xp.cuda.Event()
     with stream:
         step()
+
+        def steps():
+            for _ in range(REPS):
+                step()
         try:
-            stream.begin_capture()
-            try:
-                for _ in range(REPS):
-                    step()
-            finally:
-                graph = stream.end_capture()
-            graph.launch(stream)
-
-            def once():
-                graph.launch(stream)
+            graph = CapturedGraph(steps, "the timed calls")
+            graph.replay()
+            once = graph.replay
         except Exception as e:  # report it and time eagerly: the figures still come back
-            TIMING_NOTES.append(f"capture failed ({type(e).__name__}: {str(e)[:200]}); timed eagerly")
-
-            def once():
-                for _ in range(REPS):
-                    step()
+            TIMING_NOTES.append(f"capture failed ({type(e).__name__}: {str(e)[:300]}); timed eagerly")
+            once = steps
         times = []
         for _ in range(ITERS):
             start.record(stream)
