@@ -29,6 +29,7 @@ class Case:
     #: inputs kept in float32 when the tested dtype is 16-bit (mixed precision: adamw's float32 master
     #: state beside its 16-bit param_copy)
     keep_float32: tuple = ()
+    zero_grads: tuple = ()  # a multi-output op's outputs whose gradient backward gets as None (zero)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,21 @@ def _with_sumsq(factor):
     def transform(inputs, rng):
         return {**inputs, "grad_sumsq": np.array([float(np.sum(inputs["grad"] ** 2)) * factor])}
     return transform
+
+
+def _gelu_tails(inputs, rng):
+    return {**inputs, "x": inputs["x"] * 4.0}       # pre = x @ W.T + b reaches |pre| ~ 10: GELU's flat ends
+
+
+def _large_classifier_logits(inputs, rng):
+    # logits = x @ W.T of about 50, the largest past 88 where an unshifted exp() overflows float32;
+    # not 100 as crossentropy's case: here the logits come out of a GEMM, whose float32 rounding of
+    # |logits| ~ 100 (~1e-5) is already as large as the float32 gradient tolerance
+    return {**inputs, "x": inputs["x"] * 15.0}
+
+
+def _classifier_all_ignored(inputs, rng):
+    return {**inputs, "targets": np.full_like(inputs["targets"], -1)}
 
 
 def _repeated_tokens(inputs, rng):
@@ -161,6 +177,36 @@ CASES: dict[str, list[Case]] = {
         C("prime", {"N": 4099}),
         C("two-slices", {"N": 70001}, note="more than one program's slice in the GPU variants"),
     ],
+    # fused ops: the primitives' awkward shapes, plus what only the fusion has
+    "layernorm_residual": [
+        C("small", {"N": 4, "C": 8}),
+        C("T1", {"N": 1, "C": 20}),
+        C("T17-C36", {"N": 17, "C": 36}),
+        C("prime", {"N": 13, "C": 37}),
+        C("C768", {"N": 8, "C": 768}),
+        C("T257", {"N": 257, "C": 20}),
+        C("no-stream-grad", {"N": 17, "C": 36}, zero_grads=("x",),
+          note="dx None: after the last block the stream feeds only ln_f"),
+    ],
+    "matmul_gelu": [
+        C("small", {"N": 4, "K": 8, "M": 6}),
+        C("T1", {"N": 1, "K": 20, "M": 36}),
+        C("T17-K36-M20", {"N": 17, "K": 36, "M": 20}),
+        C("prime-nobias", {"N": 13, "K": 37, "M": 11, "bias": False}),
+        C("N128-K65-M96", {"N": 128, "K": 65, "M": 96}),
+        C("gelu-tails", {"N": 16, "K": 36, "M": 40}, transform=_gelu_tails, note="|pre| up to ~10"),
+        C("K768-M3072", {"N": 16, "K": 768, "M": 3072}, note="GPT-2 124M's c_fc"),
+    ],
+    "classifier_crossentropy": [
+        C("small", {"N": 8, "C": 8, "V": 10}),
+        C("T1", {"N": 1, "C": 20, "V": 7}),
+        C("T17-C36-V37", {"N": 17, "C": 36, "V": 37}),
+        C("padded-vocab", {"N": 10, "C": 16, "V": 64, "n_valid": 50}, note="n_valid < V"),
+        C("large-logits", {"N": 18, "C": 20, "V": 37}, transform=_large_classifier_logits, note="|logits| ~ 50"),
+        C("all-ignored", {"N": 3, "C": 8, "V": 5}, transform=_classifier_all_ignored, note="every target -1"),
+        C("V257", {"N": 33, "C": 20, "V": 257, "n_valid": 251}),
+        C("C768-V2048", {"N": 16, "C": 768, "V": 2048, "n_valid": 2000}, note="GPT-2's channels"),
+    ],
     # forward only (generation with a KV cache): Tn new queries over Tk >= Tn cached keys
     "attention_cached": [
         C("prefill", {"B": 2, "Tn": 5, "Tk": 5, "C": 8, "NH": 2}, note="Tn == Tk: the attention op"),
@@ -180,6 +226,9 @@ GRADCHECK_DIMS: dict[str, dict] = {
     "gelu": {"N": 3, "C": 7},
     "residual": {"N": 2, "C": 3},
     "crossentropy": {"B": 2, "T": 3, "V": 6, "n_valid": 5},
+    "layernorm_residual": {"N": 3, "C": 5},
+    "matmul_gelu": {"N": 3, "K": 4, "M": 5},
+    "classifier_crossentropy": {"N": 4, "C": 3, "V": 6, "n_valid": 5},
 }
 
 
@@ -296,6 +345,39 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
     "sumsq": [
         ("x-int", _set("x", lambda i: i["x"].astype(np.int32))),
     ],
+    "layernorm_residual": [
+        ("a-rank-3", _set("a", lambda i: i["a"][None])),
+        ("b-shape", _set("b", lambda i: i["b"][:, :-1].copy())),
+        ("weight-shape", _set("weight", lambda i: i["weight"][:-1].copy())),
+        ("bias-rank-2", _set("bias", lambda i: i["bias"][None])),
+        ("a-int", _set("a", lambda i: i["a"].astype(np.int64))),
+        ("dtype-mismatch", _float64("b")),
+        ("missing-input", _drop("b")),
+        ("eps-zero", _attr(eps=0.0)),
+    ],
+    "matmul_gelu": [
+        ("K-mismatch", _set("weight", lambda i: i["weight"][:, :-1].copy())),
+        ("bias-shape", _set("bias", lambda i: i["bias"][:-1].copy())),
+        ("x-rank-3", _set("x", lambda i: i["x"][None])),
+        ("x-int", _set("x", lambda i: i["x"].astype(np.int32))),
+        ("dtype-mismatch", _float64("weight")),
+    ],
+    "classifier_crossentropy": [
+        ("C-mismatch", _set("weight", lambda i: i["weight"][:, :-1].copy())),
+        ("x-int", _set("x", lambda i: i["x"].astype(np.int32))),
+        ("dtype-mismatch", _float64("weight")),
+        ("targets-shape", _set("targets", lambda i: i["targets"][:-1].copy())),
+        ("targets-rank-2", _set("targets", lambda i: i["targets"][None])),
+        ("targets-float", _set("targets", lambda i: i["targets"].astype(np.float32))),
+        ("target-too-large", _set("targets", lambda i: np.full_like(i["targets"], i["weight"].shape[0]))),
+        ("target-below-minus-1", _set("targets", lambda i: np.full_like(i["targets"], -2))),
+        ("target-in-padding", lambda inputs, attrs: (
+            {**inputs, "targets": np.full_like(inputs["targets"], inputs["weight"].shape[0] - 1)},
+            {**attrs, "n_valid": inputs["weight"].shape[0] - 1})),
+        ("n_valid-too-large", _attr(n_valid=10 ** 6)),
+        ("dlosses-shape", _set("dlosses", lambda i: i["dlosses"][:-1].copy())),
+        ("dlosses-dtype", _float64("dlosses")),
+    ],
     "attention_cached": [
         ("q-rank-2", _set("q", lambda i: i["q"][0])),
         ("k-fewer-than-q", _set("k", lambda i: i["k"][:, :1].copy())),
@@ -319,4 +401,7 @@ BAD_INPUT_DIMS: dict[str, dict] = {
     "adamw": {"N": 5},
     "sumsq": {"N": 5},
     "attention_cached": {"B": 1, "Tn": 2, "Tk": 4, "C": 6, "NH": 2},
+    "layernorm_residual": {"N": 3, "C": 4},
+    "matmul_gelu": {"N": 3, "K": 4, "M": 5},
+    "classifier_crossentropy": {"N": 4, "C": 3, "V": 6},
 }

@@ -21,6 +21,14 @@ Case checks, in the order they run:
     finite       no NaN/Inf in any output or gradient
     inputs       inputs (and the output gradient) unchanged by forward and backward, bit for bit
     repeat       the same inputs give bitwise-identical outputs and gradients on a second call
+    grad_ahead   (an op whose output gradient is an input, `spec.grad_input`: classifier_crossentropy)
+                 without that input the forward gives the same outputs and backward is refused;
+                 backward takes None for grad_output and refuses any array but the forward's own
+
+Multi-output ops (`spec.outputs`, layernorm_residual) are checked output by output: `out=` is a tuple
+of NaN-filled buffers, the output gradient a tuple (None for an output the case gives no gradient:
+`Case.zero_grads`). For an op with `spec.grad_input`, the output gradient R is that input: the
+forward gets it, and backward gets the very same array.
 
 Parameter-gradient buffers are in the inputs' dtype, except for float16 and bfloat16 inputs: then
 they are float32 (mixed precision, `arrays.param_grad_dtype`), in every check that passes them.
@@ -64,6 +72,13 @@ def reference_impl(op: str):
 
 def _nan_like(shape, dtype, xp=np):
     return xp.full(shape, np.nan, dtype=dtype)
+
+
+def _each(value, fn):
+    """fn applied to an array, or to each entry of a tuple of arrays (None entries stay None)."""
+    if isinstance(value, tuple):
+        return tuple(None if v is None else fn(v) for v in value)
+    return None if value is None else fn(value)
 
 
 @dataclass
@@ -110,10 +125,25 @@ class CaseContext:
         self._cache.update(typed=typed, exact=exact, attrs=attrs, out_shape=out_shape)
         if self.spec.output is not None:
             out_dtype = self.spec.output_dtype(typed, full_attrs)
-            dout = rng.standard_normal(out_shape)
-            dout[dout == 0] = 0.5
-            dout = dout.astype(np_dtype(out_dtype))
-            self._cache.update(out_dtype=out_dtype, dout=dout, dout64=dout.astype(np.float64))
+            douts = []
+            for name, shape, out_dt in zip(self.spec.output_names, *self.per_output(out_shape, out_dtype)):
+                if name in self.case.zero_grads:  # no gradient reaches this output: None
+                    douts.append(None)
+                    continue
+                d = rng.standard_normal(shape)
+                d[d == 0] = 0.5
+                douts.append(d.astype(np_dtype(out_dt)))
+            dout = tuple(douts) if self.spec.outputs else douts[0]
+            dout64 = _each(dout, lambda d: d.astype(np.float64))
+            if self.spec.grad_input:  # the output gradient is this input: the forward gets R itself
+                typed[self.spec.grad_input], exact[self.spec.grad_input] = dout, dout64
+            self._cache.update(out_dtype=out_dtype, dout=dout, dout64=dout64)
+
+    def per_output(self, value_or_values, *more):
+        """A spec's per-output value(s) as tuples: (x,) for a single-output op, x itself otherwise."""
+        multi = bool(self.spec.outputs)
+        result = tuple(v if multi else (v,) for v in (value_or_values, *more))
+        return result if more else result[0]
 
     def get(self, key):
         if "typed" not in self._cache:
@@ -138,8 +168,12 @@ class CaseContext:
         """Fresh copies of the inputs, in the tested dtype, on the variant's device."""
         return {k: to_device(v.copy(), self.device) for k, v in self.get("typed").items()}
 
-    def dout(self):
-        return to_device(self.get("dout").copy(), self.device)
+    def dout(self, inputs: dict):
+        """A fresh copy of the output gradient on the variant's device (a tuple for a multi-output
+        op); for an op whose output gradient is an input, that very input array of `inputs`."""
+        if self.spec.grad_input:
+            return inputs[self.spec.grad_input]
+        return _each(self.get("dout"), lambda d: to_device(d.copy(), self.device))
 
     @property
     def activations(self) -> list[str]:
@@ -173,8 +207,9 @@ class CaseContext:
             else:
                 out, saved = impl.forward(exact, attrs, None)
                 grads = {p: np.zeros_like(exact[p]) for p in self.params}
-                res = impl.backward(saved, self.get("dout64").copy(), grads)
-                self._cache["ref"] = {"out": np.asarray(out, dtype=np.float64),
+                dout = exact[self.spec.grad_input] if self.spec.grad_input else _each(self.get("dout64"), np.copy)
+                res = impl.backward(saved, dout, grads)
+                self._cache["ref"] = {"out": _each(out, lambda o: np.asarray(o, dtype=np.float64)),
                                       "grads": {k: np.array(v, dtype=np.float64) for k, v in res.items()}}
         return self._cache["ref"]
 
@@ -207,8 +242,8 @@ class CaseContext:
             return {"inputs": inputs, "before": before, "state": {k: inputs[k] for k in self.state_names}}
         out, saved = kernel.forward(inputs, attrs)
         after_forward = snapshot(inputs)
-        dout = self.dout()
-        dout_before = host(dout).copy()
+        dout = self.dout(inputs)
+        dout_before = _each(dout, lambda d: host(d).copy())
         grads = self.param_buffers(inputs)
         res = kernel.backward(saved, dout, grads)
         return {"inputs": inputs, "before": before, "after_forward": after_forward, "out": out,
@@ -222,27 +257,42 @@ def check_forward(ctx: CaseContext) -> None:
         for k in ctx.state_names:
             compare(f"{k} after the update", run["state"][k], ref["state"][k], ctx.tol("forward"))
         return
-    out = run["out"]
-    if not hasattr(out, "shape"):
-        raise CheckFailed(f"forward returned {type(out).__name__} as its output, not an array")
-    if tuple(out.shape) != tuple(ctx.get("out_shape")):
-        raise CheckFailed(f"output has shape {tuple(out.shape)}, expected {ctx.get('out_shape')}")
-    if str(out.dtype) != ctx.get("out_dtype"):
-        raise CheckFailed(f"output has dtype {out.dtype}, expected {ctx.get('out_dtype')}")
-    compare(ctx.spec.output, out, ref["out"], ctx.tol("forward"))
+    outs = run["out"]
+    if ctx.spec.outputs and not (isinstance(outs, tuple) and len(outs) == len(ctx.spec.outputs)):
+        raise CheckFailed(f"forward returned {type(outs).__name__} as its outputs, not a tuple of "
+                          f"{len(ctx.spec.outputs)} arrays ({ctx.spec.output})")
+    shapes, dtypes, outs, refs = ctx.per_output(ctx.get("out_shape"), ctx.get("out_dtype"), outs, ref["out"])
+    for name, shape, dtype, out, expected in zip(ctx.spec.output_names, shapes, dtypes, outs, refs):
+        label = f"output {name}" if ctx.spec.outputs else "output"
+        if not hasattr(out, "shape"):
+            raise CheckFailed(f"forward returned {type(out).__name__} as its {label}, not an array")
+        if tuple(out.shape) != tuple(shape):
+            raise CheckFailed(f"{label} has shape {tuple(out.shape)}, expected {shape}")
+        if str(out.dtype) != dtype:
+            raise CheckFailed(f"{label} has dtype {out.dtype}, expected {dtype}")
+        compare(name, out, expected, ctx.tol("forward"))
 
 
 def check_out(ctx: CaseContext) -> None:
     kernel, inputs = ctx.kernel, ctx.inputs()
-    out = _nan_like(ctx.get("out_shape"), np_dtype(ctx.get("out_dtype")), ctx.xp)
+    shapes, dtypes = ctx.per_output(ctx.get("out_shape"), ctx.get("out_dtype"))
+    bufs = tuple(_nan_like(shape, np_dtype(dt), ctx.xp) for shape, dt in zip(shapes, dtypes))
+    out = bufs if ctx.spec.outputs else bufs[0]
     try:
         got, _ = kernel.forward(inputs, ctx.attrs, out=out)
     except Exception as e:
         raise CheckFailed(f"forward(out=...) raised {type(e).__name__}: {e}") from e
-    expect_written(f"out= buffer ({ctx.spec.output})", out)
-    if got is not out:
-        raise CheckFailed("forward(out=buf) must return buf itself; it returned another array")
-    compare(f"out= buffer ({ctx.spec.output})", out, ctx.reference()["out"], ctx.tol("forward"))
+    got = ctx.per_output(got)
+    if not isinstance(got, tuple) or len(got) != len(bufs):
+        raise CheckFailed(f"forward(out=(...)) must return the tuple of its {len(bufs)} buffers, "
+                          f"got {type(got).__name__}")
+    for name, buf, returned, expected in zip(ctx.spec.output_names, bufs, got, ctx.per_output(ctx.reference()["out"])):
+        label = f"out= buffer ({name})"
+        expect_written(label, buf)
+        if returned is not buf:
+            raise CheckFailed(f"forward(out=buf) must return buf itself{f' as output {name}' if ctx.spec.outputs else ''}; "
+                              "it returned another array")
+        compare(label, buf, expected, ctx.tol("forward"))
 
 
 def check_backward(ctx: CaseContext) -> None:
@@ -275,7 +325,7 @@ def check_grad_buffer(ctx: CaseContext) -> None:
         for name in ctx.activations:
             grads[name] = _nan_like(inputs[name].shape, inputs[name].dtype, ctx.xp)
         bufs = dict(grads)
-        res = kernel.backward(saved, ctx.dout(), grads)
+        res = kernel.backward(saved, ctx.dout(inputs), grads)
     except Exception as e:
         raise CheckFailed(f"backward with activation buffers in grads raised {type(e).__name__}: {e}") from e
     ref = ctx.reference()["grads"]
@@ -285,10 +335,10 @@ def check_grad_buffer(ctx: CaseContext) -> None:
         if res.get(name) is not bufs[name] and not same_bits(res.get(name), bufs[name]):
             raise CheckFailed(f"backward was given grads['{name}'] to overwrite but returned another array")
     if ctx.dtype in HALF_DTYPES:
-        _expect_wide_activation_buffer_refused(ctx, saved)
+        _expect_wide_activation_buffer_refused(ctx, saved, inputs)
 
 
-def _expect_wide_activation_buffer_refused(ctx: CaseContext, saved) -> None:
+def _expect_wide_activation_buffer_refused(ctx: CaseContext, saved, forward_inputs: dict) -> None:
     """With 16-bit inputs, parameter gradients are float32 but activation gradients keep the inputs'
     dtype: a float32 buffer for an activation must be refused (ValueError/TypeError naming the op),
     not silently written in another dtype than the next op expects."""
@@ -296,7 +346,7 @@ def _expect_wide_activation_buffer_refused(ctx: CaseContext, saved) -> None:
         inputs = ctx.get("typed")
         grads = {**ctx.param_buffers(inputs), name: ctx.xp.zeros(inputs[name].shape, dtype=np.float32)}
         try:
-            ctx.kernel.backward(saved, ctx.dout(), grads)
+            ctx.kernel.backward(saved, ctx.dout(forward_inputs), grads)
         except (ValueError, TypeError) as e:
             if ctx.op not in str(e):
                 raise CheckFailed(f"a float32 grads['{name}'] buffer with {ctx.dtype} inputs raised "
@@ -320,7 +370,7 @@ def check_accumulate(ctx: CaseContext) -> None:
     try:
         _, saved = kernel.forward(inputs, ctx.attrs)
         for times in (1, 2):
-            kernel.backward(saved, ctx.dout(), buffers)
+            kernel.backward(saved, ctx.dout(inputs), buffers)
             for p in ctx.params:
                 expected = start[p] + times * ref[p]
                 try:
@@ -343,7 +393,8 @@ def check_finite(ctx: CaseContext) -> None:
         for k, a in run["state"].items():
             expect_finite(k, a)
         return
-    expect_finite(ctx.spec.output, run["out"])
+    for name, out in zip(ctx.spec.output_names, ctx.per_output(run["out"])):
+        expect_finite(name, out)
     for name, g in run["grads"].items():
         if g is not None:
             expect_finite(f"d{name}", g)
@@ -361,8 +412,10 @@ def check_inputs(ctx: CaseContext) -> None:
             if before.tobytes() != after[name].tobytes():
                 diff = int((before != after[name]).sum()) if before.shape == after[name].shape else "?"
                 raise CheckFailed(f"input '{name}' was modified by {stage} ({diff} elements changed)")
-    if "dout" in run and host(run["dout"]).tobytes() != run["dout_before"].tobytes():
-        raise CheckFailed("the output gradient passed to backward was modified")
+    if "dout" in run:
+        for d, before in zip(*ctx.per_output(run["dout"], run["dout_before"])):
+            if d is not None and host(d).tobytes() != before.tobytes():
+                raise CheckFailed("the output gradient passed to backward was modified")
 
 
 def check_repeat(ctx: CaseContext) -> None:
@@ -376,8 +429,9 @@ def check_repeat(ctx: CaseContext) -> None:
                 runs.append({k: inputs[k] for k in ctx.state_names})
                 continue
             out, saved = kernel.forward(inputs, attrs)
-            res = kernel.backward(saved, ctx.dout(), ctx.param_buffers(inputs))
-            runs.append({ctx.spec.output: out, **{f"d{k}": v for k, v in res.items() if v is not None}})
+            res = kernel.backward(saved, ctx.dout(inputs), ctx.param_buffers(inputs))
+            runs.append({**dict(zip(ctx.spec.output_names, ctx.per_output(out))),
+                         **{f"d{k}": v for k, v in res.items() if v is not None}})
     except Exception as e:
         raise CheckFailed(f"raised {type(e).__name__}: {e}") from e
     for name in runs[0]:
@@ -385,6 +439,44 @@ def check_repeat(ctx: CaseContext) -> None:
             a, b = host64(runs[0][name]), host64(runs[1][name])
             raise CheckFailed(f"{name} differs between two calls with the same inputs "
                               f"(max |diff| {np.nanmax(np.abs(a - b)):.3g}); results must be bitwise repeatable")
+
+
+def check_grad_ahead(ctx: CaseContext) -> None:
+    spec = ctx.spec
+    if not spec.grad_input:
+        raise NotApplicable
+    kernel, attrs, ref = ctx.kernel, ctx.attrs, ctx.reference()
+    inputs = ctx.inputs()
+    without = {k: v for k, v in inputs.items() if k != spec.grad_input}
+    try:
+        out, saved = kernel.forward(without, attrs)
+    except Exception as e:
+        raise CheckFailed(f"forward without '{spec.grad_input}' raised {type(e).__name__}: {e}") from e
+    compare(f"{spec.output} (forward without '{spec.grad_input}')", out, ref["out"], ctx.tol("forward"))
+    _expect_refused(lambda: kernel.backward(saved, None, ctx.param_buffers(inputs)), spec.name,
+                    f"backward after a forward without '{spec.grad_input}'")
+    _, saved = kernel.forward(inputs, attrs)
+    copy = ctx.xp.array(inputs[spec.grad_input], copy=True)
+    _expect_refused(lambda: kernel.backward(saved, copy, ctx.param_buffers(inputs)), spec.name,
+                    f"backward given a copy of '{spec.grad_input}' as grad_output (not the forward's own array)")
+    try:
+        res = kernel.backward(saved, None, ctx.param_buffers(inputs))
+    except Exception as e:
+        raise CheckFailed(f"backward(saved, None, grads) raised {type(e).__name__}: {e}") from e
+    for name in spec.differentiable:
+        compare(f"d{name} (grad_output None)", res[name], ref["grads"][name], ctx.tol("gradient"))
+
+
+def _expect_refused(call, op: str, what: str) -> None:
+    try:
+        call()
+    except ValueError as e:
+        if op not in str(e):
+            raise CheckFailed(f"{what} raised ValueError without naming the op: {e}") from None
+        return
+    except Exception as e:
+        raise CheckFailed(f"{what} raised {type(e).__name__} (expected a ValueError naming {op}): {e}") from e
+    raise CheckFailed(f"{what} was accepted; it must raise a ValueError naming {op}")
 
 
 class NotApplicable(Exception):
@@ -400,6 +492,7 @@ CASE_CHECKS = {
     "finite": check_finite,
     "inputs": check_inputs,
     "repeat": check_repeat,
+    "grad_ahead": check_grad_ahead,
 }
 
 #: checks that need a backward (not applicable to adamw)
@@ -417,6 +510,8 @@ def applicable_case_checks(op: str) -> list[str]:
         names.remove("accumulate")
     if not [n for n in spec.differentiable if n not in spec.params]:
         names.remove("grad_buffer")
+    if not spec.grad_input:
+        names.remove("grad_ahead")
     return names
 
 
@@ -454,8 +549,15 @@ def check_reject(variant, op: str, seed: int = 0) -> None:
             failures.append(f"{name}: {problem}")
     if spec.output is not None:
         full = spec.fill_attrs(attrs)
-        shape = spec.output_shape(inputs, full)
-        wrong = array_module(variant.device).zeros(tuple(s + 1 for s in shape), dtype=np_dtype(spec.output_dtype(inputs, full)))
+        shapes, dtypes = spec.output_shape(inputs, full), spec.output_dtype(inputs, full)
+        xp = array_module(variant.device)
+        if spec.outputs:
+            wrong = tuple(xp.zeros(tuple(s + 1 for s in shape), dtype=np_dtype(dt)) for shape, dt in zip(shapes, dtypes))
+            problem = _expect_rejected(kernel, op, inputs, attrs, out=wrong[0])
+            if problem:
+                failures.append(f"out-not-a-tuple: {problem}")
+        else:
+            wrong = xp.zeros(tuple(s + 1 for s in shapes), dtype=np_dtype(dtypes))
         problem = _expect_rejected(kernel, op, inputs, attrs, out=wrong)
         if problem:
             failures.append(f"out-shape: {problem}")
@@ -493,16 +595,25 @@ def check_gradcheck(variant, op: str, seed: int = 0) -> None:
     inputs = {k: v for k, v in inputs.items() if v is not None}
     dev = variant.device
     full = spec.fill_attrs(attrs)
-    R = rng.standard_normal(spec.output_shape(inputs, full))
+    shapes = spec.output_shape(inputs, full)
+    if spec.grad_input:  # R is the gradient given ahead (the example made it); L's forward runs without it
+        Rs = (inputs[spec.grad_input],)
+    else:
+        Rs = tuple(rng.standard_normal(shape) for shape in (shapes if spec.outputs else (shapes,)))
 
     def loss(x):
-        out, _ = kernel.forward({k: to_device(v, dev) for k, v in x.items()}, attrs)
-        return float(np.sum(host64(out) * R))
+        out, _ = kernel.forward({k: to_device(v, dev) for k, v in x.items() if k != spec.grad_input}, attrs)
+        return sum(float(np.sum(host64(o) * r)) for o, r in zip(out if spec.outputs else (out,), Rs))
 
-    _, saved = kernel.forward({k: to_device(v, dev) for k, v in inputs.items()}, attrs)
+    on_device = {k: to_device(v, dev) for k, v in inputs.items()}
+    _, saved = kernel.forward(on_device, attrs)
     xp = array_module(dev)
     grads = {p: xp.zeros(inputs[p].shape, dtype=np.float64) for p in spec.params if p in inputs}
-    analytic = kernel.backward(saved, to_device(R.copy(), dev), grads)
+    if spec.grad_input:
+        R = on_device[spec.grad_input]
+    else:
+        R = tuple(to_device(r.copy(), dev) for r in Rs) if spec.outputs else to_device(Rs[0].copy(), dev)
+    analytic = kernel.backward(saved, R, grads)
     for name in spec.differentiable:
         if name not in inputs:
             continue

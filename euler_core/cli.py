@@ -163,7 +163,8 @@ def _backends(args) -> int:
         for op in OPS:
             variants = backend.variants_of(op)
             if not variants:
-                print(f"{backend.name:<10} {op:<{width}} {'-':<12} {'':<6} {'':<28} (no variant: falls back to naive)")
+                instead = (f"composed: {' + '.join(OPS[op].replaces)}" if OPS[op].replaces else "falls back to naive")
+                print(f"{backend.name:<10} {op:<{width}} {'-':<12} {'':<6} {'':<28} (no variant: {instead})")
             for v in variants:
                 reason = v.unavailable_reason()
                 print(f"{backend.name:<10} {op:<{width}} {v.name:<12} {v.device:<6} {','.join(v.dtypes):<28} "

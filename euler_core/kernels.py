@@ -86,6 +86,8 @@ class Kernel:
                 raise ValueError(f"{self.spec.name}: variant {self.variant.qualname} needs input '{name}' "
                                  "C-contiguous; pass a contiguous copy (ascontiguousarray)")
             dt = str(a.dtype)
+            if name == self.spec.grad_input:  # the losses' dtype whatever the variant's: the spec checks it
+                continue
             if dt.startswith("float") or dt == "bfloat16":
                 if dt not in self.variant.dtypes:
                     raise TypeError(f"{self.spec.name}: variant {self.variant.qualname} does not take dtype {dt} "
@@ -116,17 +118,33 @@ class Kernel:
         self._check(inputs)
         inputs = {k: to_device(v, self.device) for k, v in inputs.items()}
         if out is not None:
-            shape = self.spec.output_shape(inputs, attrs)
-            if tuple(out.shape) != shape:
-                raise ValueError(f"{self.spec.name}: out must have shape {shape}, got {tuple(out.shape)}")
-            dtype = self.spec.output_dtype(inputs, attrs)
-            if str(out.dtype) != dtype:
-                raise TypeError(f"{self.spec.name}: out must have dtype {dtype}, got {out.dtype}")
-            if device_of(out) != self.device:  # a mixed-device selection: compute here, then copy there
-                result, saved = self.impl.forward(inputs, attrs, None)
-                out[...] = to_device(result, device_of(out))
+            outs = self._check_out(out, inputs, attrs)
+            if any(device_of(o) != self.device for o in outs):  # a mixed-device selection: compute here,
+                result, saved = self.impl.forward(inputs, attrs, None)  # then copy there
+                for o, r in zip(outs, result if self.spec.outputs else (result,)):
+                    o[...] = to_device(r, device_of(o))
                 return out, saved
         return self.impl.forward(inputs, attrs, out)
+
+    def _check_out(self, out, inputs: dict, attrs: dict) -> tuple:
+        """`out`'s arrays as a tuple, checked against the output's shape and dtype; for a multi-output
+        op `out` is itself a tuple with one array per output."""
+        shapes, dtypes = self.spec.output_shape(inputs, attrs), self.spec.output_dtype(inputs, attrs)
+        names = self.spec.outputs
+        if not names:
+            outs, shapes, dtypes, labels = (out,), (shapes,), (dtypes,), ("out",)
+        else:
+            if not isinstance(out, tuple) or len(out) != len(names):
+                raise TypeError(f"{self.spec.name}: out must be a tuple of {len(names)} arrays "
+                                f"({', '.join(names)}), got {type(out).__name__}"
+                                + (f" of {len(out)}" if isinstance(out, tuple) else ""))
+            outs, labels = out, [f"out[{i}] ({n})" for i, n in enumerate(names)]
+        for o, shape, dtype, label in zip(outs, shapes, dtypes, labels):
+            if tuple(o.shape) != shape:
+                raise ValueError(f"{self.spec.name}: {label} must have shape {shape}, got {tuple(o.shape)}")
+            if str(o.dtype) != dtype:
+                raise TypeError(f"{self.spec.name}: {label} must have dtype {dtype}, got {o.dtype}")
+        return tuple(outs)
 
     def _backward(self, saved, grad_output, grads: dict):
         missing = [p for p in self.spec.params if p not in grads and p not in self.spec.optional]
@@ -134,7 +152,17 @@ class Kernel:
         local = {k: (to_device(g, self.device) if k in remote else g) for k, g in grads.items()}
         if missing:
             raise ValueError(f"{self.spec.name}: backward needs gradient buffers for parameters {missing}")
-        result = self.impl.backward(saved, to_device(grad_output, self.device), local)
+        if self.spec.outputs:  # one gradient per output, None where it is zero
+            names = self.spec.outputs
+            if not isinstance(grad_output, tuple) or len(grad_output) != len(names):
+                raise TypeError(f"{self.spec.name}: grad_output must be a tuple of {len(names)} gradients "
+                                f"({', '.join('d' + n for n in names)}; None for zero), got {type(grad_output).__name__}")
+            grad_output = tuple(to_device(g, self.device) for g in grad_output)
+        elif self.spec.grad_input and grad_output is not None and device_of(grad_output) != self.device:
+            grad_output = None  # the forward's own copy of it on this device is what the variant holds
+        else:
+            grad_output = to_device(grad_output, self.device)
+        result = self.impl.backward(saved, grad_output, local)
         for k, g in remote.items():  # copy accumulated parameter gradients back where they live
             g[...] = to_device(local[k], device_of(g))
             result[k] = g

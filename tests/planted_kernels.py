@@ -7,7 +7,8 @@ that exactly the right checks fail. Nothing here is used by the project itself.
 
 import numpy as np
 
-from backends.naive import attention, crossentropy, embedding, gelu, layernorm, matmul, residual
+from backends.naive import (attention, classifier_crossentropy, crossentropy, embedding, gelu, layernorm,
+                            layernorm_residual, matmul, residual)
 from backends.naive._out import into
 
 
@@ -150,3 +151,35 @@ class EmbeddingNoValidation:
         T = tokens.shape[-1]
         x = wte[np.asarray(tokens).astype(np.int64) % wte.shape[0]] + wpe[:T]
         return into(out, x), embedding.Saved(tokens)
+
+
+class LayerNormResidualDropsStreamGradient:
+    """da = db = layernorm_backward(dy): forgets that x also reaches the loss directly (dx)."""
+
+    forward = staticmethod(layernorm_residual.forward)
+
+    @staticmethod
+    def backward(saved, grad_output, grads):
+        _, dy = grad_output
+        return layernorm_residual.backward(saved, (None, dy), grads)  # BUG: the stream's dx dropped
+
+
+class LayerNormResidualStreamNotWrittenToOut:
+    """Given out=(x_buf, y_buf), writes y into its buffer but returns a new array for x."""
+
+    backward = staticmethod(layernorm_residual.backward)
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        (x, y), saved = layernorm_residual.forward(inputs, attrs, None if out is None else (None, out[1]))
+        return (x, y), saved  # BUG: out[0] never written, another array returned
+
+
+class ClassifierAcceptsAnyGradOutput:
+    """Backward takes whatever grad_output it is given and silently uses the forward's dlosses."""
+
+    forward = staticmethod(classifier_crossentropy.forward)
+
+    @staticmethod
+    def backward(saved, grad_output, grads):
+        return classifier_crossentropy.backward(saved, None, grads)  # BUG: grad_output never checked

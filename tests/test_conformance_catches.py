@@ -30,6 +30,11 @@ BUGS = {
     "ce_overflow": ("crossentropy", "CrossEntropyNoMaxShift",
                     {"forward", "out", "finite", "backward", "grad_buffer"}),  # large-logits, float32
     "emb_novalidate": ("embedding", "EmbeddingNoValidation", set()),
+    # the fused ops' extensions of the contract: two outputs, a gradient given ahead
+    "lnr_stream": ("layernorm_residual", "LayerNormResidualDropsStreamGradient",
+                   {"backward", "grad_buffer", "gradcheck"}),
+    "lnr_out": ("layernorm_residual", "LayerNormResidualStreamNotWrittenToOut", {"out"}),
+    "cce_any_grad": ("classifier_crossentropy", "ClassifierAcceptsAnyGradOutput", {"grad_ahead"}),
 }
 
 

@@ -40,6 +40,10 @@ SHAPES = [
     ("crossentropy", {"B": 2, "T": 3, "V": 37}),
     ("adamw", {"N": 4099}),
     ("sumsq", {"N": 70001}),
+    # the fused ops at GPT-2 124M's shapes (their ragged shapes run under the interpreter)
+    ("layernorm_residual", {"N": 256, "C": 768}),
+    ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}),
+    ("classifier_crossentropy", {"N": 256, "C": 768, "V": 50304, "n_valid": 50257}),
 ]
 DTYPES = ("float32", "float16", "bfloat16")
 

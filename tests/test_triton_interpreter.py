@@ -27,10 +27,22 @@ from conformance.runner import PASSED, run_case  # noqa: E402
 SLOW = {("layernorm", "T257", "float32"), ("layernorm", "T257", "float16"),
         ("matmul", "K768-M2304", "float32"), ("matmul", "K768-M2304", "float16"),
         ("matmul", "N128-K65-M96", "float16"), ("attention", "T257", "float32"),
-        ("attention", "HS64", "float32"), ("embedding", "T128", "float16")}
+        ("attention", "HS64", "float32"), ("embedding", "T128", "float16"),
+        ("layernorm_residual", "C768", "float32"), ("layernorm_residual", "C768", "float16"),
+        ("matmul_gelu", "N128-K65-M96", "float16"), ("matmul_gelu", "K768-M3072", "float32"),
+        ("matmul_gelu", "K768-M3072", "float16"), ("classifier_crossentropy", "V257", "float32"),
+        ("classifier_crossentropy", "V257", "float16"), ("classifier_crossentropy", "C768-V2048", "float32"),
+        ("classifier_crossentropy", "C768-V2048", "float16"),
+        ("classifier_crossentropy", "T17-C36-V37", "float32"),  # in 5 chunks below instead
+        # float32 logits and GEMMs of the classifier are covered by the 5-chunk test below; c_fc's
+        # SCALE_A path in float32 by the other matmul_gelu cases
+        ("classifier_crossentropy", "small", "float32"), ("classifier_crossentropy", "padded-vocab", "float32"),
+        ("classifier_crossentropy", "large-logits", "float32"), ("matmul_gelu", "N128-K65-M96", "float32")}
 
 OPS = [op for op, _, _ in _VARIANTS]  # the ops this backend implements
-pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning"),
+              # GELU's exp(-2u) at pre ~ -15 is inf in float32, as on the GPU, and 1 / (1 + inf) = 0 is meant
+              pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")]
 
 PARAMS = [pytest.param(op, case.name, dtype, id=f"{op}-{case.name}-{dtype}")
           for op in OPS for case in CASES[op] for dtype in ("float32", "float16")
@@ -115,20 +127,42 @@ def test_numpy_arrays_need_the_interpreter():
         gelu.forward({"x": np.ones((4, 4), dtype=np.float32)}, {})
 
 
-def test_fused_matmul_gelu_epilogue():
-    """matmul.forward_gelu: gelu(x @ W.T + b) in the GEMM's epilogue, and the pre-activation."""
+@pytest.mark.parametrize("pre_grad", [False, True])
+def test_gemm_gelu_epilogue_writes_the_pre_activation_or_its_derivative(pre_grad):
+    """gemm(act=1): gelu(x @ W.T + b) in the epilogue, and `pre` gets x @ W.T + b itself, or with
+    pre_grad gelu' of it (what matmul_gelu saves for its backward)."""
     from backends.naive import gelu as naive_gelu
     from backends.triton import matmul
     rng = np.random.default_rng(1)
     x = rng.standard_normal((17, 36)).astype(np.float32)
     w = (rng.standard_normal((20, 36)) / 6).astype(np.float32)
     b = rng.standard_normal(20).astype(np.float32)
-    pre = np.full((17, 20), np.nan, dtype=np.float32)
+    y, pre = (np.full((17, 20), np.nan, dtype=np.float32) for _ in range(2))
     with _runtime.interpreter():
-        y = matmul.forward_gelu(x, w, b, pre=pre)
+        matmul.gemm(x, w, y, (36, 1), (1, 36), 17, 20, 36, bias=b, act=1, pre=pre, pre_grad=pre_grad)
     ref_pre = x.astype(np.float64) @ w.T.astype(np.float64) + b
-    np.testing.assert_allclose(pre, ref_pre, rtol=1e-5, atol=1e-5)
+    ones = np.ones_like(ref_pre)
+    expected = naive_gelu.backward(naive_gelu.Saved(ref_pre), ones, {})["x"] if pre_grad else ref_pre
+    np.testing.assert_allclose(pre, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(y, naive_gelu.forward({"x": ref_pre}, {})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_classifier_crossentropy_in_several_chunks(monkeypatch):
+    """With room for 4 rows of logits, the 17 rows of a case go through 5 chunks (the last one row):
+    every case check still passes (chunk offsets, dW accumulated over chunks, the losses-only path)."""
+    from backends.triton import classifier_crossentropy as cce
+    monkeypatch.setitem(cce.CONFIG, "scratch_bytes", 4 * 37 * 4)  # 4 rows of V = 37 float32 logits
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((17, 36)).astype(np.float32), rng.standard_normal((37, 36)).astype(np.float32)
+    dlosses = rng.standard_normal(17).astype(np.float32)
+    with _runtime.recording() as rec:
+        cce.forward({"x": x, "weight": w, "targets": np.zeros(17, np.int32), "dlosses": dlosses}, {"n_valid": None})
+    assert [e["grid"] for e in rec if e["kernel"].__name__ == "_ce_forward"] == [(4,)] * 4 + [(1,)]
+    results = run_case(interpreted_variant("classifier_crossentropy"), "classifier_crossentropy", "T17-C36-V37",
+                       "float32", seed=0)
+    assert {r.check for r in results} >= {"forward", "backward", "accumulate", "grad_ahead"}
+    bad = [str(r) for r in results if r.status != PASSED]
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("grad_dtype", ["float16", "float32"])

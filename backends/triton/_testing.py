@@ -68,12 +68,17 @@ def recorded_launches(op: str, dims: dict, dtype: str, seed: int = 0) -> list[di
     impl = importlib.import_module(f"backends.triton.{op}")
     inputs, attrs = spec.example(dims, "float32", np.random.default_rng(seed))
     dt = _np_dtype(dtype)
-    inputs = {k: (v.astype(dt) if v.dtype.kind == "f" else v) for k, v in inputs.items() if v is not None}
+    inputs = {k: (v.astype(dt) if v.dtype.kind == "f" and k != spec.grad_input else v)  # dlosses stay float32
+              for k, v in inputs.items() if v is not None}
     attrs = spec.fill_attrs(attrs)
     with _runtime.recording() as rec:
         out, saved = impl.forward(inputs, attrs, None)
         if spec.output is not None:
-            dout = np.zeros(out.shape, dtype=out.dtype)
+            if spec.grad_input:  # the gradient was given ahead: backward gets that very input
+                dout = inputs[spec.grad_input]
+            else:
+                dout = tuple(np.zeros(o.shape, dtype=o.dtype) for o in out) if spec.outputs else \
+                    np.zeros(out.shape, dtype=out.dtype)
             grad_dt = _np_dtype(param_grad_dtype(dtype))  # float32 for 16-bit inputs (mixed precision)
             impl.backward(saved, dout, {p: np.zeros(inputs[p].shape, grad_dt) for p in spec.params if p in inputs})
     return list(rec)

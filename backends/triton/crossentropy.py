@@ -24,8 +24,9 @@ Backward, one program per (row, chunk): dlogits = dloss * (exp(z - lse) - [v == 
 n_valid, 0 in the padded columns and on ignored rows: one read and one write of the logits. Naive
 materialises the (B,T,V) softmax in float64; this never holds more than a chunk.
 
-The classifier fused with the loss (never writing the logits at all) needs a fused op in the core;
-this variant is the loss alone, as the spec defines it.
+The classifier fused with the loss, classifier_crossentropy.py, runs these two kernels on one chunk
+of rows at a time (`losses_into`, `dlogits_into`); this variant is the loss alone, as the spec
+defines it.
 """
 
 from dataclasses import dataclass
@@ -96,6 +97,22 @@ def _block(V: int, widest: int) -> int:
     return min(widest, max(16, next_pow2(V)))
 
 
+def losses_into(logits, targets, losses, lse, n_valid: int) -> None:
+    """losses (R,) and lse (R,) float32 of the R rows of logits (R, V), contiguous; targets (R,)."""
+    R, V = logits.shape
+    launch(_ce_forward, (R,), logits, targets, losses, lse, V, n_valid, BLOCK_V=_block(V, FORWARD_BLOCK_V),
+           STAGES=FORWARD_STAGES, num_warps=FORWARD_WARPS)
+
+
+def dlogits_into(logits, targets, lse, dlosses, dlogits, n_valid: int) -> None:
+    """dlogits (R, V) = dlosses * (softmax - onehot), 0 in the padding and on ignored rows. dlogits
+    may be logits itself: each element is read before it is written, by the same program."""
+    R, V = logits.shape
+    block = _block(V, BACKWARD_BLOCK_V)
+    launch(_ce_backward, (R, cdiv(V, block)), logits, targets, lse, dlosses, dlogits, V, n_valid, BLOCK_V=block,
+           num_warps=8 if block >= 2048 else 4)
+
+
 def forward(inputs, attrs, out=None):
     logits, targets = inputs["logits"], inputs["targets"]
     _common.check_float("crossentropy", "logits", logits)
@@ -106,8 +123,7 @@ def forward(inputs, attrs, out=None):
     targets = xp.ascontiguousarray(targets)  # targets are often a view of a token window: copy (B*T ints)
     losses = _common.output("crossentropy", xp, out, (B, T), "float32")
     lse = xp.empty((B * T,), dtype="float32")
-    launch(_ce_forward, (B * T,), logits, targets, losses, lse, V, n_valid, BLOCK_V=_block(V, FORWARD_BLOCK_V),
-           STAGES=FORWARD_STAGES, num_warps=FORWARD_WARPS)
+    losses_into(logits.reshape(B * T, V), targets, losses, lse, n_valid)
     return losses, Saved(logits, targets, lse, n_valid)
 
 
@@ -117,7 +133,5 @@ def backward(saved, dlosses, grads):
     xp = xp_of(logits)
     dlosses = xp.ascontiguousarray(dlosses)
     dlogits = _common.grad_buffer("crossentropy", grads, "logits", logits, xp)
-    block = _block(V, BACKWARD_BLOCK_V)
-    launch(_ce_backward, (B * T, cdiv(V, block)), logits, saved.targets, saved.lse, dlosses, dlogits, V,
-           saved.n_valid, BLOCK_V=block, num_warps=8 if block >= 2048 else 4)
+    dlogits_into(logits.reshape(B * T, V), saved.targets, saved.lse, dlosses, dlogits.reshape(B * T, V), saved.n_valid)
     return {"logits": dlogits}

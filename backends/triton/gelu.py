@@ -11,9 +11,19 @@ from naive only in where it runs: one program per BLOCK elements, each read once
 from dataclasses import dataclass
 
 from . import _common
-from ._runtime import cdiv, kernel, launch, tl, xp_of
+from ._runtime import cdiv, kernel, launch, tl, triton, xp_of
 
 BLOCK = 1024
+
+
+@triton.jit
+def gelu_grad(x):
+    """d gelu / dx at x (float32): s + 2 x s (1 - s) du/dx with s = sigmoid(2u); also used by the
+    GEMM epilogue of matmul_gelu (matmul.py), which saves it for the backward."""
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    s = 1.0 / (1.0 + tl.exp(-2.0 * u))
+    du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    return s + 2.0 * x * s * (1.0 - s) * du
 
 
 @kernel
@@ -32,10 +42,7 @@ def _gelu_backward(x_ptr, dout_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     dout = tl.load(dout_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    s = 1.0 / (1.0 + tl.exp(-2.0 * u))
-    du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
-    dx = dout * (s + 2.0 * x * s * (1.0 - s) * du)
+    dx = dout * gelu_grad(x)
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 

@@ -23,6 +23,12 @@ backward's work (H200 sweep: 29.4 -> 26.2 us at 16384 rows, 46.9 -> 43.8 us at 3
 
 Launch configurations in CONFIG (from the H200 sweeps, reports/triton-h200/notes-layernorm.md).
 Rows up to MAX_C = 16384 channels (a row must fit in one program's registers); wider is refused.
+
+The same two kernels serve the fused `layernorm_residual` (layernorm_residual.py), each with one
+switch: the forward's RESIDUAL loads a and b instead of x, writes x = a + b (rounded to the storage
+dtype, exactly as the residual op would) and normalises that; the backward's DRESIDUAL adds the
+residual stream's own gradient to dx as it stores it. `normalize` and `normalize_backward` are
+the host launchers both ops call.
 """
 
 from dataclasses import dataclass
@@ -54,16 +60,23 @@ def _launch_config(C: int, direction: str, config=None) -> dict:
 
 
 @kernel
-def _ln_forward(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, C, eps,
-                ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+def _ln_forward(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, C, eps, a_ptr, r_ptr,
+                ROWS: tl.constexpr, BLOCK_C: tl.constexpr, RESIDUAL: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     rmask = rows < N
     base = rows.to(tl.int64) * C
     cols = tl.arange(0, BLOCK_C)
     cmask = cols < C
     mask = rmask[:, None] & cmask[None, :]
-    x = tl.load(x_ptr + base[:, None] + cols[None, :], mask=mask, other=0.0,
-                eviction_policy="evict_first").to(tl.float32)
+    offs = base[:, None] + cols[None, :]
+    if RESIDUAL:  # x = a + r, rounded to the storage dtype, written (the stream), then normalised
+        a = tl.load(a_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        r = tl.load(r_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        x_stored = (a + r).to(x_ptr.dtype.element_ty)
+        tl.store(x_ptr + offs, x_stored, mask=mask)
+        x = x_stored.to(tl.float32)
+    else:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
     mean = tl.sum(x, axis=1) / C
     xc = tl.where(mask, x - mean[:, None], 0.0)
     var = tl.sum(xc * xc, axis=1) / C
@@ -78,8 +91,9 @@ def _ln_forward(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, C, eps,
 
 
 @kernel
-def _ln_backward(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr, N, C,
-                 ROWS: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr, EARLY_FINISH: tl.constexpr):
+def _ln_backward(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr, N, C, dres_ptr,
+                 ROWS: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr, EARLY_FINISH: tl.constexpr,
+                 DRESIDUAL: tl.constexpr):
     if EARLY_FINISH:  # the finishing launch may start now: it waits on the GPU for this grid's end
         gdc_launch_dependents()
     grp = tl.program_id(0)
@@ -102,8 +116,10 @@ def _ln_backward(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr, 
         g = dy * w[None, :]
         c1 = (tl.sum(g, axis=1) / C)[:, None]
         c2 = (tl.sum(g * xhat, axis=1) / C)[:, None]
-        tl.store(dx_ptr + base + cols[None, :], (rstd * (g - c1 - xhat * c2)).to(dx_ptr.dtype.element_ty),
-                 mask=mask)
+        dx = rstd * (g - c1 - xhat * c2)
+        if DRESIDUAL:  # x also reaches the loss directly (layernorm_residual's stream gradient)
+            dx += tl.load(dres_ptr + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + base + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += tl.sum(dy * xhat, axis=0)
         db += tl.sum(dy, axis=0)
     tl.store(partial_ptr + grp * 2 * C + cols, dw, mask=cmask)
@@ -122,33 +138,50 @@ def forward(inputs, attrs, out=None, config=None):
     x, w, b = inputs["x"], inputs["weight"], inputs["bias"]
     _common.check_float("layernorm", "x", x)
     _common.check_contiguous("layernorm", x=x, weight=w, bias=b)
+    y = _common.output("layernorm", xp_of(x), out, x.shape, x.dtype)
+    return y, normalize(x, w, b, y, attrs["eps"], config=config)
+
+
+def normalize(x, weight, bias, y, eps, residual=None, config=None, op="layernorm") -> Saved:
+    """y (N,C) = layernorm(x); returns the Saved of the backward. With residual = (a, b), x is an
+    output: first x = a + b is written into it (layernorm_residual)."""
     N, C = x.shape
     if C > MAX_C:
-        raise ValueError(f"layernorm: the triton variant takes rows of at most {MAX_C} channels, got C={C}")
+        raise ValueError(f"{op}: the triton variant takes rows of at most {MAX_C} channels, got C={C}")
     xp = xp_of(x)
-    y = _common.output("layernorm", xp, out, x.shape, x.dtype)
     mean = xp.empty((N,), dtype="float32")
     rstd = xp.empty((N,), dtype="float32")
     cfg = _launch_config(C, "forward", config)
-    launch(_ln_forward, (cdiv(N, cfg["ROWS"]),), x, w, b, y, mean, rstd, N, C, float(attrs["eps"]), **cfg)
-    return y, Saved(x, w, mean, rstd)
+    a, r = residual if residual is not None else (x, x)
+    launch(_ln_forward, (cdiv(N, cfg["ROWS"]),), x, weight, bias, y, mean, rstd, N, C, float(eps), a, r,
+           RESIDUAL=residual is not None, **cfg)
+    return Saved(x, weight, mean, rstd)
 
 
 def backward(saved, dout, grads, config=None):
-    x = saved.x
     _common.check_contiguous("layernorm", dout=dout)
+    dx = _common.grad_buffer("layernorm", grads, "x", saved.x, xp_of(saved.x))
+    dw, db = normalize_backward(saved, dout, dx, grads, config=config)
+    return {"x": dx, "weight": dw, "bias": db}
+
+
+def normalize_backward(saved, dout, dx, grads, dresidual=None, config=None, op="layernorm"):
+    """dx (N,C) = layernorm's input gradient (+ dresidual, layernorm_residual's stream gradient);
+    grads["weight"], grads["bias"] (C) += their gradients, and returned."""
+    x = saved.x
     N, C = x.shape
     xp = xp_of(x)
-    dx = _common.grad_buffer("layernorm", grads, "x", x, xp)
-    dw = _common.param_grad("layernorm", grads, "weight", (C,), x.dtype)  # float32 for 16-bit x: mixed precision
-    db = _common.param_grad("layernorm", grads, "bias", (C,), x.dtype)
+    dw = _common.param_grad(op, grads, "weight", (C,), x.dtype)  # float32 for 16-bit x: mixed precision
+    db = _common.param_grad(op, grads, "bias", (C,), x.dtype)
     cfg = _launch_config(C, "backward", config)
     groups = max(1, min(cfg.pop("per_sm") * _common.num_sms(xp), cdiv(N, cfg["ROWS"])))  # any G is correct
-    stage_bytes = 2 * cfg["ROWS"] * cfg["BLOCK_C"] * x.dtype.itemsize  # a block of x and of dout
+    arrays = 2 if dresidual is None else 3  # blocks of x and dout (and dresidual) in flight per stage
+    stage_bytes = arrays * cfg["ROWS"] * cfg["BLOCK_C"] * x.dtype.itemsize
     stages = cfg.pop("stages", 1)
     cfg["STAGES"] = stages if stages * stage_bytes <= PIPELINE_BYTES else 1
     partial = xp.empty((groups, 2 * C), dtype="float32")
     launch(_ln_backward, (groups,), x, saved.weight, dout, saved.mean, saved.rstd, dx, partial, N, C,
-           EARLY_FINISH=dependent_launch(xp), **cfg)
+           dx if dresidual is None else dresidual, EARLY_FINISH=dependent_launch(xp), DRESIDUAL=dresidual is not None,
+           **cfg)
     _reduce.finish_into(partial, dw, db)
-    return {"x": dx, "weight": dw, "bias": db}
+    return dw, db

@@ -48,8 +48,10 @@ float32 inputs are multiplied in IEEE float32 (input_precision="ieee"), as the f
 asks; a TF32 variant would be about 8x faster and 1e-3 accurate.
 
 `ACT=1` applies GPT-2's tanh GELU to the result in the epilogue (y = gelu(x @ W.T + b)) and can also
-write the pre-activation for the backward: the fused matmul+GELU of the MLP's first layer. It is
-compiled and tested here; the core has no fused op to register it under yet.
+write the pre-activation (`WRITE_PRE`), or with `PRE_GRAD` the GELU's derivative there instead:
+the forward of the fused op matmul_gelu (matmul_gelu.py). `SCALE_A` multiplies each tile of A
+elementwise by the same tile of a second array laid out as A (through pre_ptr) as it is loaded:
+matmul_gelu's backward GEMMs take A = dy * gelu'(pre) that way, so dpre is never written.
 
 Launch configurations: `CONFIGS` per product and dtype, `SHAPE_CONFIGS` for the GPT-2 shapes that
 differ (below), from the sweeps in bench/tune/matmul_sweep.py (reports/triton-h200/notes-matmul.md;
@@ -60,6 +62,7 @@ from dataclasses import dataclass
 
 from . import _common, _reduce
 from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
+from .gelu import gelu_grad
 
 
 @kernel
@@ -68,7 +71,8 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
           WRITE_PRE: tl.constexpr,
           PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
           GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
-          TMA_C: tl.constexpr, EPI_HALVES: tl.constexpr, FLATTEN: tl.constexpr):
+          TMA_C: tl.constexpr, EPI_HALVES: tl.constexpr, FLATTEN: tl.constexpr, PRE_GRAD: tl.constexpr,
+          SCALE_A: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
@@ -78,8 +82,12 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
     if TMA:  # descriptors over the operands as stored (row-major); A_T / B_T: stored transposed
         if A_T:
             a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[sak, 1], block_shape=[BLOCK_K, BLOCK_M])
+            if SCALE_A:  # the scale, laid out as A
+                s_desc = tl.make_tensor_descriptor(pre_ptr, shape=[K, M], strides=[sak, 1], block_shape=[BLOCK_K, BLOCK_M])
         else:
             a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BLOCK_M, BLOCK_K])
+            if SCALE_A:
+                s_desc = tl.make_tensor_descriptor(pre_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BLOCK_M, BLOCK_K])
         if B_T:
             b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[sbn, 1], block_shape=[BLOCK_N, BLOCK_K])
         else:
@@ -111,9 +119,14 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
             k0 = k_lo + ki * BLOCK_K
             if TMA:
                 if A_T:
-                    a = a_desc.load([k0, tile_m * BLOCK_M]).T
+                    a = a_desc.load([k0, tile_m * BLOCK_M])
+                    if SCALE_A:
+                        a = _scaled(a, s_desc.load([k0, tile_m * BLOCK_M]))
+                    a = a.T
                 else:
                     a = a_desc.load([tile_m * BLOCK_M, k0])
+                    if SCALE_A:
+                        a = _scaled(a, s_desc.load([tile_m * BLOCK_M, k0]))
                 if B_T:
                     b = b_desc.load([tile_n * BLOCK_N, k0]).T
                 else:
@@ -121,8 +134,10 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
             else:
                 rk = k0 + tl.arange(0, BLOCK_K)
                 kmask = rk < k_hi
-                a = tl.load(a_ptr + rm.to(tl.int64)[:, None] * sam + rk.to(tl.int64)[None, :] * sak,
-                            mask=mmask[:, None] & kmask[None, :], other=0.0)
+                a_offs = rm.to(tl.int64)[:, None] * sam + rk.to(tl.int64)[None, :] * sak
+                a = tl.load(a_ptr + a_offs, mask=mmask[:, None] & kmask[None, :], other=0.0)
+                if SCALE_A:
+                    a = _scaled(a, tl.load(pre_ptr + a_offs, mask=mmask[:, None] & kmask[None, :], other=0.0))
                 b = tl.load(b_ptr + rk.to(tl.int64)[:, None] * sbk + rn.to(tl.int64)[None, :] * sbn,
                             mask=kmask[:, None] & nmask[None, :], other=0.0)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
@@ -139,7 +154,10 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
             acc += tl.load(bias_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
         if ACT == 1:
             if WRITE_PRE:
-                tl.store(pre_ptr + offs, acc.to(pre_ptr.dtype.element_ty), mask=cmask)
+                if PRE_GRAD:  # gelu'(pre): what the backward multiplies dy by
+                    tl.store(pre_ptr + offs, gelu_grad(acc).to(pre_ptr.dtype.element_ty), mask=cmask)
+                else:
+                    tl.store(pre_ptr + offs, acc.to(pre_ptr.dtype.element_ty), mask=cmask)
             u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
             acc = acc / (1.0 + tl.exp(-2.0 * u))  # x * sigmoid(2u) = GELU(x), tanh form
         if TMA_C:
@@ -162,6 +180,12 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
             if ACCUMULATE:
                 acc += tl.load(c_ptrs, mask=cmask, other=0.0).to(tl.float32)
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _scaled(a, scale):
+    """a * scale elementwise in float32, rounded back to a's dtype (the tensor cores' input)."""
+    return (a.to(tl.float32) * scale.to(tl.float32)).to(a.dtype)
 
 
 def _tile16(bm, bn, stages, warps=8, ctas_per_sm=1, epi_halves=2, split_k=1, busy=0.8, group_m=8, flatten=True,
@@ -265,11 +289,14 @@ def _config(dtype: str, product: str, weight_shape: tuple) -> dict:
 
 
 def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, act=0, pre=None, rowsum=None,
-         product="forward", weight_shape=(), config=None):
+         product="forward", weight_shape=(), config=None, pre_grad=False, scale_a=None):
     """c (M,N) (+)= a @ b (+ bias), with a and b given by (pointer array, element strides); with
     `rowsum` (M,), also rowsum += a.sum(axis=1) (the bias gradient when a = dy.T).
+    act=1: c = gelu(a @ b + bias), and `pre` (M,N), when given, gets a @ b + bias (with pre_grad:
+    gelu'(a @ b + bias)). `scale_a`, an array laid out as a (the same strides): a * scale_a
+    elementwise stands for a, in the product and the row sums.
     `product` and the linear's `weight_shape` (out, in) pick the launch configuration (CONFIGS,
-    SHAPE_CONFIGS); `config` overrides it (the sweep)."""
+    SHAPE_CONFIGS); `config` overrides it (the sweep, matmul_gelu's backward)."""
     dt = str(a.dtype)
     xp = xp_of(a)
     cfg = dict(config or _config(dt, product, weight_shape))
@@ -288,17 +315,19 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     programs = tiles * splits if ctas is None else min(tiles * splits, ctas * sms)
     epi_halves = cfg.pop("epi_halves", 1)
     a_t, b_t = a_strides[0] == 1 and a_strides[1] != 1, b_strides[0] == 1 and b_strides[1] != 1
-    tma = allow_tma and _tma_ok(xp, dt, (a, *(a_strides[::-1] if a_t else a_strides)),
-                                (b, *(b_strides[::-1] if b_t else b_strides)))
+    a_layout = a_strides[::-1] if a_t else a_strides
+    tma = allow_tma and _tma_ok(xp, dt, (a, *a_layout), (b, *(b_strides[::-1] if b_t else b_strides)),
+                                *([(scale_a, *a_layout)] if scale_a is not None else []))
     one = splits == 1
     out = c if one else xp.empty((splits, M, N), dtype="float32")
     allow_tma_c = cfg.pop("tma_c", True)
     tma_c = tma and allow_tma_c and _tma_ok(xp, dt, (out, N, 1))
     rows = xp.empty((splits, M), dtype="float32") if rowsum is not None else out
-    launch(_gemm, (programs,), a, b, out, bias if bias is not None else c, pre if pre is not None else c, rows,
+    second = pre if pre is not None else scale_a if scale_a is not None else c  # pre_ptr: what ACT writes, or A's scale
+    launch(_gemm, (programs,), a, b, out, bias if bias is not None else c, second, rows,
            M, N, K, k_split, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
            HAS_BIAS=one and bias is not None, ROWSUM=rowsum is not None, ACCUMULATE=one and accumulate, ACT=act,
-           WRITE_PRE=pre is not None,
+           WRITE_PRE=pre is not None, PRE_GRAD=pre_grad, SCALE_A=scale_a is not None,
            PRECISION=_common.dot_precision(dt), TMA=tma, A_T=tma and a_t, B_T=tma and b_t, TMA_C=tma_c,
            EPI_HALVES=epi_halves if tma_c else 1, **cfg)
     if not one:
@@ -315,33 +344,23 @@ class Saved:
     has_bias: bool
 
 
-def _check(x, weight, bias):
-    dt = _common.check_float("matmul", "x", x)
+def check_operands(x, weight, bias, op="matmul"):
+    """x, weight and bias (or None) share a float dtype of this backend and are contiguous."""
+    dt = _common.check_float(op, "x", x)
     for name, a in (("weight", weight), ("bias", bias)):
         if a is not None and str(a.dtype) != dt:
-            raise TypeError(f"matmul: '{name}' must have x's dtype {dt}, got {a.dtype}")
-    _common.check_contiguous("matmul", x=x, weight=weight, bias=bias)
+            raise TypeError(f"{op}: '{name}' must have x's dtype {dt}, got {a.dtype}")
+    _common.check_contiguous(op, x=x, weight=weight, bias=bias)
 
 
 def forward(inputs, attrs, out=None):
     x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
-    _check(x, weight, bias)
+    check_operands(x, weight, bias)
     N, K = x.shape
     M = weight.shape[0]
     y = _common.output("matmul", xp_of(x), out, (N, M), x.dtype)
     gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, weight_shape=(M, K))   # B[k, m] = W[m, k]
     return y, Saved(x, weight, bias is not None)
-
-
-def forward_gelu(x, weight, bias=None, out=None, pre=None):
-    """The fused MLP layer: out = gelu(x @ W.T + bias), and pre = x @ W.T + bias when `pre` is given."""
-    _check(x, weight, bias)
-    N, K = x.shape
-    M = weight.shape[0]
-    xp = xp_of(x)
-    y = _common.output("matmul", xp, out, (N, M), x.dtype)
-    gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=pre, weight_shape=(M, K))
-    return y
 
 
 def backward(saved, dout, grads):

@@ -12,6 +12,14 @@ names its implementation by string, imported the first time it is used.
     crossentropy  chunked  online logsumexp over BLOCK_V chunks of the vocabulary
     adamw         fused    the whole update in one pass over param, grad, m, v
     sumsq         blocks   sum of squares in fixed slices, then the partials in order
+
+and the fused ops, built on those kernels:
+
+    layernorm_residual       fused    x = a + b written and normalised in one pass; da = dx + dln in one
+    matmul_gelu              fused    GELU (and gelu' for the backward) in the GEMM epilogue; the backward
+                                      GEMMs multiply dy by gelu' as they load it (no dpre pass)
+    classifier_crossentropy  chunked  lm_head GEMM, loss, dlogits, dx and dW GEMMs a chunk of rows at a
+                                      time: no (N, Vp) logits
 """
 
 from euler_core.registry import Backend, Variant, hookimpl
@@ -28,16 +36,20 @@ _VARIANTS = [
     ("crossentropy", "chunked", "online logsumexp over vocabulary chunks; no probabilities kept"),
     ("adamw", "fused", "the whole AdamW update in one pass"),
     ("sumsq", "blocks", "sum of squares in fixed slices, then the partials in order"),
+    ("layernorm_residual", "fused", "residual add and layernorm in one pass each way (layernorm's kernels)"),
+    ("matmul_gelu", "fused", "GELU in the GEMM epilogue; backward GEMMs scale dy by the saved gelu' as they load"),
+    ("classifier_crossentropy", "chunked", "lm_head GEMM, loss, dlogits, dx and dW a chunk of rows at a time"),
 ]
 
 
 @hookimpl
 def nanoeuler_backends():
-    # embedding and crossentropy take integer ids that callers slice out of token windows (views):
-    # they copy those to contiguous themselves and check their float inputs; every other variant
-    # has the dispatcher refuse non-contiguous input.
+    # embedding and the two cross-entropies take integer ids that callers slice out of token windows
+    # (views): they copy those to contiguous themselves and check their float inputs; every other
+    # variant has the dispatcher refuse non-contiguous input.
+    takes_ids = ("embedding", "crossentropy", "classifier_crossentropy")
     variants = [Variant(op, name, impl=f"backends.triton.{op}", device="cuda", dtypes=DTYPES,
-                        requires=("triton", "cupy"), contiguous=op not in ("embedding", "crossentropy"),
+                        requires=("triton", "cupy"), contiguous=op not in takes_ids,
                         description=description)
                 for op, name, description in _VARIANTS]
     return [Backend("triton", "Triton kernels on CuPy arrays (GPU); FlashAttention-2 forward and backward",

@@ -4,15 +4,20 @@ from .adamw import SPEC as ADAMW
 from .attention import SPEC as ATTENTION
 from .attention_cached import SPEC as ATTENTION_CACHED
 from .base import OpSpec
+from .classifier_crossentropy import SPEC as CLASSIFIER_CROSSENTROPY
 from .crossentropy import SPEC as CROSSENTROPY
 from .embedding import SPEC as EMBEDDING
 from .gelu import SPEC as GELU
 from .layernorm import SPEC as LAYERNORM
+from .layernorm_residual import SPEC as LAYERNORM_RESIDUAL
 from .matmul import SPEC as MATMUL
+from .matmul_gelu import SPEC as MATMUL_GELU
 from .residual import SPEC as RESIDUAL
 from .sumsq import SPEC as SUMSQ
 
+# the primitives, then the fused ops (each `replaces` some of the primitives: see base.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in (EMBEDDING, LAYERNORM, MATMUL, ATTENTION, GELU, RESIDUAL,
-                                              CROSSENTROPY, ADAMW, SUMSQ, ATTENTION_CACHED)}
+                                              CROSSENTROPY, ADAMW, SUMSQ, ATTENTION_CACHED,
+                                              LAYERNORM_RESIDUAL, MATMUL_GELU, CLASSIFIER_CROSSENTROPY)}
 
 __all__ = ["OPS", "OpSpec"]

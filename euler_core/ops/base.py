@@ -1,9 +1,9 @@
 """The op spec: what every implementation of one GPT-2 op must compute, and how it is called.
 
 An op spec names its inputs (and which of them are *parameters*), its attributes with defaults, and
-its one output (adamw has none: it updates in place). It validates inputs before any kernel sees
-them, gives the output shape, counts FLOPs and bytes for the roofline, and makes random example
-inputs for the conformance suite and the benchmarks.
+its output (adamw has none: it updates in place; a fused op may have several, see below). It
+validates inputs before any kernel sees them, gives the output shape, counts FLOPs and bytes for
+the roofline, and makes random example inputs for the conformance suite and the benchmarks.
 
 The kernel contract (docs/op-contracts.md has the long form). A variant's implementation offers
 
@@ -20,6 +20,20 @@ The kernel contract (docs/op-contracts.md has the long form). A variant's implem
   input (e.g. `x`): the backward OVERWRITES every element of that one. The returned dict maps every
   differentiable input's name to its gradient (parameters: the buffer it accumulated into).
 - Inputs are never modified (adamw excepted: it updates param, m and v in place).
+
+Fused ops (`replaces` names the primitives one does the work of, e.g. layernorm_residual: residual
+then layernorm) are specified and checked like the primitives, with two extensions of the contract:
+
+- Several outputs (`outputs` names them; `output` is then a label for them all): forward returns a
+  tuple of arrays, `out` is None or a tuple of preallocated arrays (one per output, in order),
+  `output_shape`/`output_dtype` return one shape/dtype per output, and backward's `grad_output` is
+  a tuple with one gradient per output, where None means that output's gradient is zero (the
+  residual stream after the last block feeds only the final layernorm).
+- The output's gradient given ahead (`grad_input` names an input, classifier_crossentropy's
+  `dlosses`): the forward computes the input gradients while its intermediates exist, so they never
+  have to be kept; backward then accumulates what the forward computed, and its `grad_output` must
+  be None or that very input array (not a copy: the values were already used). Without that input
+  the forward computes the outputs only (evaluation) and backward is refused with a ValueError.
 """
 
 from __future__ import annotations
@@ -50,6 +64,15 @@ class OpSpec:
     #: a fused op names the primitive ops it does the work of (matmul_gelu: matmul, gelu); the model
     #: uses it only where the selection takes it (Kernels), and composes the primitives otherwise
     replaces: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()        # a multi-output op's output names (see the module docstring)
+    grad_input: str | None = None        # the input that carries the output's gradient, given ahead
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs' names: () for adamw, one name for most ops, several for a multi-output op."""
+        if self.outputs:
+            return self.outputs
+        return () if self.output is None else (self.output,)
 
     # ---- attributes -------------------------------------------------------------------------
     def fill_attrs(self, attrs: dict | None) -> dict:
@@ -81,9 +104,11 @@ class OpSpec:
         raise NotImplementedError
 
     def output_shape(self, inputs: dict, attrs: dict) -> tuple[int, ...] | None:
+        """The output's shape (a multi-output op: a tuple of shapes, one per output)."""
         raise NotImplementedError
 
     def output_dtype(self, inputs: dict, attrs: dict) -> str:
+        """The output's dtype name (a multi-output op: a tuple, one per output)."""
         return dtype_name(inputs[self.inputs[0]])
 
     # ---- roofline counts ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ class MatmulSpec(OpSpec):
         N, K = expect_array(self.name, "x", inputs["x"], 2)
         M, K2 = expect_array(self.name, "weight", inputs["weight"], 2)
         if K2 != K:
-            raise ValueError(f"matmul: x has {K} columns but weight (out, in) has {K2} inputs; "
+            raise ValueError(f"{self.name}: x has {K} columns but weight (out, in) has {K2} inputs; "
                              f"expected weight of shape (M, {K})")
         if inputs.get("bias") is not None:
             expect_array(self.name, "bias", inputs["bias"], 1)
