@@ -72,7 +72,8 @@ def step_bytes(config, B: int, T: int, dtype: str, fused_classifier: bool, fused
     """About how many bytes a training step of `config` at (B, T) needs on the device: the weights'
     state (master, working copy, gradients, AdamW's m and v), the arena, and the kernels' own saved
     values (attention keeps a (N,C) rounding residual and a logsumexp per head in 16-bit dtypes, a
-    layernorm its mean and rstd), with 10% for the kernels' scratch. Used to say which batch fits."""
+    layernorm its mean and rstd; the fused MLP gelu'(pre), the fused classifier its chunk buffer),
+    with 10% for the kernels' scratch. Used to say which batch fits."""
     from .model import MIXED, parameter_layout
     n = sum(int(np.prod(s)) for _, s in parameter_layout(config))
     master = 8 if dtype == "float64" else 4
@@ -81,14 +82,24 @@ def step_bytes(config, B: int, T: int, dtype: str, fused_classifier: bool, fused
     arena = arena_bytes(L, N, C, config.padded_vocab_size, dtype, fused_classifier, fused_gelu)
     item = np.dtype(storage_dtype(dtype)).itemsize
     saved = L * N * (C * item + config.n_head * 4) + (2 * L + 1) * N * 8
+    if fused_gelu:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena would keep pre
+        saved += L * N * 4 * C * item
+    if fused_classifier:  # its float32 chunk of logits (<= 640 MiB), float32 dW and its dx (N,C)
+        saved += min(640 * 2**20, N * config.padded_vocab_size * 4) + config.padded_vocab_size * C * 4 + N * C * item
     return {"weights": weights, "arena": arena, "saved": saved, "total": int(1.1 * (weights + arena + saved))}
 
 
 def largest_batch(config, T: int, dtype: str, fused_classifier: bool, fused_gelu: bool, device_bytes: int) -> int:
     """The largest batch size whose step_bytes fit in `device_bytes` (0 if not even B=1)."""
-    fixed = step_bytes(config, 1, T, dtype, fused_classifier, fused_gelu)
-    per_row = step_bytes(config, 2, T, dtype, fused_classifier, fused_gelu)["total"] - fixed["total"]
-    return max(0, int((device_bytes - (fixed["total"] - per_row)) // per_row))
+    def fits(B):
+        return step_bytes(config, B, T, dtype, fused_classifier, fused_gelu)["total"] <= device_bytes
+    lo, hi = 0, 1
+    while fits(hi):  # step_bytes grows with B: double, then bisect
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 @dataclass

@@ -8,6 +8,7 @@ Selection strings (CLI and Python API alike):
     attention=triton:flash,matmul=cupy_raw:cublas   a variant by name
     auto, auto,attention=naive, attention=auto  per op, the fastest variant that passed on this
                                                 device in the latest `euler bench ops` records
+    triton,matmul_gelu=none                     a fused op left out: the model composes its primitives
     (ops nobody named come from the default backend, or from naive when there is no default)
 
 When the default backend offers no variant of an op, that op falls back to naive and the selection
@@ -26,6 +27,7 @@ from .registry import Registry, Variant, get_registry
 
 FALLBACK_BACKEND = "naive"
 AUTO = "auto"  # per op, the fastest variant that passed on this device (euler_core/bench/auto.py)
+COMPOSE = "none"  # a fused op not used: the model composes the primitives it replaces
 
 
 class SelectionError(ValueError):
@@ -229,7 +231,11 @@ class Kernels:
     def _resolve_fused(self, op: str, sel: Selection, dtype: str | None) -> Variant | None:
         """A fused op (one that replaces several primitives) is used only where it cannot change what
         the user selected: when named explicitly, or when every primitive it replaces comes from one
-        backend that offers it. Otherwise None: the model composes the primitives."""
+        backend that offers it. Otherwise None: the model composes the primitives. `op=none` asks for
+        the composition (to compare fused with unfused)."""
+        if sel.overrides.get(op) == COMPOSE:
+            self.notes.append(f"{op}: not fused ({op}={COMPOSE}): the model composes {', '.join(OPS[op].replaces)}")
+            return None
         if op in sel.overrides and sel.overrides[op] != AUTO:
             return self._resolve(op, sel, dtype)
         owners = {self.variants[p].backend for p in OPS[op].replaces}

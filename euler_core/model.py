@@ -356,7 +356,8 @@ class GPT:
         N = B * T
 
         if self.fused["classifier_crossentropy"]:
-            dh = k["classifier_crossentropy"].backward(tape.head, tape.dlosses, {"weight": g["wte.weight"], "x": acts.dnorm})["x"]
+            # its dx was computed chunk by chunk in the forward (with the loss weights): handed back as it is
+            dh = k["classifier_crossentropy"].backward(tape.head, tape.dlosses, {"weight": g["wte.weight"]})["x"]
         else:
             s_head, s_loss = tape.head
             dlogits = k["crossentropy"].backward(s_loss, tape.dlosses.reshape(B, T),

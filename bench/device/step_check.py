@@ -129,12 +129,14 @@ def main():
         rows.append(mixed_devices(log))
     except Exception as e:
         log({"kind": "error", "stage": "mixed devices", "error": f"{type(e).__name__}: {e}"})
-    for B in [int(b) for b in args.batches.split(",")]:
-        for graph in (True, False) if B == 16 else (True,):
-            try:
-                rows.append(speed(log, B, 1024, 4 if args.smoke else (12 if graph else 5), 0, graph=graph))
-            except Exception as e:
-                log({"kind": "error", "stage": f"speed B={B} graph={graph}", "error": f"{type(e).__name__}: {e}"})
+    unfused = "triton,layernorm_residual=none,matmul_gelu=none,classifier_crossentropy=none"
+    plan = [("triton", B, True) for B in (int(b) for b in args.batches.split(","))]
+    plan += [("triton", 16, False), (unfused, 16, True), (unfused, 64, True)]
+    for backend, B, graph in plan:
+        try:
+            rows.append(speed(log, B, 1024, 4 if args.smoke else (12 if graph else 5), 0, backend=backend, graph=graph))
+        except Exception as e:
+            log({"kind": "error", "stage": f"speed {backend} B={B} graph={graph}", "error": f"{type(e).__name__}: {e}"})
     if not args.smoke:
         try:
             rows.append(equality(log, "gpt2", 8, 1024, 3, 50257))
@@ -144,7 +146,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["kind"] == "speed":
-            print(f"| speed | {r['B']} | {r['graph']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {r['first_step_s']:.1f} | "
+            print(f"| {'speed' if r['backend'] == 'triton' else 'unfused'} | {r['B']} | {r['graph']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {r['first_step_s']:.1f} | "
                   f"{r['pool_total_gib']:.1f} | loss {r['first_loss']:.3f} -> {r['last_loss']:.3f} |")
         elif r["kind"] == "mixed":
             print(f"| mixed {r['selection']} | 4 | {r['graph']} | - | - | - | - | losses {r['losses']} |")
