@@ -244,8 +244,8 @@ class Kernels:
                               f"different backends ({', '.join(sorted(owners))})")
             return None
         backend = self.registry.backend(owners.pop())
-        usable = [v for v in backend.variants_of(op)
-                  if v.unavailable_reason() is None and (dtype is None or dtype in v.dtypes)]
+        usable = [v for v in backend.variants_of(op) if not v.opt_in
+                  and v.unavailable_reason() is None and (dtype is None or dtype in v.dtypes)]
         return usable[0] if usable else None
 
     def has(self, op: str) -> bool:

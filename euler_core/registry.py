@@ -61,6 +61,9 @@ class Variant:
     probe        "module:function" returning None when the variant can run here, else the reason
                  (for needs beyond an importable module; must import nothing heavy)
     description  one line: what this variant does differently
+    opt_in       (fused ops) used only when the selection names it, not whenever its backend serves
+                 every primitive it replaces: for a fused variant that trades speed for memory, or
+                 one not yet faster than the composition
     """
 
     op: str
@@ -72,6 +75,7 @@ class Variant:
     contiguous: bool = False
     description: str = ""
     probe: str = ""
+    opt_in: bool = False
     backend: str = ""
     _loaded: object = field(default=None, repr=False, compare=False)
 

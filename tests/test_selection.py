@@ -17,6 +17,8 @@ class ExtraBackend:
             Variant("gelu", "second", impl="backends.naive.gelu"),
             Variant("layernorm", "gpu", impl="backends.naive.layernorm", device="cuda", requires=("cupy",)),
             Variant("matmul", "f64only", impl="backends.naive.matmul", dtypes=("float64",)),
+            Variant("matmul", "plain", impl="backends.naive.matmul"),
+            Variant("matmul_gelu", "optin", impl="backends.naive.matmul_gelu", opt_in=True),
         ])]
 
 
@@ -73,6 +75,17 @@ def test_fused_ops_only_where_they_cannot_change_the_selection(registry):
     assert any(n.startswith("layernorm_residual: not fused") for n in k.notes)
     k = Kernels("numba,matmul_gelu=naive", dtype="float32", registry=registry)
     assert k.variants["matmul_gelu"].qualname == "naive:reference" and not k.has("layernorm_residual")
+
+
+def test_opt_in_fused_variants_and_op_none(registry):
+    """An opt-in fused variant is used only when named; op=none composes even where it would fuse."""
+    k = Kernels("naive,matmul=extra:plain,gelu=extra", dtype="float32", registry=registry)
+    assert not k.has("matmul_gelu")  # extra serves matmul and gelu, but its matmul_gelu is opt-in
+    k = Kernels("naive,matmul=extra:plain,gelu=extra,matmul_gelu=extra", dtype="float32", registry=registry)
+    assert k.variants["matmul_gelu"].qualname == "extra:optin"
+    k = Kernels("naive,matmul_gelu=none,classifier_crossentropy=none", dtype="float32", registry=registry)
+    assert not k.has("matmul_gelu") and not k.has("classifier_crossentropy") and k.has("layernorm_residual")
+    assert any("matmul_gelu=none" in n for n in k.notes)
 
 
 def test_unusable_variants_are_errors_with_reasons(registry):

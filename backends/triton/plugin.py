@@ -13,7 +13,9 @@ names its implementation by string, imported the first time it is used.
     adamw         fused    the whole update in one pass over param, grad, m, v
     sumsq         blocks   sum of squares in fixed slices, then the partials in order
 
-and the fused ops, built on those kernels:
+and the fused ops, built on those kernels (the last two opt-in: used only when named, e.g.
+--backend triton,classifier_crossentropy=triton, as on the H200 they are slower than the composition,
+reports/train-h200; the classifier saves the full logits' memory):
 
     layernorm_residual       fused    x = a + b written and normalised in one pass; da = dx + dln in one
     matmul_gelu              fused    GELU (and gelu' for the backward) in the GEMM epilogue; the backward
@@ -48,9 +50,10 @@ def nanoeuler_backends():
     # (views): they copy those to contiguous themselves and check their float inputs; every other
     # variant has the dispatcher refuse non-contiguous input.
     takes_ids = ("embedding", "crossentropy", "classifier_crossentropy")
+    opt_in = ("matmul_gelu", "classifier_crossentropy")
     variants = [Variant(op, name, impl=f"backends.triton.{op}", device="cuda", dtypes=DTYPES,
                         requires=("triton", "cupy"), contiguous=op not in takes_ids,
-                        description=description)
+                        description=description + ("; opt-in" if op in opt_in else ""), opt_in=op in opt_in)
                 for op, name, description in _VARIANTS]
     return [Backend("triton", "Triton kernels on CuPy arrays (GPU); FlashAttention-2 forward and backward",
                     variants)]
