@@ -28,19 +28,13 @@ from .rundir import sigterm_is_ctrl_c
 from .tokenizer import cli as tokenizer_cli
 from .values import flag_of, flag_of_field, flag_type, integer, number, resumable, rule_of
 
-TRAIN_HELP = {
-    "preset": "model preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, baby, small, micro)",
-    "n_layer": "override the preset's number of layers", "n_head": "override the preset's heads",
-    "n_embd": "override the preset's channels",
+#: --help of the training loop's settings (LoopConfig), shared by `euler train` and `euler sft`
+LOOP_HELP = {
     "backend": "kernel selection, e.g. naive, numba, or numba,attention=naive",
     "dtype": "float32, float64, or bfloat16/float16 (mixed precision: float32 master weights); default float32 "
              "on the CPU, bfloat16 on a GPU",
     "graph": "run every step eagerly instead of replaying a captured CUDA graph (GPU; for debugging)",
     "check_finite": "check every kernel's output for NaN/Inf in every step, naming the first bad op (slow)",
-    "train_data": "glob of llm.c .bin training shards (default: the embedded corpus)",
-    "val_data": "glob of validation shards",
-    "tokenizer": "gpt2, bytes, or a .tiktoken file (default corpus: a BPE trained on it; shards: for samples)",
-    "vocab_size": "default corpus: the size of its BPE (1024); shards: their vocabulary when no tokenizer is given",
     "batch_size": "sequences per micro-batch (B)", "seq_len": "tokens per sequence (T; default: block size)",
     "total_batch": "tokens per optimizer step (gradient accumulation; default B*T)",
     "steps": "optimizer steps", "lr": "peak learning rate", "min_lr_frac": "final lr as a fraction of the peak",
@@ -50,6 +44,17 @@ TRAIN_HELP = {
     "sample_every": "steps between samples (0: only at the end)", "sample_tokens": "tokens per sample",
     "sample_prompt": "prompt of the samples", "checkpoint_every": "steps between checkpoints",
     "out": "run directory (default runs/<date-time>)", "seed": "random seed (weights and batches)",
+}
+
+TRAIN_HELP = {
+    **LOOP_HELP,
+    "preset": "model preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, baby, small, micro)",
+    "n_layer": "override the preset's number of layers", "n_head": "override the preset's heads",
+    "n_embd": "override the preset's channels",
+    "train_data": "glob of llm.c .bin training shards (default: the embedded corpus)",
+    "val_data": "glob of validation shards",
+    "tokenizer": "gpt2, bytes, or a .tiktoken file (default corpus: a BPE trained on it; shards: for samples)",
+    "vocab_size": "default corpus: the size of its BPE (1024); shards: their vocabulary when no tokenizer is given",
 }
 
 

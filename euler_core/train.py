@@ -48,25 +48,19 @@ RUNS = "runs/%Y%m%d-%H%M%S"  # the default run directory
 
 
 @dataclass
-class TrainConfig:
-    """Everything a training run needs; saved in every checkpoint so `--resume` continues alike.
-    Each field carries its allowed values (values.py); resume=True: a resume may change it."""
+class LoopConfig:
+    """The settings of the training loop itself (`run_loop`), shared by pretraining and SFT: the
+    kernels and precision, the batch, the schedule, evaluation, samples, checkpoints. TrainConfig and
+    SFTConfig (euler_core.sft) add what each starts from. Each field carries its allowed values
+    (values.py); resume=True: a resume may change it."""
 
-    preset: str = setting("small", one_of(*PRESETS))
-    n_layer: int | None = setting(None, optional(integer(1)))   # overrides of the preset's shape
-    n_head: int | None = setting(None, optional(integer(1)))
-    n_embd: int | None = setting(None, optional(integer(1)))
     backend: str = setting("naive", text(), resume=True)
     dtype: str | None = setting(None, optional(one_of("float32", "float64", "bfloat16", "float16")))
     # None: float32 on the CPU, bfloat16 (mixed precision) on a GPU
     graph: bool = setting(True, switch(), resume=True)       # on the GPU, capture the step as a CUDA graph
     check_finite: bool = setting(False, switch(), resume=True)  # check every kernel's output for NaN/Inf (slow)
-    train_data: str | None = setting(None, optional(text()))  # glob of llm.c .bin shards; None = the embedded corpus
-    val_data: str | None = setting(None, optional(text()))
-    tokenizer: str | None = setting(None, optional(text()))   # 'gpt2', 'bytes' or a .tiktoken path; default corpus: None = its own BPE
-    vocab_size: int | None = setting(None, optional(integer(1)))  # default corpus: size of its BPE; shards: vocabulary without a tokenizer
     batch_size: int = setting(16, integer(1))
-    seq_len: int | None = setting(None, optional(integer(1)))   # default: the preset's block size
+    seq_len: int | None = setting(None, optional(integer(1)))   # default: the model's block size
     total_batch: int | None = setting(None, optional(integer(1)))  # tokens per optimizer step; default batch_size * seq_len
     steps: int = setting(500, integer(1), resume=True)
     lr: float = setting(2e-3, number(0, 1, low_open=True))
@@ -83,6 +77,21 @@ class TrainConfig:
     out: str | None = setting(None, optional(text()))  # the run directory (a resume names it)
     seed: int = setting(1337, integer(0))
     progress: bool = setting(True, switch(), resume=True)
+
+
+@dataclass
+class TrainConfig(LoopConfig):
+    """Everything a pretraining run needs: the loop's settings and the model and data it starts from;
+    saved in every checkpoint so `--resume` continues alike."""
+
+    preset: str = setting("small", one_of(*PRESETS))
+    n_layer: int | None = setting(None, optional(integer(1)))   # overrides of the preset's shape
+    n_head: int | None = setting(None, optional(integer(1)))
+    n_embd: int | None = setting(None, optional(integer(1)))
+    train_data: str | None = setting(None, optional(text()))  # glob of llm.c .bin shards; None = the embedded corpus
+    val_data: str | None = setting(None, optional(text()))
+    tokenizer: str | None = setting(None, optional(text()))   # 'gpt2', 'bytes' or a .tiktoken path; default corpus: None = its own BPE
+    vocab_size: int | None = setting(None, optional(integer(1)))  # default corpus: size of its BPE; shards: vocabulary without a tokenizer
 
     def validate(self) -> None:
         check_settings(self, "train")
@@ -284,7 +293,7 @@ def _run(cfg: TrainConfig, data: Data, config: GPTConfig, checkpoint, log) -> di
     return run_loop(cfg, model, optimizer, data, out, start, meta, sample, log)
 
 
-def run_loop(cfg: TrainConfig, model: GPT, optimizer: AdamW, data: Data, out: Path, start: int, meta,
+def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Path, start: int, meta,
              sample=None, log=print) -> dict:
     """The optimizer steps start..cfg.steps-1 (pretraining's and SFT's alike): evaluation, the
     optimizer step, metrics.jsonl, the progress bar, samples and checkpoints. The caller holds the

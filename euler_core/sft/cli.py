@@ -5,24 +5,23 @@ from __future__ import annotations
 import sys
 from dataclasses import fields
 
-HELP = {
-    "init": "checkpoint or run directory to start from (ours, or `euler import`ed GPT-2 weights)",
-    "data": "JSONL: chat 'messages', prompt/completion, or Alpaca instruction/input/output records",
-    "val_data": "JSONL held out for validation (default: --val-frac of --data)",
-    "val_frac": "fraction of --data held out for validation", "strict": "refuse the data on its first bad line",
-    "tokenizer": "gpt2, bytes or a .tiktoken file, when the checkpoint records no tokenizer",
-    "backend": "kernel selection, e.g. naive, numba, or numba,attention=naive", "dtype": "float32 or float64",
-    "batch_size": "rows per micro-batch (B)", "seq_len": "tokens per packed row (T; default: block size)",
-    "total_batch": "tokens per optimizer step (gradient accumulation; default B*T)",
-    "epochs": "passes over the training rows (when --steps is not given)", "steps": "optimizer steps",
-    "lr": "peak learning rate", "min_lr_frac": "final lr as a fraction of the peak", "warmup": "warmup steps",
-    "weight_decay": "AdamW weight decay (2-D weights only)", "grad_clip": "clip the global gradient norm (0: off)",
-    "eval_every": "steps between validation losses (0: never)",
-    "eval_batches": "batches per validation (default: the whole split)",
-    "sample_every": "steps between sample replies (0: only at the end)", "sample_prompt": "user message of the samples",
-    "sample_tokens": "tokens per sample reply", "checkpoint_every": "steps between checkpoints",
-    "out": "run directory (default runs/sft-<date-time>)", "seed": "random seed (split, batches, new embeddings)",
-}
+def _help() -> dict:
+    """--help of every SFTConfig field: the training loop's (shared with euler train), and SFT's own."""
+    from ..cli import LOOP_HELP
+    return {
+        **LOOP_HELP,
+        "init": "checkpoint or run directory to start from (ours, or `euler import`ed GPT-2 weights)",
+        "data": "JSONL: chat 'messages', prompt/completion, or Alpaca instruction/input/output records",
+        "val_data": "JSONL held out for validation (default: --val-frac of --data)",
+        "val_frac": "fraction of --data held out for validation", "strict": "refuse the data on its first bad line",
+        "tokenizer": "gpt2, bytes or a .tiktoken file, when the checkpoint records no tokenizer",
+        "batch_size": "rows per micro-batch (B)", "seq_len": "tokens per packed row (T; default: block size)",
+        "epochs": "passes over the training rows (when --steps is not given)",
+        "eval_batches": "batches per validation (default: the whole split)",
+        "sample_every": "steps between sample replies (0: only at the end)", "sample_prompt": "user message of the samples",
+        "sample_tokens": "tokens per sample reply",
+        "out": "run directory (default runs/sft-<date-time>)", "seed": "random seed (split, batches, new embeddings)",
+    }
 
 
 def add_commands(sub) -> None:
@@ -33,8 +32,9 @@ def add_commands(sub) -> None:
                        description="Supervised fine-tuning: loss only on the assistant's tokens, conversations "
                        "packed into rows, the chat template's special tokens added to the tokenizer and the "
                        "embedding. Same checkpoints, metrics.jsonl and progress as `euler train`. See docs/sft.md.")
-    add_config_options(p, SFTConfig, HELP, skip=("progress", "strict"))
-    p.add_argument("--strict", action="store_true", help=HELP["strict"])
+    helps = _help()
+    add_config_options(p, SFTConfig, helps, skip=("progress", "strict"))
+    p.add_argument("--strict", action="store_true", help=helps["strict"])
     p.add_argument("--resume", action="store_true", help="continue the SFT run in --out from its latest checkpoint, "
                    "with its own settings (a resume may change only " + ", ".join(resumable(SFTConfig)) + ")")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import CheckpointError, checkpoints, load_checkpoint, saved_settings
-from ..kernels import Kernels
 from ..model import GPT
 from ..optim import AdamW
 from ..rundir import clean_leftovers, new_run_dir, run_lock
-from ..train import Data, TrainConfig, run_loop
+from ..train import Data, LoopConfig, run_loop, select_kernels
 from ..values import check_settings, integer, number, one_of, optional, output_dir, resume_settings, setting, switch, text
 from .data import read_jsonl
 from .pack import PackedSource, pack
@@ -32,9 +31,10 @@ from .template import ChatTemplate, grow_vocabulary, prepare_tokenizer
 
 
 @dataclass
-class SFTConfig:
-    """Everything an SFT run needs; saved in its checkpoints (meta["sft"]) so --resume continues alike.
-    Each field carries its allowed values (values.py); resume=True: a resume may change it."""
+class SFTConfig(LoopConfig):
+    """Everything an SFT run needs: the training loop's settings (LoopConfig, with SFT's defaults) and
+    what it starts from; saved in its checkpoints (meta["sft"]) so --resume continues alike. Each
+    field carries its allowed values (values.py); resume=True: a resume may change it."""
 
     init: str | None = setting(None, optional(text()))        # the checkpoint (or run directory) to start from
     data: str | None = setting(None, optional(text()))        # JSONL of conversations
@@ -42,27 +42,16 @@ class SFTConfig:
     val_frac: float = setting(0.1, number(0, 1, high_open=True))
     strict: bool = setting(False, switch())                   # refuse the data file on its first bad line
     tokenizer: str | None = setting(None, optional(text()))   # when the init checkpoint records none: gpt2, bytes or .tiktoken
-    backend: str = setting("naive", text(), resume=True)
-    dtype: str = setting("float32", one_of("float32", "float64"))
-    batch_size: int = setting(8, integer(1))
-    seq_len: int | None = setting(None, optional(integer(1)))  # tokens per row (T); default the model's block size
-    total_batch: int | None = setting(None, optional(integer(1)))
     epochs: float = setting(3.0, number(0, low_open=True))
+    # SFT's own defaults for the loop's settings
+    batch_size: int = setting(8, integer(1))
     steps: int | None = setting(None, optional(integer(1)), resume=True)  # overrides epochs
     lr: float = setting(3e-4, number(0, 1, low_open=True))
-    min_lr_frac: float = setting(0.1, number(0, 1))
     warmup: int = setting(10, integer(0))
     weight_decay: float = setting(0.0, number(0))
-    grad_clip: float = setting(1.0, number(0))
-    eval_every: int = setting(50, integer(0), resume=True)
     eval_batches: int | None = setting(None, optional(integer(1)), resume=True)  # default: the whole validation split
-    sample_every: int = setting(0, integer(0), resume=True)
     sample_prompt: str = setting("Hello! Who are you?", text(), resume=True)
     sample_tokens: int = setting(64, integer(1), resume=True)
-    checkpoint_every: int = setting(100, integer(0), resume=True)
-    out: str | None = setting(None, optional(text()))
-    seed: int = setting(1337, integer(0))
-    progress: bool = setting(True, switch(), resume=True)
 
 
 def encode_conversations(conversations, template: ChatTemplate):
@@ -181,7 +170,7 @@ def _run(cfg: SFTConfig, tokenizer, config, params: dict, checkpoint, init_path,
                              "differ, so the batches would not be the run's")
 
     # ---- the model, the optimizer and the loop -----------------------------------------------------
-    kernels = Kernels(cfg.backend, dtype=cfg.dtype)
+    kernels = select_kernels(cfg)
     for note in kernels.notes:
         log(f"note: {note}")
     model = GPT(config, kernels, dtype=cfg.dtype, seed=None)
@@ -194,15 +183,9 @@ def _run(cfg: SFTConfig, tokenizer, config, params: dict, checkpoint, init_path,
         optimizer.step_count = int(checkpoint.optimizer["step"])
         start = checkpoint.meta["step"]
     per_step = (cfg.total_batch or cfg.batch_size * T) // T  # rows per optimizer step
-    steps = cfg.steps or max(1, math.ceil(cfg.epochs * sources["train"].rows / per_step))
-    cfg.steps = steps
-    eval_batches = cfg.eval_batches or math.ceil(sources["val"].rows / cfg.batch_size)
-    loop_cfg = TrainConfig(backend=cfg.backend, dtype=cfg.dtype, batch_size=cfg.batch_size, seq_len=T,
-                           total_batch=cfg.total_batch, steps=steps, lr=cfg.lr, min_lr_frac=cfg.min_lr_frac,
-                           warmup=cfg.warmup, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
-                           eval_every=cfg.eval_every, eval_batches=eval_batches, sample_every=cfg.sample_every,
-                           sample_tokens=cfg.sample_tokens, checkpoint_every=cfg.checkpoint_every, out=str(out),
-                           seed=cfg.seed, progress=cfg.progress)
+    cfg.steps = cfg.steps or max(1, math.ceil(cfg.epochs * sources["train"].rows / per_step))
+    loop_cfg = replace(cfg, seq_len=T, out=str(out),
+                       eval_batches=cfg.eval_batches or math.ceil(sources["val"].rows / cfg.batch_size))
     log(f"model: {model} from {init_path}")
     log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
 
