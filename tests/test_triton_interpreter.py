@@ -212,6 +212,37 @@ def test_embedding_sort_is_a_stable_sort_by_token(name, tokens, V):
     np.testing.assert_array_equal(sorted_tokens, tokens[expected])
 
 
+@pytest.mark.parametrize("name", ["one-long-run", "runs-across-pieces", "run-starting-on-a-piece"])
+def test_embedding_backward_sums_long_runs_in_pieces(name):
+    """Runs longer than RUN_PIECE sorted positions are summed in pieces (in parallel) and their
+    partials added in order: the same dwte as float64 numpy, and the same bits twice."""
+    from backends.triton import embedding
+    rng = np.random.default_rng(5)
+    B, T, C, V = 3, 300, 20, 9
+    P = embedding.RUN_PIECE
+    if name == "one-long-run":
+        tokens = np.full((B, T), 4)
+        tokens.flat[::97] = 1
+    elif name == "runs-across-pieces":
+        tokens = rng.integers(0, 3, (B, T))   # three runs of ~300 positions: each crosses piece starts
+    else:
+        tokens = np.full((B, T), 8)
+        tokens.flat[:P] = 2                   # the run of 8 starts exactly on a piece's first position
+    dout = rng.standard_normal((B, T, C)).astype(np.float32)
+    wte, wpe = rng.standard_normal((V, C)).astype(np.float32), rng.standard_normal((T, C)).astype(np.float32)
+    results = []
+    for _ in range(2):
+        with _runtime.interpreter():
+            _, saved = embedding.forward({"tokens": tokens, "wte": wte, "wpe": wpe}, {})
+            grads = {"wte": np.zeros_like(wte), "wpe": np.zeros_like(wpe)}
+            embedding.backward(saved, dout, grads)
+        results.append(grads["wte"])
+    expected = np.zeros((V, C))
+    np.add.at(expected, tokens.reshape(-1), dout.reshape(-1, C).astype(np.float64))
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-4)
+    assert results[0].tobytes() == results[1].tobytes()
+
+
 def test_wrong_gradient_buffers_are_refused_before_launch():
     """Parameter gradients: the inputs' dtype, or float32 for 16-bit inputs (mixed precision); an
     activation gradient only in the inputs' dtype. Anything else fails before any launch."""

@@ -28,14 +28,20 @@ values it carries; the last pass leaves the ids sorted (int32) and the positions
 Cost at N = 65536 (B=64, T=1024): 4 launches of 128 programs moving 0.5 MB each; scratch 16 N bytes
 plus 128 KB of counts. Expected tens of microseconds on an H200 (bench/device/mixed.sh times it).
 
-The run walk (`_emb_dwte`) reads ROWS rows of a run at a time, so a frequent token (a few percent of
-real text: thousands of positions) costs thousands / ROWS dependent steps, not thousands.
+The run walk reads RUN_ROWS rows of a run at a time, and a run is cut at every multiple of
+RUN_PIECE sorted positions: `_emb_dwte_pieces` sums the pieces that continue a run (one program
+each, all in parallel, into a float32 partial per piece), then `_emb_dwte`, for each run, sums its
+rows up to the first piece boundary and adds its pieces' partials in order. A frequent token (a few
+percent of real text: 12,000 of the 65,536 positions of a B=64 batch of Zipf-like ids) then costs
+RUN_PIECE / RUN_ROWS + 12,000 / RUN_PIECE dependent steps instead of 12,000 / RUN_ROWS (on the H200,
+whole backward on such ids: 2.6 ms before the pieces, reports/train-h200/first-run/mixed/sort.txt).
+The order of the additions is fixed (pieces in order, rows in order within each): bitwise repeatable.
 """
 
 from dataclasses import dataclass
 
 from . import _common
-from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
+from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
 
 RADIX_BITS = 8
 RADIX = 1 << RADIX_BITS
@@ -43,6 +49,7 @@ MAX_BLOCKS = 128   # programs per radix pass (one wave on an H200); each then su
 SUB = 32           # ids ranked at a time in _radix_scatter: a (SUB, RADIX) int32 one-hot tile
 COUNT_ROWS = 16    # rows of the counts table _radix_scatter sums at a time
 RUN_ROWS = 8       # rows of a run _emb_dwte adds per step
+RUN_PIECE = 256    # a run longer than this is summed in pieces of this many sorted positions, in parallel
 
 
 @kernel
@@ -139,27 +146,63 @@ def sort_by_token(tokens, V: int):
     return src_keys, src_vals
 
 
+@triton.jit
+def _run_rows_sum(sorted_tokens_ptr, order_ptr, dout_ptr, tok, start, stop, N, C, c, mask,
+                  BLOCK_C: tl.constexpr, ROWS: tl.constexpr):
+    """(BLOCK_C,) float32: the sum over sorted positions start, start+1, ... < stop that still hold
+    `tok` (a prefix of the range: runs are contiguous) of their dout rows, ROWS rows a step, in order."""
+    acc = tl.zeros((ROWS, BLOCK_C), dtype=tl.float32)
+    j = start
+    more = True
+    while more:
+        k = j + tl.arange(0, ROWS)
+        in_run = tl.load(sorted_tokens_ptr + k, mask=(k < N) & (k < stop), other=-1) == tok
+        src = tl.load(order_ptr + k, mask=in_run, other=0).to(tl.int64)
+        acc += tl.load(dout_ptr + src[:, None] * C + c[None, :], mask=in_run[:, None] & mask[None, :],
+                       other=0.0).to(tl.float32)
+        j += ROWS
+        more = tl.sum(in_run.to(tl.int32), axis=0) == ROWS
+    return tl.sum(acc, axis=0)
+
+
 @kernel
-def _emb_dwte(sorted_tokens_ptr, order_ptr, dout_ptr, dwte_ptr, N, C, BLOCK_C: tl.constexpr, ROWS: tl.constexpr):
+def _emb_dwte_pieces(sorted_tokens_ptr, order_ptr, dout_ptr, partial_ptr, N, C, BLOCK_C: tl.constexpr,
+                     ROWS: tl.constexpr, PIECE: tl.constexpr):
+    # program p: the piece of sorted positions [p*PIECE, (p+1)*PIECE) when a run that began before it
+    # goes on through its start: its run's rows in it, summed into partial[p]
+    p = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = c < C
+    start = p * PIECE
+    tok = tl.load(sorted_tokens_ptr + start)
+    prev = tl.load(sorted_tokens_ptr + start - 1, mask=start > 0, other=-1)
+    if prev == tok:
+        part = _run_rows_sum(sorted_tokens_ptr, order_ptr, dout_ptr, tok, start, start + PIECE, N, C, c, mask,
+                             BLOCK_C, ROWS)
+        tl.store(partial_ptr + p.to(tl.int64) * C + c, part, mask=mask)
+
+
+@kernel
+def _emb_dwte(sorted_tokens_ptr, order_ptr, dout_ptr, partial_ptr, dwte_ptr, N, C, BLOCK_C: tl.constexpr,
+              ROWS: tl.constexpr, PIECE: tl.constexpr):
+    # program i, the first sorted position of a run: its rows up to the next piece boundary, then the
+    # partial sums of the pieces the run goes on through, in order; added to dwte[tok]
     i = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = c < C
     tok = tl.load(sorted_tokens_ptr + i)
     prev = tl.load(sorted_tokens_ptr + i - 1, mask=i > 0, other=-1)
-    if prev != tok:  # the first of its run: sum the run, ROWS rows a step, then add to dwte[tok]
-        acc = tl.zeros((ROWS, BLOCK_C), dtype=tl.float32)
-        j = i
-        more = True
-        while more:
-            k = j + tl.arange(0, ROWS)
-            in_run = tl.load(sorted_tokens_ptr + k, mask=k < N, other=-1) == tok  # a prefix of the ROWS
-            src = tl.load(order_ptr + k, mask=in_run, other=0).to(tl.int64)
-            acc += tl.load(dout_ptr + src[:, None] * C + c[None, :], mask=in_run[:, None] & mask[None, :],
-                           other=0.0).to(tl.float32)
-            j += ROWS
-            more = tl.sum(in_run.to(tl.int32), axis=0) == ROWS
+    if prev != tok:
+        boundary = (i // PIECE + 1) * PIECE
+        total = _run_rows_sum(sorted_tokens_ptr, order_ptr, dout_ptr, tok, i, boundary, N, C, c, mask, BLOCK_C, ROWS)
+        p = boundary // PIECE
+        more = boundary < N
+        while more:  # the run goes on past the boundary: take the next piece's partial sum
+            more = tl.load(sorted_tokens_ptr + p * PIECE, mask=p * PIECE < N, other=-1) == tok
+            total += tl.load(partial_ptr + p.to(tl.int64) * C + c, mask=mask & more, other=0.0)
+            p += 1
         row = dwte_ptr + tok.to(tl.int64) * C + c
-        total = tl.sum(acc, axis=0) + tl.load(row, mask=mask, other=0.0).to(tl.float32)
+        total += tl.load(row, mask=mask, other=0.0).to(tl.float32)
         tl.store(row, total.to(dwte_ptr.dtype.element_ty), mask=mask)
 
 
@@ -196,5 +239,10 @@ def backward(saved, dout, grads):
     block = _block(C)
     launch(_emb_dwpe, (T, cdiv(C, block)), dout, dwpe, B, T, C, BLOCK_C=block)
     sorted_tokens, order = sort_by_token(saved.tokens.reshape(-1), saved.n_vocab)
-    launch(_emb_dwte, (N, cdiv(C, block)), sorted_tokens, order, dout, dwte, N, C, BLOCK_C=block, ROWS=RUN_ROWS)
+    pieces = cdiv(N, RUN_PIECE)
+    partial = xp_of(dout).empty((pieces, C), dtype="float32")  # written only where a run crosses a piece's start
+    launch(_emb_dwte_pieces, (pieces, cdiv(C, block)), sorted_tokens, order, dout, partial, N, C, BLOCK_C=block,
+           ROWS=RUN_ROWS, PIECE=RUN_PIECE)
+    launch(_emb_dwte, (N, cdiv(C, block)), sorted_tokens, order, dout, partial, dwte, N, C, BLOCK_C=block,
+           ROWS=RUN_ROWS, PIECE=RUN_PIECE)
     return {"wte": dwte, "wpe": dwpe}
