@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import prange
 
-from ._jit import accumulator, contiguous, deliver, dest, pjit, settle, threads
+from ._jit import accumulator, contiguous, deliver, dest, pjit, settle, threads, threads_for
 
 
 @dataclass
@@ -54,7 +54,8 @@ def forward(inputs, attrs, out=None):
     tokens, wte, wpe = (contiguous(inputs[k]) for k in ("tokens", "wte", "wpe"))
     B, T = tokens.shape
     y = dest(out, (B, T, wte.shape[1]), wte.dtype)  # (B,T,C)
-    _forward(tokens, wte, wpe, y)
+    with threads_for(y.size):
+        _forward(tokens, wte, wpe, y)
     return deliver(y, out), Saved(tokens)
 
 

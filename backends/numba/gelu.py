@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import prange
 
-from ._jit import contiguous, deliver, dest, fexp, pjit, scalar
+from ._jit import contiguous, deliver, dest, fexp, pjit, scalar, threads_for
 
 
 @dataclass
@@ -50,7 +50,8 @@ def forward(inputs, attrs, out=None):
     x = contiguous(inputs["x"])
     y = dest(out, x.shape, x.dtype)
     c2, cubic = _consts(x.dtype)
-    _forward(x.reshape(-1), y.reshape(-1), c2, cubic, scalar(1.0, x.dtype))
+    with threads_for(x.size):
+        _forward(x.reshape(-1), y.reshape(-1), c2, cubic, scalar(1.0, x.dtype))
     return deliver(y, out), Saved(x)
 
 

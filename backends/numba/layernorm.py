@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import prange
 
-from ._jit import accumulator, contiguous, deliver, dest, pjit, settle, threads
+from ._jit import accumulator, contiguous, deliver, dest, pjit, settle, threads, threads_for
 
 
 @dataclass
@@ -52,7 +52,8 @@ def forward(inputs, attrs, out=None):
     y = dest(out, (N, C), x.dtype)                  # (N,C)
     mean = np.empty(N, x.dtype)                     # (N,)
     rstd = np.empty(N, x.dtype)                     # (N,)
-    _forward(x, w, b, float(attrs["eps"]), y, mean, rstd)
+    with threads_for(x.size):
+        _forward(x, w, b, float(attrs["eps"]), y, mean, rstd)
     return deliver(y, out), Saved(x, w, mean, rstd)
 
 

@@ -8,7 +8,7 @@ dout into each in parallel.
 
 from numba import prange
 
-from ._jit import contiguous, deliver, dest, pjit
+from ._jit import contiguous, deliver, dest, pjit, threads_for
 
 
 @pjit
@@ -26,7 +26,8 @@ def _copy(src, dst):
 def forward(inputs, attrs, out=None):
     a, b = contiguous(inputs["a"]), contiguous(inputs["b"])
     y = dest(out, a.shape, a.dtype)
-    _add(a.reshape(-1), b.reshape(-1), y.reshape(-1))
+    with threads_for(a.size):
+        _add(a.reshape(-1), b.reshape(-1), y.reshape(-1))
     return deliver(y, out), None
 
 
