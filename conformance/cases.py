@@ -214,6 +214,10 @@ CASES: dict[str, list[Case]] = {
         C("decode", {"B": 2, "Tn": 1, "Tk": 17, "C": 36, "NH": 3}, note="one new token over a cache"),
         C("chunk", {"B": 1, "Tn": 7, "Tk": 20, "C": 20, "NH": 4}, note="several new tokens over a cache"),
         C("T257", {"B": 1, "Tn": 3, "Tk": 257, "C": 16, "NH": 2}),
+        C("ragged-decode", {"B": 3, "Tn": 1, "Tk": 70, "C": 24, "NH": 2, "lengths": [70, 9, 1]},
+          note="rows of different lengths; NaN keys past each"),
+        C("ragged-chunk", {"B": 2, "Tn": 4, "Tk": 33, "C": 20, "NH": 4, "lengths": [4, 29]},
+          note="4 new tokens a row over caches of different lengths"),
     ],
 }
 
@@ -386,6 +390,10 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
         ("n_head-not-dividing-C", _attr(n_head=5)),
         ("dtype-mismatch", _float64("v")),
         ("q-int", _set("q", lambda i: i["q"].astype(np.int32))),
+        ("lengths-float", _set("lengths", lambda i: np.full(i["q"].shape[0], 4.0))),
+        ("lengths-shape", _set("lengths", lambda i: np.full(i["q"].shape[0] + 1, 4, np.int32))),
+        ("lengths-past-cache", _set("lengths", lambda i: np.full(i["q"].shape[0], i["k"].shape[1] + 1, np.int32))),
+        ("lengths-under-queries", _set("lengths", lambda i: np.full(i["q"].shape[0], 1, np.int32))),
     ],
 }
 
