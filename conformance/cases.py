@@ -216,7 +216,7 @@ CASES: dict[str, list[Case]] = {
         C("T257", {"B": 1, "Tn": 3, "Tk": 257, "C": 16, "NH": 2}),
         C("ragged-decode", {"B": 3, "Tn": 1, "Tk": 70, "C": 24, "NH": 2, "lengths": [70, 9, 1]},
           note="rows of different lengths; NaN keys past each"),
-        C("ragged-chunk", {"B": 2, "Tn": 4, "Tk": 33, "C": 20, "NH": 4, "lengths": [4, 29]},
+        C("ragged-chunk", {"B": 2, "Tn": 4, "Tk": 100, "C": 20, "NH": 4, "lengths": [4, 90]},
           note="4 new tokens a row over caches of different lengths"),
     ],
 }

@@ -34,6 +34,12 @@ SHAPES = [
     ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 24}),   # HS 32
     ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 6}),    # HS 128
     ("attention", {"B": 1, "T": 17, "C": 36, "NH": 3}),       # ragged T, HS 12
+    ("attention_cached", {"B": 1, "Tn": 1, "Tk": 1024, "C": 768, "NH": 12}),   # decoding, split keys, merged
+    ("attention_cached", {"B": 64, "Tn": 1, "Tk": 512, "C": 768, "NH": 12,     # large batch: one split,
+                          "lengths": [512] * 63 + [1]}),                         # ragged rows
+    ("attention_cached", {"B": 1, "Tn": 1, "Tk": 1024, "C": 768, "NH": 24}),   # HS 32
+    ("attention_cached", {"B": 1, "Tn": 1, "Tk": 1024, "C": 768, "NH": 6}),    # HS 128
+    ("attention_cached", {"B": 2, "Tn": 5, "Tk": 17, "C": 36, "NH": 3}),       # a chunk of queries, HS 12
     ("gelu", {"N": 256, "C": 3072}),
     ("residual", {"N": 256, "C": 768}),
     ("crossentropy", {"B": 2, "T": 2, "V": 50304, "n_valid": 50257}),
@@ -95,7 +101,8 @@ def test_every_kernel_is_recorded():
     assert {"_attn_forward", "_attn_backward", "_gemm", "_colsum_partial",
             "_colsum_finish", "_ln_forward", "_ln_backward", "_gelu_forward", "_gelu_backward", "_add",
             "_ce_forward", "_ce_backward", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_emb_dwte_pieces", "_radix_count", "_radix_scatter",
-            "_adamw", "_sumsq_partial", "_sumsq_finish"} <= names
+            "_adamw", "_sumsq_partial", "_sumsq_finish", "_decode_partial",
+            "_decode_merge"} <= names
 
 
 @pytest.mark.parametrize("item", LAUNCHES, ids=[_id(i) for i in LAUNCHES])

@@ -7,6 +7,7 @@ names its implementation by string, imported the first time it is used.
     layernorm     rows     one program per row; dweight/dbias from per-group partials, no atomics
     matmul        tiled    tensor-core GEMM, bias in the epilogue; fp32 inputs in IEEE fp32
     attention     flash    FlashAttention-2: online softmax, logsumexp saved, no T x T in memory
+    attention_cached  split  flash-decoding: the cache cut into splits across the SMs, partials merged
     gelu          fused    one pass each way
     residual      fused    one pass; backward hands dout on
     crossentropy  chunked  online logsumexp over BLOCK_V chunks of the vocabulary
@@ -33,6 +34,7 @@ _VARIANTS = [
     ("layernorm", "rows", "a block of rows per program; deterministic dweight/dbias partial sums"),
     ("matmul", "tiled", "persistent TMA tensor-core GEMM, bias in the epilogue, split-K dW, fp32 accumulation"),
     ("attention", "flash", "FlashAttention-2: online softmax, logsumexp saved, no T x T matrix"),
+    ("attention_cached", "split", "flash-decoding: the KV cache split across the SMs, exact merge of the partials"),
     ("gelu", "fused", "tanh GELU, one pass each way"),
     ("residual", "fused", "a + b in one pass"),
     ("crossentropy", "chunked", "online logsumexp over vocabulary chunks; no probabilities kept"),
@@ -47,12 +49,12 @@ _VARIANTS = [
 @hookimpl
 def nanoeuler_backends():
     # embedding and the two cross-entropies take integer ids that callers slice out of token windows
-    # (views): they copy those to contiguous themselves and check their float inputs; every other
-    # variant has the dispatcher refuse non-contiguous input.
-    takes_ids = ("embedding", "crossentropy", "classifier_crossentropy")
+    # (views): they copy those to contiguous themselves and check their float inputs; attention_cached
+    # reads q as a strided view of qkv; every other variant has the dispatcher refuse non-contiguous input.
+    takes_views = ("embedding", "crossentropy", "classifier_crossentropy", "attention_cached")
     opt_in = ("matmul_gelu", "classifier_crossentropy")
     variants = [Variant(op, name, impl=f"backends.triton.{op}", device="cuda", dtypes=DTYPES,
-                        requires=("triton", "cupy"), contiguous=op not in takes_ids,
+                        requires=("triton", "cupy"), contiguous=op not in takes_views,
                         description=description + ("; opt-in" if op in opt_in else ""), opt_in=op in opt_in)
                 for op, name, description in _VARIANTS]
     return [Backend("triton", "Triton kernels on CuPy arrays (GPU); FlashAttention-2 forward and backward",
