@@ -103,14 +103,35 @@ def _train(args) -> int:
 
 
 def _add_generate(sub) -> None:
-    p = sub.add_parser("generate", help="sample text from a checkpoint")
+    p = sub.add_parser("generate", help="sample text from a checkpoint",
+                       description="Continue a prompt, or every line of a file (in batches of --batch-size "
+                                   "prompts of any lengths), with a KV cache; on the GPU the decoding step is a "
+                                   "CUDA graph and sampling stays on the device.")
     p.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory (its latest)")
     p.add_argument("--prompt", default="\n", help="text to continue (special tokens such as <|endoftext|> are "
                    "encoded as themselves: '<|endoftext|>' alone gives an unconditional sample)")
+    p.add_argument("--prompt-file", default=None,
+                   help="a text file of prompts, one a line (no empty lines); overrides --prompt")
+    p.add_argument("--batch-size", type=flag_type(integer(1)), default=8,
+                   help="prompts of --prompt-file generated together (an integer >= 1; default 8)")
     add_sampling_options(p, temperature=0.8, max_new_tokens=200)
-    p.add_argument("--backend", default="naive", help="kernel selection")
+    p.add_argument("--backend", default="naive", help="kernel selection (triton: on the GPU)")
+    p.add_argument("--dtype", default=None, help="the model's dtype (default: the checkpoint's)")
     p.add_argument("--no-kv-cache", action="store_true", help="rerun the whole context for every token (slower)")
+    p.add_argument("--no-graph", action="store_true", help="launch every kernel from Python (no CUDA graph)")
     p.set_defaults(func=_generate)
+
+
+def read_prompt_file(path: str) -> list[str]:
+    """The prompts of a file, one a line; an empty line is an error (it would be an empty prompt)."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if not lines:
+        raise ValueError(f"--prompt-file {path} holds no prompt")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            raise ValueError(f"--prompt-file {path}: line {number} is empty; every line is one prompt")
+    return lines
 
 
 def _generate(args) -> int:
@@ -118,15 +139,24 @@ def _generate(args) -> int:
     from .generate import generate
     from .model import GPT
     from .tokenizer import encode_prompt, tokenizer_from_checkpoint
+    prompts = read_prompt_file(args.prompt_file) if args.prompt_file else [args.prompt]
     ckpt = load_checkpoint(args.checkpoint, with_optimizer=False)
     if "tokenizer" not in ckpt.meta:
         raise ValueError(f"checkpoint {ckpt.path} records no tokenizer: cannot turn a prompt into tokens")
     tokenizer = tokenizer_from_checkpoint(ckpt.path, ckpt.meta["tokenizer"])
-    model = GPT(ckpt.config, args.backend, dtype=ckpt.meta.get("dtype", "float32"), seed=None)
+    model = GPT(ckpt.config, args.backend, dtype=args.dtype or ckpt.meta.get("dtype", "float32"), seed=None)
     model.load_parameters(ckpt.params)
-    ids = generate(model, encode_prompt(tokenizer, args.prompt, "--prompt"), args.max_new_tokens, args.temperature, args.top_k,
-                   args.top_p, args.seed, stop_token=_stop_tokens(tokenizer), use_cache=not args.no_kv_cache)
-    print(args.prompt + tokenizer.decode(ids))
+    encoded = [encode_prompt(tokenizer, text, f"--prompt-file {args.prompt_file} line {number}" if args.prompt_file
+                             else "--prompt") for number, text in enumerate(prompts, 1)]
+    for first in range(0, len(prompts), args.batch_size):
+        batch = encoded[first:first + args.batch_size]
+        seed = None if args.seed is None else args.seed + first  # each batch its own draws
+        outs = generate(model, batch, args.max_new_tokens, args.temperature, args.top_k, args.top_p, seed,
+                        stop_token=_stop_tokens(tokenizer), use_cache=not args.no_kv_cache, graph=not args.no_graph)
+        for i, ids in enumerate(outs):
+            if args.prompt_file:
+                print(f"=== {first + i + 1} ===")
+            print(prompts[first + i] + tokenizer.decode(ids))
     return 0
 
 

@@ -1,79 +1,305 @@
-"""Sampling text from a model: temperature, top-k, top-p (nucleus), a seed, stop tokens (end-of-text,
-the end of an assistant turn).
+"""Sampling text from a model: one prompt or a batch of prompts of different lengths; temperature,
+top-k, top-p (nucleus), a seed, stop tokens (end-of-text, the end of an assistant turn).
 
-With the KV cache (the default, euler_core/kvcache.py) the prompt runs through the model once and
-each new token then runs over itself only. Without it (`use_cache=False`, kept as the reference the
-cached path is tested against) each new token runs the model over the whole (cropped) context.
-Both sample from the last position's distribution on the host, and give the same tokens: when the
-context outgrows block_size, the cached path starts a fresh cache over the last block_size tokens,
+    generate(model, [15496, 995], 20)                        # -> 20 new ids (fewer at a stop token)
+    generate(model, [[15496, 995], [40, 588, 11]], 20)       # -> one list of new ids per prompt
+
+With the KV cache (the default, euler_core/kvcache.py) the prompts run through the model once, as
+one right-padded block, and each new token then runs over itself only: `DecodeStep`, one token for
+every row as a fixed sequence of kernel launches on fixed buffers, captured as a CUDA graph on the
+GPU after its first (eager) call and replayed for every later token (euler_core/graph.py). Without
+the cache (`use_cache=False`, the reference the cached path is tested against) each new token runs
+the model over each row's whole (cropped) context. Both give the same tokens: when a row's context
+outgrows block_size, the cached path refills that row's cache with its last block_size tokens,
 exactly the window the uncached path crops to (so past block_size it is no faster).
+
+Sampling happens on the model's device (`Sampler`): the logits never travel to the host, only the
+B sampled ids do, once a token (to stop rows at a stop token). Greedy (temperature 0) is the argmax.
+Otherwise, with z = logits / temperature over the real vocabulary:
+
+    top-k   keep z >= the k-th largest z (ties with it stay)
+    top-p   p = softmax(z); keep p >= tau, tau the largest value whose kept mass sum(p[p >= tau])
+            still reaches top_p: the smallest set of most likely tokens that reaches top_p (ties
+            at tau stay)
+    draw    argmax over the kept tokens of z + g, g = -log(-log(u)) Gumbel noise: a draw from
+            softmax(z) restricted to them (the Gumbel-max trick), with no cumulative sum
+
+Both thresholds are found by bisection over the order-preserving integer image of float32 values
+(33 halvings make them exact), not by sorting: a sort on the GPU goes through thrust, which a CUDA
+graph cannot hold. The uniforms u are a counter-based hash (splitmix64) of (seed, step, row, token),
+so a draw depends on nothing but those four: the same seed gives the same tokens batched or not,
+cached or not, and a graph replays with a new step by rewriting one number on the device.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import warnings
+
 import numpy as np
 
 from .device import to_device
+from .kvcache import KVCache, forward_at, forward_cached
 
 
-def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float = 1.0,
-                top_k: int | None = None, top_p: float | None = None) -> int:
-    """One token id drawn from `logits` (V,) after temperature, top-k and top-p filtering.
-    temperature 0 means greedy (the argmax)."""
-    logits = np.asarray(logits, dtype=np.float64)
-    if temperature == 0:
-        return int(np.argmax(logits))
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    logits = logits / temperature
-    if top_k is not None and 0 < top_k < logits.size:
-        kth = np.partition(logits, -top_k)[-top_k]
-        logits = np.where(logits < kth, -np.inf, logits)
-    probs = np.exp(logits - logits.max())
-    probs /= probs.sum()
-    if top_p is not None and 0 < top_p < 1:
-        order = np.argsort(-probs, kind="stable")
-        cumulative = np.cumsum(probs[order])
-        keep = order[: int(np.searchsorted(cumulative, top_p)) + 1]  # smallest set reaching top_p
-        mask = np.zeros_like(probs, dtype=bool)
-        mask[keep] = True
-        probs = np.where(mask, probs, 0.0)
-        probs /= probs.sum()
-    return int(rng.choice(probs.size, p=probs))
+# ---- sampling on the device -----------------------------------------------------------------------
+def _splitmix64(x):
+    """splitmix64's finaliser on uint64 arrays (NumPy or CuPy; wraps modulo 2^64)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
-def generate(model, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, seed: int | None = None, stop_token=None,
-             use_cache: bool = True) -> list[int]:
-    """The prompt's continuation (new token ids only), sampled one token at a time.
+def _ordered(z, xp):
+    """int64 keys with the order of the float32 values z (-inf and -0.0 included)."""
+    bits = z.view(np.int32).astype(np.int64)
+    return xp.where(bits >= 0, bits, -(bits & 0x7FFFFFFF) - 1)
 
-    stop_token: an id, or a collection of ids, that ends the generation (not included in the output).
+
+class Sampler:
+    """Token ids (R,) int32 from logits (R,Vp) on the logits' device: see the module docstring.
+
+    temperature 0 means greedy; top_k None or 0 (or >= V) and top_p None (or 1) mean no filtering."""
+
+    BISECTIONS = 33  # halvings of an int64 key range no wider than 2^33: the thresholds are exact
+
+    def __init__(self, vocab_size: int, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None):
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"generate: temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 0):
+            raise ValueError(f"generate: top_k must be an int >= 0 (0 or None: no top-k), got {top_k!r}")
+        if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise ValueError(f"generate: top_p must lie in (0, 1] (or None: no top-p), got {top_p!r}")
+        self.vocab_size = vocab_size
+        self.temperature = float(temperature)
+        self.top_k = None if not top_k or top_k >= vocab_size else int(top_k)
+        self.top_p = None if top_p is None or top_p >= 1 else float(top_p)
+        if seed is None:  # a fresh seed from the OS: not reproducible, as asked
+            seed = int(np.random.SeedSequence().entropy) % 2**64
+        self.seed = int(seed) % 2**64
+
+    def __call__(self, logits, step, rows):
+        """logits (R,Vp) (only the first vocab_size columns are real), step (1,) uint64 and rows
+        (R,) uint64 on the same device: the draw's counters."""
+        xp = _xp(logits)
+        z = logits[:, :self.vocab_size].astype(np.float32)  # (R,V)
+        if self.temperature == 0:
+            return xp.argmax(z, axis=1).astype(np.int32)
+        z = z / np.float32(self.temperature)
+        if self.top_k is not None:
+            keys = _ordered(z, xp)
+            z = xp.where(keys >= self._bisect(keys, lambda ok: ok.sum(axis=1) >= self.top_k, xp)[:, None],
+                         z, -np.inf)
+        if self.top_p is not None:
+            e = xp.exp(z - z.max(axis=1, keepdims=True))
+            probs = e / e.sum(axis=1, keepdims=True)      # (R,V), >= 0: the bits order them
+            keys = probs.view(np.int32).astype(np.int64)
+            z = xp.where(keys >= self._bisect(keys, lambda ok: (probs * ok).sum(axis=1) >= self.top_p, xp)[:, None],
+                         z, -np.inf)
+        return xp.argmax(z + self._gumbel(step, rows, xp), axis=1).astype(np.int32)
+
+    def _bisect(self, keys, enough, xp):
+        """Per row, the largest key t with enough(keys >= t) (true at the row's smallest key)."""
+        lo = keys.min(axis=1)                     # (R,) enough here: every token kept
+        hi = keys.max(axis=1) + 1                 # never enough: no token kept
+        for _ in range(self.BISECTIONS):
+            mid = (lo + hi) // 2
+            ok = enough(keys >= mid[:, None])
+            lo, hi = xp.where(ok, mid, lo), xp.where(ok, hi, mid)
+        return lo
+
+    def _gumbel(self, step, rows, xp):
+        """(R,V) float32 Gumbel noise from uniforms hashed from (seed, step, row, token)."""
+        h = _splitmix64(step * np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(self.seed))               # (1,)
+        h = _splitmix64(h + rows * np.uint64(0xD1B54A32D192ED03))                                  # (R,)
+        bits = _splitmix64(h[:, None] + xp.arange(self.vocab_size, dtype=np.uint64)[None, :])      # (R,V)
+        u = ((bits >> np.uint64(40)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -24)  # (0,1)
+        return -xp.log(-xp.log(u))
+
+
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+# ---- the decoding step --------------------------------------------------------------------------
+class DecodeStep:
+    """One new token for each of B rows: the model over each row's newest token (`tokens`, at
+    `positions`) against the cache, then sampling, the result written back into `tokens`. The
+    buffers are fixed, so on the GPU the step is captured as a CUDA graph after its first, eager
+    call (which compiles every kernel), and replayed after that; the host only rewrites the
+    positions and the step counter before each call."""
+
+    def __init__(self, model, cache: KVCache, sampler: Sampler, graph: bool):
+        xp, B = model.xp, cache.batch
+        self.model, self.cache, self.sampler = model, cache, sampler
+        self.tokens = xp.zeros((B, 1), dtype=np.int32)     # in: each row's newest token; out: the next
+        self.positions = xp.zeros((B, 1), dtype=np.int32)  # in: where the newest token goes
+        self.lengths = xp.zeros(B, dtype=np.int32)         # in: positions + 1
+        self.step = xp.zeros(1, dtype=np.uint64)           # in: the sampler's counter
+        self.rows = xp.arange(B, dtype=np.uint64)
+        self.use_graph = graph and model.device == "cuda"
+        self.graph = None
+        self.calls = 0
+
+    def run(self) -> None:
+        logits = forward_at(self.model, self.tokens, self.positions, self.lengths, self.cache, fresh=False)
+        self.tokens[:, 0] = self.sampler(logits[:, 0], self.step, self.rows)
+
+    def __call__(self, positions: np.ndarray, step: int) -> None:
+        """Sample the next token of every row into `tokens`; positions (B,) on the host."""
+        _write(self.positions, positions.reshape(-1, 1))
+        _write(self.lengths, positions + 1)
+        _write(self.step, np.array([step]))
+        self.calls += 1
+        if self.use_graph and self.calls > 1:
+            if self.graph is None:
+                from .graph import CapturedGraph, GraphCaptureError
+                try:
+                    self.graph = CapturedGraph(self.run, "decoding step")
+                except GraphCaptureError as e:
+                    warnings.warn(f"{e}; decoding runs without a CUDA graph", stacklevel=2)
+                    self.use_graph = False
+            if self.graph is not None:
+                self.graph.replay()
+                return
+        self.run()
+
+
+def _write(dst, host: np.ndarray) -> None:
+    """Copy host values into a device buffer of the same shape, in stream order."""
+    host = np.ascontiguousarray(host, dtype=dst.dtype)
+    if isinstance(dst, np.ndarray):
+        dst[...] = host
+    else:
+        import cupy
+        dst.set(host, stream=cupy.cuda.get_current_stream())
+
+
+@contextlib.contextmanager
+def _on_stream(model):
+    """The GPU work of a generation on one stream (the one graphs are captured and replayed on)."""
+    if model.device != "cuda":
+        yield
+        return
+    from .graph import work_stream
+    with work_stream():
+        yield
+
+
+# ---- generation -----------------------------------------------------------------------------------
+def generate(model, prompt, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+             top_p: float | None = None, seed: int | None = None, stop_token=None, use_cache: bool = True,
+             graph: bool = True):
+    """The continuation (new token ids only) of one prompt (a list of ids), or of each prompt of a
+    list of prompts (then a list of lists), sampled one token at a time.
+
+    stop_token: an id, or a collection of ids, that ends a row's generation (not included in its
+    output). graph: capture the decoding step as a CUDA graph on the GPU (False: launch every
+    kernel from Python each token, for debugging).
     """
-    if not prompt:
-        raise ValueError("generate: the prompt must hold at least one token")
+    batched = isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not np.isscalar(prompt[0])
+    prompts = _check_prompts(model, prompt if batched else [prompt])
+    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     stops = set() if stop_token is None else ({int(stop_token)} if np.isscalar(stop_token) else
                                               {int(t) for t in stop_token})
-    rng = np.random.default_rng(seed)
-    tokens = list(prompt)
-    out: list[int] = []
+    sampler = Sampler(model.config.vocab_size, temperature, top_k, top_p, seed)
+    with _on_stream(model):
+        run = _generate_cached if use_cache else _generate_uncached
+        outs = run(model, prompts, int(max_new_tokens), sampler, stops, graph) if max_new_tokens else \
+            [[] for _ in prompts]
+    return outs if batched else outs[0]
+
+
+def _check_prompts(model, prompts) -> list[list[int]]:
     V, block = model.config.vocab_size, model.config.block_size
-    cache = None
-    if use_cache:
-        from .kvcache import KVCache
-        cache = KVCache(model, batch=1)
-    for _ in range(max_new_tokens):
-        if cache is None:
-            context = np.array([tokens[-block:]], dtype=np.int32)  # (1,T)
-            logits, _ = model.forward(context)
-        elif cache.length == 0 or cache.length >= block:  # (re)fill: the prompt, or the cropped window
-            cache.reset()
-            logits = model.forward_cached(np.array([tokens[-block:]], dtype=np.int32), cache, last_only=True)
-        else:
-            logits = model.forward_cached(np.array([tokens[-1:]], dtype=np.int32), cache, last_only=True)
-        last = to_device(logits[0, -1, :V], "cpu")  # the real vocabulary only, not the padding
-        token = sample_next(last, rng, temperature, top_k, top_p)
-        if token in stops:
+    checked = []
+    for i, p in enumerate(prompts):
+        name = "the prompt" if len(prompts) == 1 else f"prompt {i}"
+        ids = [int(t) for t in np.asarray(p).reshape(-1)]
+        if not ids:
+            raise ValueError(f"generate: {name} is empty: it must hold at least one token")
+        if len(ids) > block:
+            raise ValueError(f"generate: {name} has {len(ids)} tokens, more than the model's context "
+                             f"(block_size {block})")
+        bad = [t for t in ids if not 0 <= t < V]
+        if bad:
+            raise ValueError(f"generate: {name} holds token ids outside the vocabulary [0, {V}): {bad[:5]}")
+        checked.append(ids)
+    return checked
+
+
+class _Rows:
+    """The host's record of a batch: each row's tokens so far, new tokens, and whether it is done."""
+
+    def __init__(self, prompts, max_new: int, stops: set):
+        self.seqs = [list(p) for p in prompts]
+        self.outs = [[] for _ in prompts]
+        self.active = np.ones(len(prompts), dtype=bool)
+        self.max_new, self.stops = max_new, stops
+
+    def take(self, ids, rows=None) -> None:
+        """The sampled ids of `rows` (default all): append, or stop the row."""
+        for b, t in zip(range(len(self.seqs)) if rows is None else rows, (int(t) for t in ids)):
+            if not self.active[b]:
+                continue
+            if t in self.stops:
+                self.active[b] = False
+                continue
+            self.seqs[b].append(t)
+            self.outs[b].append(t)
+            self.active[b] = len(self.outs[b]) < self.max_new
+
+
+def _generate_cached(model, prompts, max_new: int, sampler: Sampler, stops: set, graph: bool):
+    xp, block = model.xp, model.config.block_size
+    B = len(prompts)
+    rows = _Rows(prompts, max_new, stops)
+    cache = KVCache(model, B)
+    lengths = np.array([len(p) for p in prompts])
+    padded = np.zeros((B, int(lengths.max())), dtype=np.int32)  # (B,T) right-padded prompts
+    for b, p in enumerate(prompts):
+        padded[b, :len(p)] = p
+    row_ids = xp.arange(B, dtype=np.uint64)
+    logits = forward_cached(model, padded, cache, last_only=True, lengths=lengths)  # (B,1,Vp)
+    step = DecodeStep(model, cache, sampler, graph)
+    step.tokens[:, 0] = sampler(logits[:, 0], xp.zeros(1, dtype=np.uint64), row_ids)
+    for s in range(1, max_new + 1):
+        rows.take(to_device(step.tokens[:, 0], "cpu"))
+        if not rows.active.any() or s == max_new:
             break
-        tokens.append(token)
-        out.append(token)
-    return out
+        full = rows.active & (cache.lengths >= block)  # contexts past block_size: refilled below
+        step(np.minimum(cache.lengths, block - 1), s)   # done and full rows: results unused
+        cache.lengths[rows.active & ~full] += 1
+        for b in np.flatnonzero(full):  # this row's window, as the uncached path crops it
+            row = cache.row(b)
+            row.reset()
+            window = np.array([rows.seqs[b][-block:]], dtype=np.int32)
+            last = forward_cached(model, window, row, last_only=True)[:, 0]  # (1,Vp)
+            step.tokens[b:b + 1, 0] = sampler(last, xp.full(1, s, dtype=np.uint64), row_ids[b:b + 1])
+    return rows.outs
+
+
+def _generate_uncached(model, prompts, max_new: int, sampler: Sampler, stops: set, graph: bool):
+    xp, block = model.xp, model.config.block_size
+    rows = _Rows(prompts, max_new, stops)
+    for s in range(max_new):
+        live = np.flatnonzero(rows.active)
+        contexts = [rows.seqs[b][-block:] for b in live]
+        padded = np.zeros((len(live), max(len(c) for c in contexts)), dtype=np.int32)  # right-padded
+        for i, c in enumerate(contexts):
+            padded[i, :len(c)] = c
+        logits, _ = model.forward(padded)  # (R,T,Vp)
+        last = to_device(np.array([len(c) - 1 for c in contexts]), model.device)
+        ids = sampler(logits[xp.arange(len(live)), last], xp.full(1, s, dtype=np.uint64),
+                      to_device(live.astype(np.uint64), model.device))
+        rows.take(to_device(ids, "cpu"), live)
+        if not rows.active.any():
+            break
+    return rows.outs

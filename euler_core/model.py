@@ -411,10 +411,11 @@ class GPT:
         return total
 
     # ---- generation ---------------------------------------------------------------------------
-    def forward_cached(self, tokens, cache, last_only: bool = False):
-        """Logits of new tokens (B,Tn) given a KVCache of the earlier positions (see kvcache.py)."""
+    def forward_cached(self, tokens, cache, last_only: bool = False, lengths=None):
+        """Logits of new tokens (B,Tn) given a KVCache of the earlier positions; `lengths`: the real
+        tokens of each right-padded row (see kvcache.py)."""
         from .kvcache import forward_cached
-        return forward_cached(self, tokens, cache, last_only)
+        return forward_cached(self, tokens, cache, last_only, lengths)
 
     def __repr__(self):
         c = self.config

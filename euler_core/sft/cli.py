@@ -46,7 +46,8 @@ def add_commands(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="an SFT checkpoint or run directory (its latest)")
     p.add_argument("--system", default=None, help="a system message opening the conversation")
     add_sampling_options(p, temperature=0.7, max_new_tokens=256)
-    p.add_argument("--backend", default="naive", help="kernel selection")
+    p.add_argument("--backend", default="naive", help="kernel selection (triton: on the GPU, the decoding step a CUDA graph)")
+    p.add_argument("--dtype", default=None, help="the model's dtype (default: the checkpoint's)")
     p.set_defaults(func=_chat)
 
 
@@ -71,7 +72,7 @@ def _sft(args) -> int:
 def _chat(args, stdin=None, stdout=None) -> int:
     from .run import chat_reply, load_chat_model
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    model, template = load_chat_model(args.checkpoint, args.backend)
+    model, template = load_chat_model(args.checkpoint, args.backend, args.dtype)
     opening = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(opening)
     interactive = stdin.isatty()

@@ -222,9 +222,9 @@ def exact_match(model, template: ChatTemplate, pairs: list[tuple[str, str]], max
             "examples": [{"question": q, "expected": e, "got": a} for (q, e), a in list(zip(pairs, answers))[:8]]}
 
 
-def load_chat_model(path, backend: str = "naive"):
+def load_chat_model(path, backend: str = "naive", dtype: str | None = None):
     """(model, ChatTemplate) from an SFT checkpoint (or any checkpoint whose tokenizer has the
-    template's special tokens)."""
+    template's special tokens); dtype: the model's (default the checkpoint's)."""
     from ..tokenizer import tokenizer_from_checkpoint
     ckpt = load_checkpoint(path, with_optimizer=False)
     if "tokenizer" not in ckpt.meta:
@@ -234,6 +234,6 @@ def load_chat_model(path, backend: str = "naive"):
         template = ChatTemplate(tokenizer)
     except ValueError:
         raise ValueError(f"checkpoint {ckpt.path} has no chat template tokens: fine-tune it with `euler sft` first") from None
-    model = GPT(ckpt.config, backend, dtype=ckpt.meta.get("dtype", "float32"), seed=None)
+    model = GPT(ckpt.config, backend, dtype=dtype or ckpt.meta.get("dtype", "float32"), seed=None)
     model.load_parameters(ckpt.params)
     return model, template
