@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+import weakref
 
 import numpy as np
 
@@ -66,7 +67,7 @@ class Sampler:
     BISECTIONS = 33  # halvings of an int64 key range no wider than 2^33: the thresholds are exact
 
     def __init__(self, vocab_size: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None):
+                 top_p: float | None = None):
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"generate: temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
         if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 0):
@@ -77,13 +78,19 @@ class Sampler:
         self.temperature = float(temperature)
         self.top_k = None if not top_k or top_k >= vocab_size else int(top_k)
         self.top_p = None if top_p is None or top_p >= 1 else float(top_p)
-        if seed is None:  # a fresh seed from the OS: not reproducible, as asked
-            seed = int(np.random.SeedSequence().entropy) % 2**64
-        self.seed = int(seed) % 2**64
+        self.key = (vocab_size, self.temperature, self.top_k, self.top_p)  # what a captured graph bakes in
 
-    def __call__(self, logits, step, rows):
-        """logits (R,Vp) (only the first vocab_size columns are real), step (1,) uint64 and rows
-        (R,) uint64 on the same device: the draw's counters."""
+    @staticmethod
+    def counter(seed: int | None, step: int) -> np.ndarray:
+        """The draw's counter (2,) uint64 on the host: (seed, step); seed None: a fresh one from the
+        OS (not reproducible, as asked)."""
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy)
+        return np.array([int(seed) % 2**64, step], dtype=np.uint64)
+
+    def __call__(self, logits, counter, rows):
+        """logits (R,Vp) (only the first vocab_size columns are real), counter (2,) uint64 (seed,
+        step) and rows (R,) uint64 on the same device."""
         xp = _xp(logits)
         z = logits[:, :self.vocab_size].astype(np.float32)  # (R,V)
         if self.temperature == 0:
@@ -99,7 +106,7 @@ class Sampler:
             keys = probs.view(np.int32).astype(np.int64)
             z = xp.where(keys >= self._bisect(keys, lambda ok: (probs * ok).sum(axis=1) >= self.top_p, xp)[:, None],
                          z, -np.inf)
-        return xp.argmax(z + self._gumbel(step, rows, xp), axis=1).astype(np.int32)
+        return xp.argmax(z + self._gumbel(counter, rows, xp), axis=1).astype(np.int32)
 
     def _bisect(self, keys, enough, xp):
         """Per row, the largest key t with enough(keys >= t) (true at the row's smallest key)."""
@@ -111,9 +118,9 @@ class Sampler:
             lo, hi = xp.where(ok, mid, lo), xp.where(ok, hi, mid)
         return lo
 
-    def _gumbel(self, step, rows, xp):
+    def _gumbel(self, counter, rows, xp):
         """(R,V) float32 Gumbel noise from uniforms hashed from (seed, step, row, token)."""
-        h = _splitmix64(step * np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(self.seed))               # (1,)
+        h = _splitmix64(counter[1:] * np.uint64(0x9E3779B97F4A7C15) ^ _splitmix64(counter[:1]))   # (1,)
         h = _splitmix64(h + rows * np.uint64(0xD1B54A32D192ED03))                                  # (R,)
         bits = _splitmix64(h[:, None] + xp.arange(self.vocab_size, dtype=np.uint64)[None, :])      # (R,V)
         u = ((bits >> np.uint64(40)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -24)  # (0,1)
@@ -133,29 +140,35 @@ class DecodeStep:
     `positions`) against the cache, then sampling, the result written back into `tokens`. The
     buffers are fixed, so on the GPU the step is captured as a CUDA graph after its first, eager
     call (which compiles every kernel), and replayed after that; the host only rewrites the
-    positions and the step counter before each call."""
+    positions and the sampler's counter before each call.
 
-    def __init__(self, model, cache: KVCache, sampler: Sampler, graph: bool):
-        xp, B = model.xp, cache.batch
-        self.model, self.cache, self.sampler = model, cache, sampler
-        self.tokens = xp.zeros((B, 1), dtype=np.int32)     # in: each row's newest token; out: the next
-        self.positions = xp.zeros((B, 1), dtype=np.int32)  # in: where the newest token goes
-        self.lengths = xp.zeros(B, dtype=np.int32)         # in: positions + 1
-        self.step = xp.zeros(1, dtype=np.uint64)           # in: the sampler's counter
-        self.rows = xp.arange(B, dtype=np.uint64)
+    A step holds its KV cache; `decode_step()` keeps the latest ones of each model, so that a
+    second generation of the same batch size and sampling settings reuses the cache's memory and
+    the captured graph (a capture costs as much as tens of tokens)."""
+
+    def __init__(self, model, batch: int, sampler: Sampler, graph: bool):
+        xp = model.xp
+        self.model, self.sampler = model, sampler
+        self.cache = KVCache(model, batch)
+        self.tokens = xp.zeros((batch, 1), dtype=np.int32)     # in: each row's newest token; out: the next
+        self.positions = xp.zeros((batch, 1), dtype=np.int32)  # in: where the newest token goes
+        self.lengths = xp.zeros(batch, dtype=np.int32)         # positions + 1, computed in the step
+        self.counter = xp.zeros(2, dtype=np.uint64)            # in: the sampler's (seed, step)
+        self.rows = xp.arange(batch, dtype=np.uint64)
         self.use_graph = graph and model.device == "cuda"
         self.graph = None
         self.calls = 0
 
     def run(self) -> None:
+        xp = self.model.xp
+        xp.add(self.positions[:, 0], 1, out=self.lengths)
         logits = forward_at(self.model, self.tokens, self.positions, self.lengths, self.cache, fresh=False)
-        self.tokens[:, 0] = self.sampler(logits[:, 0], self.step, self.rows)
+        self.tokens[:, 0] = self.sampler(logits[:, 0], self.counter, self.rows)
 
-    def __call__(self, positions: np.ndarray, step: int) -> None:
-        """Sample the next token of every row into `tokens`; positions (B,) on the host."""
+    def __call__(self, positions: np.ndarray, counter: np.ndarray) -> None:
+        """Sample the next token of every row into `tokens`; positions (B,) and counter (2,) on the host."""
         _write(self.positions, positions.reshape(-1, 1))
-        _write(self.lengths, positions + 1)
-        _write(self.step, np.array([step]))
+        _write(self.counter, counter)
         self.calls += 1
         if self.use_graph and self.calls > 1:
             if self.graph is None:
@@ -169,6 +182,24 @@ class DecodeStep:
                 self.graph.replay()
                 return
         self.run()
+
+
+_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+KEEP_STEPS = 2  # decoding steps (caches, graphs) kept per model, the most recently used
+
+
+def decode_step(model, batch: int, sampler: Sampler, graph: bool) -> DecodeStep:
+    """A DecodeStep for this model, batch size and sampling settings: a kept one, or a new one."""
+    steps = _STEPS.setdefault(model, {})
+    key = (batch, sampler.key, graph)
+    step = steps.pop(key, None)
+    if step is None:
+        while len(steps) >= KEEP_STEPS:  # free the oldest first (its cache may be large)
+            steps.pop(next(iter(steps)))
+        step = DecodeStep(model, batch, sampler, graph)
+    steps[key] = step  # now the most recent
+    step.cache.reset()
+    return step
 
 
 def _write(dst, host: np.ndarray) -> None:
@@ -209,10 +240,12 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 1.0, top_k
         raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     stops = set() if stop_token is None else ({int(stop_token)} if np.isscalar(stop_token) else
                                               {int(t) for t in stop_token})
-    sampler = Sampler(model.config.vocab_size, temperature, top_k, top_p, seed)
+    sampler = Sampler(model.config.vocab_size, temperature, top_k, top_p)
+    if seed is None:  # one fresh seed for the whole generation
+        seed = int(Sampler.counter(None, 0)[0])
     with _on_stream(model):
         run = _generate_cached if use_cache else _generate_uncached
-        outs = run(model, prompts, int(max_new_tokens), sampler, stops, graph) if max_new_tokens else \
+        outs = run(model, prompts, int(max_new_tokens), sampler, seed, stops, graph) if max_new_tokens else \
             [[] for _ in prompts]
     return outs if batched else outs[0]
 
@@ -257,39 +290,43 @@ class _Rows:
             self.active[b] = len(self.outs[b]) < self.max_new
 
 
-def _generate_cached(model, prompts, max_new: int, sampler: Sampler, stops: set, graph: bool):
+def _generate_cached(model, prompts, max_new: int, sampler: Sampler, seed: int | None, stops: set, graph: bool):
     xp, block = model.xp, model.config.block_size
     B = len(prompts)
     rows = _Rows(prompts, max_new, stops)
-    cache = KVCache(model, B)
+    step = decode_step(model, B, sampler, graph)
+    cache = step.cache
+    counter = Sampler.counter(seed, 0)
     lengths = np.array([len(p) for p in prompts])
     padded = np.zeros((B, int(lengths.max())), dtype=np.int32)  # (B,T) right-padded prompts
     for b, p in enumerate(prompts):
         padded[b, :len(p)] = p
-    row_ids = xp.arange(B, dtype=np.uint64)
     logits = forward_cached(model, padded, cache, last_only=True, lengths=lengths)  # (B,1,Vp)
-    step = DecodeStep(model, cache, sampler, graph)
-    step.tokens[:, 0] = sampler(logits[:, 0], xp.zeros(1, dtype=np.uint64), row_ids)
+    step.tokens[:, 0] = sampler(logits[:, 0], to_device(counter, model.device), step.rows)
     for s in range(1, max_new + 1):
         rows.take(to_device(step.tokens[:, 0], "cpu"))
         if not rows.active.any() or s == max_new:
             break
-        full = rows.active & (cache.lengths >= block)  # contexts past block_size: refilled below
-        step(np.minimum(cache.lengths, block - 1), s)   # done and full rows: results unused
+        counter[1] = s
+        full = rows.active & (cache.lengths >= block)    # contexts past block_size: refilled below
+        step(np.minimum(cache.lengths, block - 1), counter)  # done and full rows: results unused
         cache.lengths[rows.active & ~full] += 1
         for b in np.flatnonzero(full):  # this row's window, as the uncached path crops it
             row = cache.row(b)
             row.reset()
             window = np.array([rows.seqs[b][-block:]], dtype=np.int32)
             last = forward_cached(model, window, row, last_only=True)[:, 0]  # (1,Vp)
-            step.tokens[b:b + 1, 0] = sampler(last, xp.full(1, s, dtype=np.uint64), row_ids[b:b + 1])
+            step.tokens[b:b + 1, 0] = sampler(last, to_device(counter, model.device), step.rows[b:b + 1])
     return rows.outs
 
 
-def _generate_uncached(model, prompts, max_new: int, sampler: Sampler, stops: set, graph: bool):
+def _generate_uncached(model, prompts, max_new: int, sampler: Sampler, seed: int | None, stops: set,
+                       graph: bool):
     xp, block = model.xp, model.config.block_size
     rows = _Rows(prompts, max_new, stops)
+    counter = Sampler.counter(seed, 0)
     for s in range(max_new):
+        counter[1] = s
         live = np.flatnonzero(rows.active)
         contexts = [rows.seqs[b][-block:] for b in live]
         padded = np.zeros((len(live), max(len(c) for c in contexts)), dtype=np.int32)  # right-padded
@@ -297,7 +334,7 @@ def _generate_uncached(model, prompts, max_new: int, sampler: Sampler, stops: se
             padded[i, :len(c)] = c
         logits, _ = model.forward(padded)  # (R,T,Vp)
         last = to_device(np.array([len(c) - 1 for c in contexts]), model.device)
-        ids = sampler(logits[xp.arange(len(live)), last], xp.full(1, s, dtype=np.uint64),
+        ids = sampler(logits[xp.arange(len(live)), last], to_device(counter, model.device),
                       to_device(live.astype(np.uint64), model.device))
         rows.take(to_device(ids, "cpu"), live)
         if not rows.active.any():

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .device import device_of, to_device
 from .ops import OPS
+from .ops.base import dtype_name
 from .registry import Registry, Variant, get_registry
 
 FALLBACK_BACKEND = "naive"
@@ -87,7 +88,7 @@ class Kernel:
             if self.variant.contiguous and not a.flags.c_contiguous:
                 raise ValueError(f"{self.spec.name}: variant {self.variant.qualname} needs input '{name}' "
                                  "C-contiguous; pass a contiguous copy (ascontiguousarray)")
-            dt = str(a.dtype)
+            dt = dtype_name(a)
             if name == self.spec.grad_input:  # the losses' dtype whatever the variant's: the spec checks it
                 continue
             if dt.startswith("float") or dt == "bfloat16":

@@ -67,34 +67,34 @@ def test_right_padded_prefill_keeps_each_row_as_it_would_be_alone(model):
 
 def test_decode_step_samples_what_forward_cached_gives(model):
     greedy = Sampler(model.config.vocab_size, temperature=0)
-    a, b = KVCache(model, 2), KVCache(model, 2)
+    step = DecodeStep(model, 2, greedy, graph=True)  # no graph on the CPU: the same eager call
+    b = KVCache(model, 2)
     prompt = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32)
-    forward_cached(model, prompt, a)
+    forward_cached(model, prompt, step.cache)
     forward_cached(model, prompt, b)
-    step = DecodeStep(model, a, greedy, graph=True)  # no graph on the CPU: the same eager call
     step.tokens[:, 0] = [7, 8]
-    step(a.lengths.copy(), step=1)
+    step(step.cache.lengths.copy(), Sampler.counter(0, 1))
     expected = forward_cached(model, np.array([[7], [8]]), b)[:, 0, :model.config.vocab_size].argmax(axis=1)
     np.testing.assert_array_equal(step.tokens[:, 0], expected)
 
 
 # ---- the sampler ------------------------------------------------------------------------------------
-def _draws(sampler, logits, n, step=0):
+def _draws(sampler, logits, n, step=0, seed=1):
     rows = np.arange(n, dtype=np.uint64)
-    return sampler(np.repeat(logits[None], n, axis=0), np.array([step], dtype=np.uint64), rows)
+    return sampler(np.repeat(logits[None], n, axis=0), Sampler.counter(seed, step), rows)
 
 
 def test_greedy_is_the_argmax_of_the_real_vocabulary():
     logits = np.array([[0.1, 3.0, -1.0, 9.0], [2.0, 1.0, 0.5, 9.0]], dtype=np.float32)  # column 3: padding
     s = Sampler(3, temperature=0)
-    np.testing.assert_array_equal(s(logits, np.zeros(1, np.uint64), np.arange(2, dtype=np.uint64)), [1, 0])
+    np.testing.assert_array_equal(s(logits, Sampler.counter(0, 0), np.arange(2, dtype=np.uint64)), [1, 0])
 
 
 def test_draws_follow_softmax():
     rng = np.random.default_rng(0)
     logits = rng.standard_normal(8).astype(np.float32)
     n = 40_000
-    counts = np.bincount(_draws(Sampler(8, temperature=0.7, seed=5), logits, n), minlength=8)
+    counts = np.bincount(_draws(Sampler(8, temperature=0.7), logits, n, seed=5), minlength=8)
     p = np.exp(logits / 0.7 - (logits / 0.7).max())
     p /= p.sum()
     chi2 = float((((counts - n * p) ** 2) / (n * p)).sum())
@@ -103,19 +103,20 @@ def test_draws_follow_softmax():
 
 def test_top_k_keeps_the_k_largest_and_top_p_the_smallest_set_reaching_p():
     logits = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float32))
-    assert set(_draws(Sampler(5, top_k=2, seed=1), logits, 4000)) == {1, 3}
+    assert set(_draws(Sampler(5, top_k=2), logits, 4000)) == {1, 3}
     # sorted: 0.4, 0.3 (0.7), 0.15 (0.85), ...: top_p 0.8 keeps three, 0.7 keeps two
-    assert set(_draws(Sampler(5, top_p=0.8, seed=1), logits, 4000)) == {1, 3, 4}
-    assert set(_draws(Sampler(5, top_p=0.7, seed=1), logits, 4000)) == {1, 3}
-    assert set(_draws(Sampler(5, top_k=3, top_p=0.5, seed=1), logits, 4000)) == {1, 3}
+    assert set(_draws(Sampler(5, top_p=0.8), logits, 4000)) == {1, 3, 4}
+    assert set(_draws(Sampler(5, top_p=0.7), logits, 4000)) == {1, 3}
+    assert set(_draws(Sampler(5, top_k=3, top_p=0.5), logits, 4000)) == {1, 3}
 
 
 def test_a_draw_depends_on_seed_step_and_row_only():
     logits = np.zeros(50, dtype=np.float32)
-    s = Sampler(50, seed=3)
-    a = _draws(s, logits, 64, step=7)
-    np.testing.assert_array_equal(a, _draws(Sampler(50, seed=3), logits, 64, step=7))
-    assert (a != _draws(s, logits, 64, step=8)).any() and len(set(a)) > 20
+    s = Sampler(50)
+    a = _draws(s, logits, 64, step=7, seed=3)
+    np.testing.assert_array_equal(a, _draws(Sampler(50), logits, 64, step=7, seed=3))
+    assert (a != _draws(s, logits, 64, step=8, seed=3)).any() and (a != _draws(s, logits, 64, step=7, seed=4)).any()
+    assert len(set(a)) > 20
 
 
 @pytest.mark.parametrize("kw, match", [(dict(temperature=float("nan")), "temperature"),

@@ -31,7 +31,7 @@ import numpy as np
 from numba import get_num_threads, prange
 
 from ._blas import NO_TRANS, TRANS, blocks, gemm, single_threaded_blas
-from ._jit import accumulator, contiguous, deliver, dest, jit, pjit, scalar, settle
+from ._jit import accumulator, contiguous, deliver, dest, jit, pjit, scalar, settle, threads_for
 
 NB = 32     # rows of x per parallel block (blocked variant)
 MB = 64     # rows of weight per tile
@@ -154,7 +154,8 @@ class Blas:
         y = dest(out, (x.shape[0], w.shape[0]), x.dtype)      # (N,M)
         b = contiguous(bias) if bias is not None else np.zeros(w.shape[0], x.dtype)
         if x.shape[0] <= SMALL_N:
-            _forward_rows(x, w, b, bias is not None, y, scalar(0.0, x.dtype))
+            with threads_for(w.size * x.shape[0]):
+                _forward_rows(x, w, b, bias is not None, y, scalar(0.0, x.dtype))
         else:
             _forward_blas(x, w, b, bias is not None, y, get_num_threads())
         return deliver(y, out), Saved(x, w, bias is not None)

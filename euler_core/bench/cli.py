@@ -12,6 +12,8 @@
                                        # whole training steps: tokens/s, MFU, memory, first step, beside PyTorch
     euler bench quality --backend triton --reference eager --steps 300 --data "data/*_train_*.bin" --out runs/q
                                        # ours and PyTorch trained from the same weights on the same batches
+    euler bench generate --backend numba --hf-python ~/torch-venv/bin/python --out reports/generate-cpu
+                                       # generation speed beside Hugging Face's generate (euler_core/bench/generate.py)
 """
 
 from __future__ import annotations
@@ -144,6 +146,26 @@ def add_commands(sub) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", required=True, help="folder for the records and the report")
     q.set_defaults(func=_quality)
+    g = bench.add_parser("generate", help="generation speed (prefill, decode, time to first token) beside "
+                                          "Hugging Face transformers' generate",
+                         description="Time generate() on GPT-2 shapes with random weights, greedy: prefill and "
+                                     "decode tokens/s, time to first token, the decoding step's bandwidth; beside "
+                                     "Hugging Face's generate run by --hf-python in its own environment, "
+                                     "alternating. See euler_core/bench/generate.py.")
+    g.add_argument("--backend", default="numba", help="kernel selection (default numba; triton on the GPU)")
+    g.add_argument("--presets", default="gpt2", help="comma-separated model presets (default gpt2; gpt2-medium: 350M)")
+    g.add_argument("--dtype", default="float32", help="the model's dtype (default float32; bfloat16 on the GPU)")
+    g.add_argument("--batches", default="1", help="comma-separated batch sizes (default 1)")
+    g.add_argument("--prompt-len", type=int, default=448, help="prompt tokens a row (default 448)")
+    g.add_argument("--new-tokens", type=int, default=64, help="new tokens a row (default 64)")
+    g.add_argument("--repeats", type=int, default=3, help="timed generations per measurement (default 3)")
+    g.add_argument("--rounds", type=int, default=1, help="rounds alternating ours and Hugging Face's (default 1)")
+    g.add_argument("--no-graph", action="store_true", help="our decoding step without a CUDA graph")
+    g.add_argument("--hf-python", default=None, help="a Python with torch and transformers: time Hugging Face too")
+    g.add_argument("--hf-modes", default="eager", help="eager and/or compiled (static cache + torch.compile, GPU)")
+    g.add_argument("--hf-threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    g.add_argument("--out", required=True, help="folder for records.jsonl, run.json and report.md")
+    g.set_defaults(func=_generate)
 
 
 def _ops(args) -> int:
@@ -260,3 +282,18 @@ def _quality(args) -> int:
     failed = [r["system"] for r in records if r.get("kind") == "quality_curve" and r["status"] != "ok"]
     print(f"\n{args.out}/quality.md" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+def _generate(args) -> int:
+    from .generate import GenerateBenchConfig, run
+    for name, value in (("--batches", args.batches), ("--presets", args.presets)):
+        if not _csv(value):
+            raise ValueError(f"{name} names nothing")
+    batches = [int(b) for b in _csv(args.batches)]
+    if min(batches) < 1 or args.prompt_len < 1 or args.new_tokens < 2 or args.repeats < 1 or args.rounds < 1:
+        raise ValueError("bench generate: batches, --prompt-len, --repeats and --rounds must be >= 1, "
+                         "--new-tokens >= 2 (decode time is total minus the first token's)")
+    cfg = GenerateBenchConfig(backend=args.backend, presets=_csv(args.presets), dtype=args.dtype, batches=batches,
+                              prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats,
+                              rounds=args.rounds, graph=not args.no_graph, hf_python=args.hf_python,
+                              hf_modes=_csv(args.hf_modes) or ["eager"], hf_threads=args.hf_threads)
+    run(cfg, args.out, argv=["euler", *sys.argv[1:]])
+    return 0

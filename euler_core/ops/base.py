@@ -47,7 +47,14 @@ FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 def dtype_name(array) -> str:
     """The dtype of a NumPy/CuPy array as a plain string ('float32', 'bfloat16', 'int64', ...)."""
-    return str(array.dtype)
+    dtype = array.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:  # str(dtype) costs microseconds, and every kernel call asks it of every input
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
+_DTYPE_NAMES: dict = {}
 
 
 @dataclass(frozen=True)
