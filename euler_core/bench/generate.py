@@ -81,14 +81,16 @@ def run(cfg: GenerateBenchConfig, out_dir, argv=None) -> list[dict]:
     writer.write_run({"kind": "generate", "config": asdict(cfg), "argv": argv, "started": now_iso(),
                       "env": env, "peaks": peaks})
     for name, model in models.items():
+        checks = {}
         for batch in cfg.batches:
             _say(f"{name} batch {batch}: checking before timing")
-            check = validate(model, batch, cfg)
-            for r in range(cfg.rounds):
-                writer.write(_ours(model, name, batch, cfg, peaks, check, r))
-                if cfg.hf_python:
-                    for record in _hf(cfg, name, model, batch, r):
-                        writer.write(record)
+            checks[batch] = validate(model, batch, cfg)
+        for r in range(cfg.rounds):
+            for batch in cfg.batches:
+                writer.write(_ours(model, name, batch, cfg, peaks, checks[batch], r))
+            if cfg.hf_python:  # one process for every batch size (its start costs seconds)
+                for record in _hf(cfg, name, model, cfg.batches, r):
+                    writer.write(record)
     records = writer.records
     writer.close()
     table = report_table(records)
@@ -192,16 +194,16 @@ def _bandwidth(model, r: dict, peaks: dict) -> dict:
     return {"decode_step_bytes": step_bytes, "decode_gbps": gbps, "decode_bw_frac": gbps * 1e9 / peaks["peak_bw"]}
 
 
-def _hf(cfg: GenerateBenchConfig, name: str, model, batch: int, round_: int) -> list[dict]:
-    """Hugging Face's measurements for one model and batch, from its own process."""
+def _hf(cfg: GenerateBenchConfig, name: str, model, batches: list, round_: int) -> list[dict]:
+    """Hugging Face's measurements for one model and every batch size, from its own process."""
     shape, device = model.config, model.device
     cmd = [cfg.hf_python, str(HF_SCRIPT), "--model", name, "--n-layer", str(shape.n_layer), "--n-head",
            str(shape.n_head), "--n-embd", str(shape.n_embd), "--vocab-size", str(shape.vocab_size),
            "--block-size", str(shape.block_size), "--device", device, "--dtype", cfg.dtype,
-           "--batches", str(batch), "--modes", ",".join(cfg.hf_modes), "--prompt-len", str(cfg.prompt_len),
+           "--batches", ",".join(map(str, batches)), "--modes", ",".join(cfg.hf_modes), "--prompt-len", str(cfg.prompt_len),
            "--new-tokens", str(cfg.new_tokens), "--repeats", str(cfg.repeats), "--threads", str(cfg.hf_threads),
            "--seed", str(cfg.seed)]
-    _say(f"{name} batch {batch} round {round_}: Hugging Face ({', '.join(cfg.hf_modes)})")
+    _say(f"{name} round {round_}: Hugging Face ({', '.join(cfg.hf_modes)}), batches {batches}")
     load = loadavg()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -214,13 +216,14 @@ def _hf(cfg: GenerateBenchConfig, name: str, model, batch: int, round_: int) -> 
                 r.update(derived(r))
             records.append(r)
     if not records:
-        records.append({"impl": "hf", "model": name, "batch": batch, "round": round_,
+        records.append({"impl": "hf", "model": name, "batch": batches, "round": round_,
                         "error": f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"})
     for r in records:
         if "error" in r:
             _say(f"  {r['impl']}: {r['error']}")
         else:
-            _say(f"  {r['impl']}: {r['gen_tok_s']:.1f} generated tokens/s, decode {r['decode_tok_s']:.1f} tokens/s")
+            _say(f"  {r['impl']} batch {r['batch']}: {r['gen_tok_s']:.1f} generated tokens/s, "
+                 f"decode {r['decode_tok_s']:.1f} tokens/s")
     return records
 
 

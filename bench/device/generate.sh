@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Generation on the H200 (issue 14), one call of the device tool. What it checks, and how long:
+#   check    (in parallel, ~40 s, cap 75)
+#            euler conformance --backend triton --op attention_cached: the split-K flash-decoding
+#              kernel against float64 naive, float32/float16/bfloat16, ragged lengths, NaN past them
+#            pytest tests/test_generate_gpu.py: greedy tokens cached == uncached == CPU float64,
+#              batched == each prompt alone, CUDA graph == Python launches (greedy and sampled),
+#              the cache on the GPU
+#            FINAL=1 also: euler train --backend triton (small preset, 150 steps) and then the bf16
+#              test: a bfloat16 model's first 32 greedy tokens == float32's on that checkpoint
+#   bench    euler bench generate --backend triton, GPT-2 124M, a 448-token prompt, 64 new tokens,
+#            greedy, batch 1 and 64, beside Hugging Face transformers' generate
+#              eager (dynamic cache)                                           (~60 s, cap 75)
+#              compiled (static cache + torch.compile reduce-overhead)         (~60 s, cap 75)
+#            FINAL=1 also GPT-2 350M (gpt2-medium) beside eager                (~45 s, cap 50)
+#            bf16 when the model takes dtype=bfloat16 (main's 16-bit models), float32 otherwise
+# Round 1 (default): about 150 s in all; FINAL=1: about 200 s.
+#   run(command="GIT_SHA=<sha> bash bench/device/generate.sh", timeout_s=200)
+#   run(command="GIT_SHA=<sha> FINAL=1 bash bench/device/generate.sh", timeout_s=240)
+# On the CPU, DRY=1 runs every stage's logic at tiny shapes (numba, the micro preset; Hugging Face
+# with HF_PYTHON=... when given) to catch mistakes before device time is spent:
+#   DRY=1 HF_PYTHON=/path/to/torch-venv/bin/python OUT=/tmp/gen bash bench/device/generate.sh
+#
+# What comes back: ONE file, $OUT/generate.tar.gz (log.txt, conformance.txt, pytest.txt, bench-*/
+# records.jsonl run.json report.md, train.log). The summary printed last: conformance and pytest
+# counts, then each bench's table (generated/decode/prefill tokens/s, TTFT, the decoding step's
+# bandwidth share, ours over Hugging Face's).
+set -uo pipefail
+OUT=${OUT:-/tmp/generate-out}
+DIR=$OUT/generate
+mkdir -p "$DIR"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
+log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$DIR/log.txt"; }
+
+if [[ -n ${DRY:-} ]]; then
+  PY=${PYTHON:-.venv/bin/python}; EULER=${EULER:-.venv/bin/euler}
+  BACKEND=numba; PRESET=micro; BIG=micro; BATCHES=1,3; PROMPT=8; NEW=6; REPEATS=1
+  HF=${HF_PYTHON:-}; TRAIN_STEPS=3; CONF_BACKEND=numba
+else
+  PY=python3; EULER=euler
+  BACKEND=triton; PRESET=gpt2; BIG=gpt2-medium; BATCHES=1,64; PROMPT=448; NEW=64; REPEATS=3
+  HF=python3; TRAIN_STEPS=150; CONF_BACKEND=triton
+  log "env"
+  {
+    echo "git_sha: ${GIT_SHA:-unknown}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+    python3 -c "import sys, numpy, cupy, triton; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'triton', triton.__version__)"
+    python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+  } 2>&1 | tee -a "$DIR/log.txt"
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$DIR/log.txt" 2>&1 || log "pip install failed"
+fi
+
+# bf16 where the model takes it (main's 16-bit models), float32 otherwise
+if $PY -c "from euler_core.model import GPT; from euler_core.config import preset; GPT(preset('micro'), '$BACKEND', dtype='bfloat16')" >/dev/null 2>&1 \
+   && [[ -z ${DRY:-} ]]; then DTYPE=bfloat16; else DTYPE=float32; fi
+log "dtype for the bench: $DTYPE"
+
+log "check: conformance, GPU tests${FINAL:+, training a checkpoint}"
+timeout 75 $EULER conformance --backend $CONF_BACKEND --op attention_cached > "$DIR/conformance.txt" 2>&1 &
+if [[ -z ${DRY:-} ]]; then
+  timeout 75 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py -k "not 16_bit" > "$DIR/pytest.txt" 2>&1 &
+else
+  timeout 75 $PY -m pytest -q -p no:cacheprovider tests/test_generate.py -k "batched" > "$DIR/pytest.txt" 2>&1 &
+fi
+if [[ -n ${FINAL:-} ]]; then
+  timeout 75 $EULER train --backend $BACKEND --steps $TRAIN_STEPS --eval-every $TRAIN_STEPS --eval-batches 2 \
+    --checkpoint-every $TRAIN_STEPS \
+    --sample-tokens 16 --no-progress --out "$DIR/ckpt" > "$DIR/train.log" 2>&1 &
+fi
+wait
+tail -3 "$DIR/conformance.txt" | tee -a "$DIR/log.txt"
+tail -3 "$DIR/pytest.txt" | tee -a "$DIR/log.txt"
+if [[ -n ${FINAL:-} ]]; then
+  tail -2 "$DIR/train.log" | tee -a "$DIR/log.txt"
+  if [[ -z ${DRY:-} ]]; then
+    EULER_TRAINED_CHECKPOINT="$DIR/ckpt" timeout 45 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py \
+      -k "16_bit" >> "$DIR/pytest.txt" 2>&1
+    tail -2 "$DIR/pytest.txt" | tee -a "$DIR/log.txt"
+  fi
+  rm -rf "$DIR/ckpt"  # not worth a file of the 8 that come back
+fi
+
+bench() {  # name cap presets hf-modes
+  local name=$1 cap=$2 presets=$3 modes=$4
+  log "bench $name: $presets, batches $BATCHES, Hugging Face $modes"
+  timeout "$cap" $EULER bench generate --backend $BACKEND --dtype $DTYPE --presets "$presets" --batches $BATCHES \
+    --prompt-len $PROMPT --new-tokens $NEW --repeats $REPEATS ${HF:+--hf-python "$HF" --hf-modes "$modes"} \
+    --out "$DIR/bench-$name" >> "$DIR/log.txt" 2>&1 || log "bench $name ended with status $?"
+}
+bench eager 75 $PRESET eager
+bench compiled 75 $PRESET compiled
+if [[ -n ${FINAL:-} ]]; then bench 350m 50 $BIG eager; fi
+
+tar czf "$OUT/generate.tar.gz" -C "$OUT" generate && rm -rf "$DIR"
+echo
+echo "==================== summary ===================="
+tar xzf "$OUT/generate.tar.gz" -C /tmp generate/conformance.txt generate/pytest.txt 2>/dev/null
+echo "conformance (attention_cached, $CONF_BACKEND): $(grep -E 'passed, .* failed' /tmp/generate/conformance.txt || echo 'no result')"
+echo "pytest: $(grep -E 'passed|failed|error' /tmp/generate/pytest.txt | tail -2 | tr '\n' ' ')"
+mkdir -p /tmp/generate-sum && tar xzf "$OUT/generate.tar.gz" -C /tmp/generate-sum
+for d in /tmp/generate-sum/generate/bench-*; do
+  [[ -f $d/records.jsonl ]] || { echo "$(basename $d): no records"; continue; }
+  echo "## $(basename $d) ($DTYPE)"
+  $PY -c "import sys; from euler_core.bench.generate import report_table; from euler_core.bench.records import load_records; print(report_table(load_records([sys.argv[1]])))" "$d"
+done
