@@ -148,7 +148,8 @@ class DecodeStep:
 
     def __init__(self, model, batch: int, sampler: Sampler, graph: bool):
         xp = model.xp
-        self.model, self.sampler = model, sampler
+        self.model = weakref.proxy(model)  # kept per model (decode_step): no reference back to it
+        self.sampler = sampler
         self.cache = KVCache(model, batch)
         self.tokens = xp.zeros((batch, 1), dtype=np.int32)     # in: each row's newest token; out: the next
         self.positions = xp.zeros((batch, 1), dtype=np.int32)  # in: where the newest token goes

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Generation on the H200 (issue 14), one call of the device tool. What it checks, and how long:
-#   check    (in parallel, ~40 s, cap 75)
+#   check    (in parallel, ~30 s, cap 40; FINAL=1: 55, then 20 for the bf16 test)
 #            euler conformance --backend triton --op attention_cached: the split-K flash-decoding
 #              kernel against float64 naive, float32/float16/bfloat16, ragged lengths, NaN past them
 #            pytest tests/test_generate_gpu.py: greedy tokens cached == uncached == CPU float64,
@@ -10,13 +10,15 @@
 #              test: a bfloat16 model's first 32 greedy tokens == float32's on that checkpoint
 #   bench    euler bench generate --backend triton, GPT-2 124M, a 448-token prompt, 64 new tokens,
 #            greedy, batch 1 and 64, beside Hugging Face transformers' generate
-#              eager (dynamic cache)                                           (~60 s, cap 75)
-#              compiled (static cache + torch.compile reduce-overhead)         (~60 s, cap 75)
-#            FINAL=1 also GPT-2 350M (gpt2-medium) beside eager                (~45 s, cap 50)
+#              ours and eager Hugging Face (dynamic cache)                     (~45 s, cap 55)
+#              compiled Hugging Face alone (static cache + torch.compile
+#              reduce-overhead: compiles per batch size, batch 1 first)        (~50 s, cap 55)
+#            FINAL=1 also GPT-2 350M (gpt2-medium) beside eager                (~35 s, cap 35)
 #            bf16 when the model takes dtype=bfloat16 (main's 16-bit models), float32 otherwise
-# Round 1 (default): about 150 s in all; FINAL=1: about 200 s.
-#   run(command="GIT_SHA=<sha> bash bench/device/generate.sh", timeout_s=200)
-#   run(command="GIT_SHA=<sha> FINAL=1 bash bench/device/generate.sh", timeout_s=240)
+# Round 1 (default): at most 150 s of caps plus the install; FINAL=1: at most 220 s.
+#   run(command="GIT_SHA=<sha> bash bench/device/round.sh generate:170")
+#   run(command="GIT_SHA=<sha> FINAL=1 bash bench/device/round.sh generate:230")
+# (alone: bash bench/device/generate.sh installs the checkout first when round.sh has not)
 # On the CPU, DRY=1 runs every stage's logic at tiny shapes (numba, the micro preset; Hugging Face
 # with HF_PYTHON=... when given) to catch mistakes before device time is spent:
 #   DRY=1 HF_PYTHON=/path/to/torch-venv/bin/python OUT=/tmp/gen bash bench/device/generate.sh
@@ -47,7 +49,9 @@ else
     python3 -c "import sys, numpy, cupy, triton; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'triton', triton.__version__)"
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   } 2>&1 | tee -a "$DIR/log.txt"
-  python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$DIR/log.txt" 2>&1 || log "pip install failed"
+  if ! python3 -c "import euler_core, os, sys; sys.exit(os.path.dirname(euler_core.__file__) != os.path.abspath('euler_core'))" 2>/dev/null; then
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$DIR/log.txt" 2>&1 || log "pip install failed"
+  fi
 fi
 
 # bf16 where the model takes it (main's 16-bit models), float32 otherwise
@@ -56,14 +60,15 @@ if $PY -c "from euler_core.model import GPT; from euler_core.config import prese
 log "dtype for the bench: $DTYPE"
 
 log "check: conformance, GPU tests${FINAL:+, training a checkpoint}"
-timeout 75 $EULER conformance --backend $CONF_BACKEND --op attention_cached > "$DIR/conformance.txt" 2>&1 &
+CHECK_CAP=$([[ -n ${FINAL:-} ]] && echo 55 || echo 40)
+timeout $CHECK_CAP $EULER conformance --backend $CONF_BACKEND --op attention_cached > "$DIR/conformance.txt" 2>&1 &
 if [[ -z ${DRY:-} ]]; then
-  timeout 75 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py -k "not 16_bit" > "$DIR/pytest.txt" 2>&1 &
+  timeout $CHECK_CAP $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py -k "not 16_bit" > "$DIR/pytest.txt" 2>&1 &
 else
-  timeout 75 $PY -m pytest -q -p no:cacheprovider tests/test_generate.py -k "batched" > "$DIR/pytest.txt" 2>&1 &
+  timeout $CHECK_CAP $PY -m pytest -q -p no:cacheprovider tests/test_generate.py -k "batched" > "$DIR/pytest.txt" 2>&1 &
 fi
 if [[ -n ${FINAL:-} ]]; then
-  timeout 75 $EULER train --backend $BACKEND --steps $TRAIN_STEPS --eval-every $TRAIN_STEPS --eval-batches 2 \
+  timeout $CHECK_CAP $EULER train --backend $BACKEND --steps $TRAIN_STEPS --eval-every $TRAIN_STEPS --eval-batches 2 \
     --checkpoint-every $TRAIN_STEPS \
     --sample-tokens 16 --no-progress --out "$DIR/ckpt" > "$DIR/train.log" 2>&1 &
 fi
@@ -73,23 +78,23 @@ tail -3 "$DIR/pytest.txt" | tee -a "$DIR/log.txt"
 if [[ -n ${FINAL:-} ]]; then
   tail -2 "$DIR/train.log" | tee -a "$DIR/log.txt"
   if [[ -z ${DRY:-} ]]; then
-    EULER_TRAINED_CHECKPOINT="$DIR/ckpt" timeout 45 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py \
+    EULER_TRAINED_CHECKPOINT="$DIR/ckpt" timeout 20 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py \
       -k "16_bit" >> "$DIR/pytest.txt" 2>&1
     tail -2 "$DIR/pytest.txt" | tee -a "$DIR/log.txt"
   fi
   rm -rf "$DIR/ckpt"  # not worth a file of the 8 that come back
 fi
 
-bench() {  # name cap presets hf-modes
-  local name=$1 cap=$2 presets=$3 modes=$4
-  log "bench $name: $presets, batches $BATCHES, Hugging Face $modes"
+bench() {  # name cap presets hf-modes [more options]
+  local name=$1 cap=$2 presets=$3 modes=$4; shift 4
+  log "bench $name: $presets, batches $BATCHES, Hugging Face $modes $*"
   timeout "$cap" $EULER bench generate --backend $BACKEND --dtype $DTYPE --presets "$presets" --batches $BATCHES \
-    --prompt-len $PROMPT --new-tokens $NEW --repeats $REPEATS ${HF:+--hf-python "$HF" --hf-modes "$modes"} \
+    --prompt-len $PROMPT --new-tokens $NEW --repeats $REPEATS ${HF:+--hf-python "$HF" --hf-modes "$modes"} "$@" \
     --out "$DIR/bench-$name" >> "$DIR/log.txt" 2>&1 || log "bench $name ended with status $?"
 }
-bench eager 75 $PRESET eager
-bench compiled 75 $PRESET compiled
-if [[ -n ${FINAL:-} ]]; then bench 350m 50 $BIG eager; fi
+bench 124m 55 $PRESET eager
+if [[ -n $HF ]]; then bench 124m-compiled 55 $PRESET compiled --hf-only; fi
+if [[ -n ${FINAL:-} ]]; then bench 350m 35 $BIG eager; fi
 
 tar czf "$OUT/generate.tar.gz" -C "$OUT" generate && rm -rf "$DIR"
 echo
@@ -98,8 +103,13 @@ tar xzf "$OUT/generate.tar.gz" -C /tmp generate/conformance.txt generate/pytest.
 echo "conformance (attention_cached, $CONF_BACKEND): $(grep -E 'passed, .* failed' /tmp/generate/conformance.txt || echo 'no result')"
 echo "pytest: $(grep -E 'passed|failed|error' /tmp/generate/pytest.txt | tail -2 | tr '\n' ' ')"
 mkdir -p /tmp/generate-sum && tar xzf "$OUT/generate.tar.gz" -C /tmp/generate-sum
-for d in /tmp/generate-sum/generate/bench-*; do
-  [[ -f $d/records.jsonl ]] || { echo "$(basename $d): no records"; continue; }
-  echo "## $(basename $d) ($DTYPE)"
-  $PY -c "import sys; from euler_core.bench.generate import report_table; from euler_core.bench.records import load_records; print(report_table(load_records([sys.argv[1]])))" "$d"
-done
+# 124M: ours beside both Hugging Face modes in one table (two record folders); then 350M
+$PY -c "
+import sys, glob
+from euler_core.bench.generate import report_table
+from euler_core.bench.records import load_records
+for title, pattern in (('GPT-2 124M', 'bench-124m*'), ('GPT-2 350M', 'bench-350m')):
+    dirs = sorted(glob.glob(sys.argv[1] + '/' + pattern))
+    if dirs:
+        print(f'## {title} ($DTYPE)'); print(report_table(load_records(dirs)))
+" /tmp/generate-sum/generate

@@ -164,6 +164,7 @@ def add_commands(sub) -> None:
     g.add_argument("--hf-python", default=None, help="a Python with torch and transformers: time Hugging Face too")
     g.add_argument("--hf-modes", default="eager", help="eager and/or compiled (static cache + torch.compile, GPU)")
     g.add_argument("--hf-threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    g.add_argument("--hf-only", action="store_true", help="time Hugging Face only (render beside another run's ours)")
     g.add_argument("--out", required=True, help="folder for records.jsonl, run.json and report.md")
     g.set_defaults(func=_generate)
 
@@ -294,6 +295,18 @@ def _generate(args) -> int:
     cfg = GenerateBenchConfig(backend=args.backend, presets=_csv(args.presets), dtype=args.dtype, batches=batches,
                               prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats,
                               rounds=args.rounds, graph=not args.no_graph, hf_python=args.hf_python,
-                              hf_modes=_csv(args.hf_modes) or ["eager"], hf_threads=args.hf_threads)
-    run(cfg, args.out, argv=["euler", *sys.argv[1:]])
+                              hf_modes=_csv(args.hf_modes) or ["eager"], hf_threads=args.hf_threads,
+                              ours=not args.hf_only)
+    if args.hf_only and not args.hf_python:
+        raise ValueError("--hf-only needs --hf-python")
+    import signal
+
+    def stop(signum, frame):  # `timeout` sends SIGTERM: end Hugging Face's process and keep the records
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        run(cfg, args.out, argv=["euler", *sys.argv[1:]])
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the records measured so far are in {args.out}", file=sys.stderr)
+        return 130
     return 0

@@ -63,6 +63,7 @@ class GenerateBenchConfig:
     hf_python: str | None = None
     hf_modes: list = field(default_factory=lambda: ["eager"])
     hf_threads: int = 0
+    ours: bool = True  # False: Hugging Face's side only (its records render beside ours of another run)
     seed: int = 0
 
 
@@ -70,29 +71,30 @@ def run(cfg: GenerateBenchConfig, out_dir, argv=None) -> list[dict]:
     from ..config import preset
     from ..model import GPT
     from .peaks import measure_peaks
+    from ..kernels import Kernels
     writer = RecordWriter(out_dir)
-    models = {}
-    for name in cfg.presets:
-        model = GPT(preset(name), cfg.backend, dtype=cfg.dtype, seed=cfg.seed)
-        models[name] = model
-    device = next(iter(models.values())).device
+    device = Kernels(cfg.backend, dtype=cfg.dtype).device
     env = environment(device)
     peaks = measure_peaks(device, cfg.dtype)
     writer.write_run({"kind": "generate", "config": asdict(cfg), "argv": argv, "started": now_iso(),
                       "env": env, "peaks": peaks})
-    for name, model in models.items():
-        checks = {}
-        for batch in cfg.batches:
-            _say(f"{name} batch {batch}: checking before timing")
-            checks[batch] = validate(model, batch, cfg)
-        for r in range(cfg.rounds):
-            for batch in cfg.batches:
-                writer.write(_ours(model, name, batch, cfg, peaks, checks[batch], r))
-            if cfg.hf_python:  # one process for every batch size (its start costs seconds)
-                for record in _hf(cfg, name, model, cfg.batches, r):
-                    writer.write(record)
-    records = writer.records
-    writer.close()
+    try:
+        for name in cfg.presets:
+            # Hugging Face's side alone needs the shape only: no weights to draw
+            model = GPT(preset(name), cfg.backend, dtype=cfg.dtype, seed=cfg.seed if cfg.ours else None)
+            checks = {}
+            for batch in cfg.batches if cfg.ours else []:
+                _say(f"{name} batch {batch}: checking before timing")
+                checks[batch] = validate(model, batch, cfg)
+            for r in range(cfg.rounds):
+                for batch in cfg.batches if cfg.ours else []:
+                    writer.write(_ours(model, name, batch, cfg, peaks, checks[batch], r))
+                if cfg.hf_python:  # one process for every batch size (its start costs seconds)
+                    _hf(cfg, name, model, cfg.batches, r, writer.write)
+            del model
+    finally:
+        records = writer.records
+        writer.close()
     table = report_table(records)
     (Path(out_dir) / "report.md").write_text(render(records, env, peaks, cfg, argv), encoding="utf-8")
     print(table)
@@ -174,9 +176,10 @@ def _ours(model, name: str, batch: int, cfg: GenerateBenchConfig, peaks: dict, c
 def derived(r: dict) -> dict:
     """The rates of a record with ttft_s and total_s (ours and Hugging Face's alike)."""
     B, P, new = r["batch"], r["prompt_len"], r["new_tokens"]
-    decode = max(r["total_s"] - r["ttft_s"], 1e-12)
-    return {"prefill_tok_s": B * P / r["ttft_s"], "decode_tok_s": B * (new - 1) / decode if new > 1 else None,
-            "gen_tok_s": B * new / r["total_s"], "decode_step_s": decode / (new - 1) if new > 1 else None}
+    decode = r["total_s"] - r["ttft_s"]  # <= 0 only in noise at toy sizes: no decode rate then
+    ok = new > 1 and decode > 0
+    return {"prefill_tok_s": B * P / r["ttft_s"], "decode_tok_s": B * (new - 1) / decode if ok else None,
+            "gen_tok_s": B * new / r["total_s"], "decode_step_s": decode / (new - 1) if ok else None}
 
 
 def _bandwidth(model, r: dict, peaks: dict) -> dict:
@@ -194,37 +197,46 @@ def _bandwidth(model, r: dict, peaks: dict) -> dict:
     return {"decode_step_bytes": step_bytes, "decode_gbps": gbps, "decode_bw_frac": gbps * 1e9 / peaks["peak_bw"]}
 
 
-def _hf(cfg: GenerateBenchConfig, name: str, model, batches: list, round_: int) -> list[dict]:
-    """Hugging Face's measurements for one model and every batch size, from its own process."""
+def _hf(cfg: GenerateBenchConfig, name: str, model, batches: list, round_: int, write) -> None:
+    """Hugging Face's measurements for one model and every batch size, from its own process; each
+    record is written as it arrives (a stage cut short keeps what it measured), and the process is
+    ended with ours."""
     shape, device = model.config, model.device
     cmd = [cfg.hf_python, str(HF_SCRIPT), "--model", name, "--n-layer", str(shape.n_layer), "--n-head",
            str(shape.n_head), "--n-embd", str(shape.n_embd), "--vocab-size", str(shape.vocab_size),
            "--block-size", str(shape.block_size), "--device", device, "--dtype", cfg.dtype,
-           "--batches", ",".join(map(str, batches)), "--modes", ",".join(cfg.hf_modes), "--prompt-len", str(cfg.prompt_len),
-           "--new-tokens", str(cfg.new_tokens), "--repeats", str(cfg.repeats), "--threads", str(cfg.hf_threads),
-           "--seed", str(cfg.seed)]
+           "--batches", ",".join(map(str, batches)), "--modes", ",".join(cfg.hf_modes), "--prompt-len",
+           str(cfg.prompt_len), "--new-tokens", str(cfg.new_tokens), "--repeats", str(cfg.repeats), "--threads",
+           str(cfg.hf_threads), "--seed", str(cfg.seed)]
     _say(f"{name} round {round_}: Hugging Face ({', '.join(cfg.hf_modes)}), batches {batches}")
-    load = loadavg()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    records = []
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
+    load = loadavg()
+    got = 0
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
             r = json.loads(line)
             r.update(round=round_, load_before=load, load_after=loadavg())
-            if "error" not in r:
+            if "error" in r:
+                _say(f"  {r['impl']} batch {r['batch']}: {r['error']}")
+            else:
                 r.update(derived(r))
-            records.append(r)
-    if not records:
-        records.append({"impl": "hf", "model": name, "batch": batches, "round": round_,
-                        "error": f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"})
-    for r in records:
-        if "error" in r:
-            _say(f"  {r['impl']}: {r['error']}")
-        else:
-            _say(f"  {r['impl']} batch {r['batch']}: {r['gen_tok_s']:.1f} generated tokens/s, "
-                 f"decode {r['decode_tok_s']:.1f} tokens/s")
-    return records
+                _say(f"  {r['impl']} batch {r['batch']}: {r['gen_tok_s']:.1f} generated tokens/s, "
+                     f"decode {r['decode_tok_s']:.1f} tokens/s")
+            write(r)
+            got += 1
+            load = loadavg()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if not got:
+        error = f"exit {proc.returncode}: {proc.stderr.read().strip()[-800:]}"
+        _say(f"  Hugging Face: {error}")
+        write({"impl": "hf", "model": name, "batch": batches, "round": round_, "error": error})
 
 
 # ---- the report -----------------------------------------------------------------------------------
@@ -249,7 +261,8 @@ def summary(records: list[dict]) -> list[dict]:
                                                    "decode_step_s", "decode_bw_frac")}}
             if ours and impl != "nanoeuler":
                 row["ours_gen_x"] = _median(ours, "gen_tok_s") / row["gen_tok_s"]
-                row["ours_decode_x"] = _median(ours, "decode_tok_s") / row["decode_tok_s"]
+                mine = _median(ours, "decode_tok_s")
+                row["ours_decode_x"] = mine / row["decode_tok_s"] if mine and row["decode_tok_s"] else None
             rows.append(row)
     return rows
 
