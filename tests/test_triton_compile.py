@@ -30,6 +30,8 @@ SHAPES = [
     ("matmul", {"N": 256, "K": 768, "M": 2304}),
     ("matmul", {"N": 256, "K": 768, "M": 50304, "bias": False}),
     ("matmul", {"N": 17, "K": 36, "M": 20}),
+    ("matmul", {"N": 1, "K": 768, "M": 2304}),                 # a decoding step: the few-rows tiles
+    ("matmul", {"N": 64, "K": 3072, "M": 768}),                # ... split-K over fc_proj's depth
     ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 12}),   # HS 64
     ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 24}),   # HS 32
     ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 6}),    # HS 128

@@ -53,7 +53,8 @@ the forward of the fused op matmul_gelu (matmul_gelu.py). `SCALE_A` multiplies e
 elementwise by the same tile of a second array laid out as A (through pre_ptr) as it is loaded:
 matmul_gelu's backward GEMMs take A = dy * gelu'(pre) that way, so dpre is never written.
 
-Launch configurations: `CONFIGS` per product and dtype, `SHAPE_CONFIGS` for the GPT-2 shapes that
+Launch configurations: `CONFIGS` per product and dtype (and for forwards of a few rows, a decoding
+step's), `SHAPE_CONFIGS` for the GPT-2 shapes that
 differ (below), from the sweeps in bench/tune/matmul_sweep.py (reports/triton-h200/notes-matmul.md;
 the first one, notes-matmul-layernorm.md, ran bench/matmul_layernorm_h200.py, removed since: git 14fee12).
 """
@@ -93,7 +94,7 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
         else:
             b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[sbk, 1], block_shape=[BLOCK_K, BLOCK_N])
     if TMA_C:  # C (or the split-K partials, a (slices, M, N) float32 array) through TMA too
-        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[tl.cdiv(K, K_SPLIT), M, N], strides=[M.to(tl.int64) * N, N, 1],
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[tl.cdiv(K, K_SPLIT), M, N], strides=[tl.cast(M, tl.int64) * N, N, 1],
                                            block_shape=[1, BLOCK_M, BLOCK_N // EPI_HALVES])
     if ROWSUM:  # e0 (BLOCK_K, 16): column 0 ones, the rest zeros; A @ e0 puts A's row sums in column 0
         e0 = ((tl.arange(0, BLOCK_K)[:, None] >= 0) & (tl.arange(0, 16)[None, :] == 0)).to(a_ptr.dtype.element_ty)
@@ -214,6 +215,15 @@ CONFIGS = {
                             FLATTEN=False, ctas_per_sm=None, split_k=1, busy=0.8),
 }
 CONFIGS[("32", "dx")] = CONFIGS[("32", "dW")] = CONFIGS[("32", "forward")]
+#: forwards of at most FEW_ROWS rows (a decoding step: one row per sequence) are bound by reading W
+#: once, and the training tiles spread W over few SMs (fc_proj at one row: 3 programs of 128 x 256
+#: for 132 SMs): narrow tiles, one program each, K cut into slices of at least 512 (fc_proj: 12
+#: tiles x 6 slices). A first choice from that arithmetic, not swept; conformance checks it (its
+#: one-row cases take it).
+FEW_ROWS = 64
+CONFIGS[("16", "few_rows")] = _tile16(64, 64, 4, warps=4, ctas_per_sm=None, split_k=8, epi_halves=1, flatten=False,
+                                      tma_c=False)
+CONFIGS[("32", "few_rows")] = dict(CONFIGS[("32", "forward")], split_k=8)
 
 #: fp16/bf16 exceptions by (product, weight shape (out, in)) where the sweep found another config
 #: better by more than 3% (GPU time against cuBLAS at 16384 / 32768 rows)
@@ -282,7 +292,9 @@ def _tma_ok(xp, dtype: str, *operands) -> bool:
 _SCRATCH: list = []
 
 
-def _config(dtype: str, product: str, weight_shape: tuple) -> dict:
+def _config(dtype: str, product: str, weight_shape: tuple, rows: int) -> dict:
+    if product == "forward" and rows <= FEW_ROWS:
+        return CONFIGS[("32" if dtype == "float32" else "16", "few_rows")]
     if dtype != "float32" and (product, *weight_shape) in SHAPE_CONFIGS:
         return SHAPE_CONFIGS[(product, *weight_shape)]
     return CONFIGS[("32" if dtype == "float32" else "16", product)]
@@ -299,7 +311,7 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     SHAPE_CONFIGS); `config` overrides it (the sweep, matmul_gelu's backward)."""
     dt = str(a.dtype)
     xp = xp_of(a)
-    cfg = dict(config or _config(dt, product, weight_shape))
+    cfg = dict(config or _config(dt, product, weight_shape, M))
     # small problems (tests, T=1): shrink the tile to the problem, never below tl.dot's 16
     cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, next_pow2(M)))
     cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, next_pow2(N)))
