@@ -244,10 +244,12 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 1.0, top_k
     sampler = Sampler(model.config.vocab_size, temperature, top_k, top_p)
     if seed is None:  # one fresh seed for the whole generation
         seed = int(Sampler.counter(None, 0)[0])
-    with _on_stream(model):
-        run = _generate_cached if use_cache else _generate_uncached
-        outs = run(model, prompts, int(max_new_tokens), sampler, seed, stops, graph) if max_new_tokens else \
-            [[] for _ in prompts]
+    if not max_new_tokens:
+        outs = [[] for _ in prompts]
+    else:
+        with _on_stream(model):
+            outs = (_generate_cached(model, prompts, int(max_new_tokens), sampler, seed, stops, graph) if use_cache
+                    else _generate_uncached(model, prompts, int(max_new_tokens), sampler, seed, stops))
     return outs if batched else outs[0]
 
 
@@ -321,8 +323,7 @@ def _generate_cached(model, prompts, max_new: int, sampler: Sampler, seed: int |
     return rows.outs
 
 
-def _generate_uncached(model, prompts, max_new: int, sampler: Sampler, seed: int | None, stops: set,
-                       graph: bool):
+def _generate_uncached(model, prompts, max_new: int, sampler: Sampler, seed: int | None, stops: set):
     xp, block = model.xp, model.config.block_size
     rows = _Rows(prompts, max_new, stops)
     counter = Sampler.counter(seed, 0)
