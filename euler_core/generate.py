@@ -229,13 +229,14 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 1.0, top_k
              top_p: float | None = None, seed: int | None = None, stop_token=None, use_cache: bool = True,
              graph: bool = True):
     """The continuation (new token ids only) of one prompt (a list of ids), or of each prompt of a
-    list of prompts (then a list of lists), sampled one token at a time.
+    list of prompts or a (B,T) array (then a list of lists), sampled one token at a time.
 
     stop_token: an id, or a collection of ids, that ends a row's generation (not included in its
     output). graph: capture the decoding step as a CUDA graph on the GPU (False: launch every
     kernel from Python each token, for debugging).
     """
-    batched = isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not np.isscalar(prompt[0])
+    batched = (isinstance(prompt, np.ndarray) and prompt.ndim == 2) or (
+        isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not np.isscalar(prompt[0]))
     prompts = _check_prompts(model, prompt if batched else [prompt])
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
