@@ -121,7 +121,7 @@ def test_a_draw_depends_on_seed_step_and_row_only():
 
 @pytest.mark.parametrize("kw, match", [(dict(temperature=float("nan")), "temperature"),
                                        (dict(temperature=-1.0), "temperature"),
-                                       (dict(top_k=0), "top_k"), (dict(top_p=0.0), "top_p"),
+                                       (dict(top_k=-1), "top_k"), (dict(top_p=0.0), "top_p"),
                                        (dict(top_p=1.5), "top_p")])
 def test_bad_sampling_settings_are_clear_errors(model, kw, match):
     with pytest.raises(ValueError, match=match):

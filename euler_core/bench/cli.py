@@ -146,6 +146,7 @@ def add_commands(sub) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", required=True, help="folder for the records and the report")
     q.set_defaults(func=_quality)
+
     g = bench.add_parser("generate", help="generation speed (prefill, decode, time to first token) beside "
                                           "Hugging Face transformers' generate",
                          description="Time generate() on GPT-2 shapes with random weights, greedy: prefill and "
