@@ -99,10 +99,10 @@ if [[ -n ${FINAL:-} ]]; then bench 350m 35 $BIG eager; fi
 tar czf "$OUT/generate.tar.gz" -C "$OUT" generate && rm -rf "$DIR"
 echo
 echo "==================== summary ===================="
-tar xzf "$OUT/generate.tar.gz" -C /tmp generate/conformance.txt generate/pytest.txt 2>/dev/null
-echo "conformance (attention_cached, $CONF_BACKEND): $(grep -E 'passed, .* failed' /tmp/generate/conformance.txt || echo 'no result')"
-echo "pytest: $(grep -E 'passed|failed|error' /tmp/generate/pytest.txt | tail -2 | tr '\n' ' ')"
-mkdir -p /tmp/generate-sum && tar xzf "$OUT/generate.tar.gz" -C /tmp/generate-sum
+SUM=$(mktemp -d)
+tar xzf "$OUT/generate.tar.gz" -C "$SUM"
+echo "conformance (attention_cached, $CONF_BACKEND): $(grep -E 'passed, .* failed' $SUM/generate/conformance.txt || echo 'no result')"
+echo "pytest: $(grep -E 'passed|failed|error' $SUM/generate/pytest.txt | tail -2 | tr '\n' ' ')"
 # 124M: ours beside both Hugging Face modes in one table (two record folders); then 350M
 $PY -c "
 import sys, glob
@@ -112,4 +112,5 @@ for title, pattern in (('GPT-2 124M', 'bench-124m*'), ('GPT-2 350M', 'bench-350m
     dirs = sorted(glob.glob(sys.argv[1] + '/' + pattern))
     if dirs:
         print(f'## {title} ($DTYPE)'); print(report_table(load_records(dirs)))
-" /tmp/generate-sum/generate
+" "$SUM/generate"
+rm -rf "$SUM"

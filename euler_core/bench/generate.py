@@ -168,7 +168,7 @@ def _ours(model, name: str, batch: int, cfg: GenerateBenchConfig, peaks: dict, c
               "load_before": load, "load_after": loadavg(), **check}
     record.update(derived(record))
     record.update(_bandwidth(model, record, peaks))
-    _say(f"  {record['gen_tok_s']:.1f} generated tokens/s, decode {record['decode_tok_s']:.1f} tokens/s, "
+    _say(f"  {record['gen_tok_s']:.1f} generated tokens/s, decode {_f(record['decode_tok_s'], '.1f')} tokens/s, "
          f"TTFT {record['ttft_s'] * 1e3:.1f} ms")
     return record
 
@@ -224,7 +224,7 @@ def _hf(cfg: GenerateBenchConfig, name: str, model, batches: list, round_: int, 
             else:
                 r.update(derived(r))
                 _say(f"  {r['impl']} batch {r['batch']}: {r['gen_tok_s']:.1f} generated tokens/s, "
-                     f"decode {r['decode_tok_s']:.1f} tokens/s")
+                     f"decode {_f(r['decode_tok_s'], '.1f')} tokens/s")
             write(r)
             got += 1
             load = loadavg()
