@@ -11,15 +11,18 @@ from euler_core.cli import main
 
 def test_bench_generate_writes_records_and_a_report(tmp_path, capsys):
     out = tmp_path / "bench"
-    args = ["bench", "generate", "--presets", "micro", "--batches", "1,2", "--prompt-len", "6", "--new-tokens", "3",
+    args = ["bench", "generate", "--presets", "micro", "--batches", "1,2", "--prompt-len", "6", "--new-tokens", "8",
             "--repeats", "1", "--hf-python", sys.executable, "--out", str(out)]
     assert main(args) == 0
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     ours = [r for r in records if r["impl"] == "nanoeuler"]
     assert sorted(r["batch"] for r in ours) == [1, 2]
     for r in ours:
-        assert r["total_s"] > 0 and r["ttft_s"] > 0 and r["decode_tok_s"] > 0 and r["check_logits_rel_err"] < 1e-4
-        assert 0 < r["decode_bw_frac"]
+        assert r["total_s"] > 0 and r["ttft_s"] > 0 and r["gen_tok_s"] > 0 and r["check_logits_rel_err"] < 1e-4
+        # at this toy size a busy machine can make the 7 decoding steps' time (total - TTFT) vanish in
+        # noise; then there is no decode rate, never a wrong one
+        assert (r["decode_tok_s"] is None) == (r["total_s"] <= r["ttft_s"])
+        assert r["decode_tok_s"] is None or (r["decode_tok_s"] > 0 and r["decode_bw_frac"] > 0)
     hf = [r for r in records if r["impl"] != "nanoeuler"]
     assert hf and all("error" in r for r in hf)  # this environment has no torch: said, not fatal
     table = capsys.readouterr().out
