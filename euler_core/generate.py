@@ -203,6 +203,11 @@ def decode_step(model, batch: int, sampler: Sampler, graph: bool) -> DecodeStep:
     return step
 
 
+def graph_in_use(model) -> bool:
+    """Whether a kept decoding step of this model replays a captured CUDA graph (benchmarks say so)."""
+    return any(step.graph is not None for step in _STEPS.get(model, {}).values())
+
+
 def _write(dst, host: np.ndarray) -> None:
     """Copy host values into a device buffer of the same shape, in stream order."""
     host = np.ascontiguousarray(host, dtype=dst.dtype)

@@ -141,7 +141,7 @@ def validate(model, batch: int, cfg: GenerateBenchConfig) -> dict:
 
 
 def _ours(model, name: str, batch: int, cfg: GenerateBenchConfig, peaks: dict, check: dict, round_: int) -> dict:
-    from ..generate import generate
+    from ..generate import generate, graph_in_use
     prompts = _prompts(batch, cfg.prompt_len, model.config.vocab_size, cfg.seed)
     load = loadavg()
 
@@ -162,7 +162,7 @@ def _ours(model, name: str, batch: int, cfg: GenerateBenchConfig, peaks: dict, c
         firsts.append(timed(1))
         totals.append(timed(cfg.new_tokens))
     record = {"impl": "nanoeuler", "backend": cfg.backend, "model": name, "device": model.device, "dtype": cfg.dtype,
-              "batch": batch, "prompt_len": cfg.prompt_len, "new_tokens": cfg.new_tokens, "graph": cfg.graph,
+              "batch": batch, "prompt_len": cfg.prompt_len, "new_tokens": cfg.new_tokens, "graph": graph_in_use(model),
               "round": round_, "warmup_s": warmup, "ttft_s": statistics.median(firsts),
               "total_s": statistics.median(totals), "ttft_all_s": firsts, "total_all_s": totals,
               "load_before": load, "load_after": loadavg(), **check}
@@ -256,7 +256,7 @@ def summary(records: list[dict]) -> list[dict]:
     for (model, batch), impls in groups.items():
         ours = impls.get("nanoeuler")
         for impl, rs in sorted(impls.items(), key=lambda kv: kv[0] != "nanoeuler"):
-            row = {"model": model, "batch": batch, "impl": impl, "rounds": len(rs),
+            row = {"model": model, "batch": batch, "impl": impl, "rounds": len(rs), "graph": any(r.get("graph") for r in rs),
                    **{k: _median(rs, k) for k in ("gen_tok_s", "decode_tok_s", "prefill_tok_s", "ttft_s",
                                                    "decode_step_s", "decode_bw_frac")}}
             if ours and impl != "nanoeuler":
@@ -276,7 +276,8 @@ def report_table(records: list[dict]) -> str:
              "decode step ms | decode bandwidth | ours: generation x | ours: decode x |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary(records):
-        lines.append(f"| {s['model']} | {s['batch']} | {s['impl']} | {_f(s['gen_tok_s'], ',.1f')} | "
+        impl = s["impl"] + (" (CUDA graph)" if s["graph"] else "")
+        lines.append(f"| {s['model']} | {s['batch']} | {impl} | {_f(s['gen_tok_s'], ',.1f')} | "
                      f"{_f(s['decode_tok_s'], ',.1f')} | {_f(s['prefill_tok_s'], ',.0f')} | "
                      f"{_f(s['ttft_s'] and s['ttft_s'] * 1e3, '.1f')} | "
                      f"{_f(s['decode_step_s'] and s['decode_step_s'] * 1e3, '.2f')} | "
