@@ -121,3 +121,17 @@ def i32(v) -> np.int32:
 
 def f32(v) -> np.float32:
     return np.float32(float(v))
+
+
+#: threads per block and blocks per SM of the grid-stride elementwise kernels
+ELEMENTWISE_THREADS, ELEMENTWISE_BLOCKS_PER_SM = 256, 8
+
+
+def elementwise_grid(items: int, xp) -> int:
+    """Blocks for a grid-stride loop over `items` (enough to fill the GPU, no more than needed)."""
+    return min(-(-int(items) // ELEMENTWISE_THREADS), ELEMENTWISE_BLOCKS_PER_SM * num_sms(xp))
+
+
+def vector_ok(*arrays) -> bool:
+    """Whether 16-byte pack loads are safe for these arrays (every base pointer 16-byte aligned)."""
+    return aligned(*arrays, nbytes=16)

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["OPTIONS", "SOURCE_DIR", "source", "module", "function", "launch", "compile_check",
-           "recording", "Recording", "CompileError", "Kernel", "signature", "MAX_SHARED_PER_BLOCK",
+           "recording", "Recording", "CompileError", "Kernel", "signature", "MAX_SHARED_PER_BLOCK", "is_array",
            "cdiv"]
 
 #: NVRTC options every module is compiled with (CuPy's RawModule adds its include paths, -ftz=true
@@ -174,7 +174,7 @@ def _check_args(kernel: str, params: list[Param], args) -> None:
                         f"({', '.join(p.describe() for p in params)}), got {len(args)}")
     for p, a in zip(params, args):
         if p.pointer:
-            if not _is_array(a):
+            if not is_array(a):
                 raise TypeError(f"cupy_raw: kernel {kernel}: parameter '{p.describe()}' needs an array, "
                                 f"got {type(a).__name__}")
             allowed = C_ELEMENTS.get(p.ctype, ())
@@ -305,8 +305,11 @@ def _device_array_type():
     return _DEVICE_TYPE[0]
 
 
-def _is_array(a) -> bool:
+def is_array(a) -> bool:
+    """A NumPy or CuPy array (not a scalar)."""
     return isinstance(a, np.ndarray) or isinstance(a, _device_array_type())
+
+
 
 
 def _dims(what: str, k: Kernel, dims) -> tuple:
@@ -328,7 +331,7 @@ def _check_launch(k: Kernel, grid: tuple, block: tuple, shared_mem: int) -> None
 
 
 def _arg_type(a) -> str:
-    return f"ptr:{a.dtype}" if _is_array(a) else type(a).__name__
+    return f"ptr:{a.dtype}" if is_array(a) else type(a).__name__
 
 
 def launch(k: Kernel, grid, block, args, shared_mem: int = 0) -> None:
@@ -338,7 +341,7 @@ def launch(k: Kernel, grid, block, args, shared_mem: int = 0) -> None:
     grid, block = _dims("grid", k, grid), _dims("block", k, block)
     shared_mem = int(shared_mem)
     for i, a in enumerate(args):
-        if not (isinstance(a, _SCALAR_TYPES) or _is_array(a)):
+        if not (isinstance(a, _SCALAR_TYPES) or is_array(a)):
             raise TypeError(f"cupy_raw: kernel {k.name}: argument {i} is a {type(a).__name__} ({a!r}); pass "
                             "device arrays and NumPy scalars of the exact C type (np.int32, np.float32, ...)")
     _check_launch(k, grid, block, shared_mem)
