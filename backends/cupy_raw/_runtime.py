@@ -148,11 +148,13 @@ def _strip_comments(text: str) -> str:
 
 
 def signature(src: str, kernel: str, defines: dict | None = None) -> list[Param]:
-    """The parameters of `extern "C" __global__ void <kernel>(...)` in `src`, with the defines'
-    values substituted for names used as types (floatX -> __nv_bfloat16)."""
+    """The parameters of `extern "C" __global__ void <kernel>(...)` in `src` (a __launch_bounds__(...)
+    before or after `void` allowed), with the defines' values substituted for names used as types
+    (floatX -> __nv_bfloat16)."""
     text = _strip_comments(src)
-    m = re.search(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?void\s+'
-                  + re.escape(kernel) + r"\s*\(([^)]*)\)", text)
+    bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s+)?"
+    m = re.search(r'extern\s+"C"\s+__global__\s+' + bounds + r"void\s+" + bounds + re.escape(kernel)
+                  + r"\s*\(([^)]*)\)", text)
     if m is None:
         raise CompileError(f"cupy_raw: no kernel `extern \"C\" __global__ void {kernel}(...)` in the source")
     subst = {str(k): str(v) for k, v in (defines or {}).items()}
