@@ -23,6 +23,9 @@ Modes:
     recording      inside `with recording() as rec:` nothing is compiled or run; NumPy arrays stand
                    in for device arrays and every launch is noted (module, defines, kernel, grid,
                    block, shared memory, argument types) and checked against the kernel's signature
+    emulation      inside `with emulation():` kernels are compiled by g++ against a small CPU
+                   emulation of CUDA (_emulator.py) and run on NumPy arrays, arguments checked
+                   against the signature as in recording mode (tests on machines with no GPU)
 
 `compile_check(name, defines)` compiles a source for sm_90 with no GPU, with nvcc (`-cubin`,
 reporting each kernel's registers and static shared memory from ptxas) or with NVRTC using the very
@@ -46,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["OPTIONS", "SOURCE_DIR", "source", "module", "function", "launch", "compile_check",
-           "recording", "Recording", "CompileError", "Kernel", "signature", "MAX_SHARED_PER_BLOCK", "is_array",
+           "recording", "Recording", "emulation", "CompileError", "Kernel", "signature", "MAX_SHARED_PER_BLOCK", "is_array",
            "cdiv"]
 
 #: NVRTC options every module is compiled with (CuPy's RawModule adds its include paths, -ftz=true
@@ -239,6 +242,21 @@ def is_recording() -> bool:
     return getattr(_LOCAL, "record", None) is not None
 
 
+@contextlib.contextmanager
+def emulation():
+    """Compile kernels for the CPU emulator and run them on NumPy arrays (tests; see _emulator.py)."""
+    old = getattr(_LOCAL, "emulate", False)
+    _LOCAL.emulate = True
+    try:
+        yield
+    finally:
+        _LOCAL.emulate = old
+
+
+def is_emulating() -> bool:
+    return getattr(_LOCAL, "emulate", False)
+
+
 # ---- modules and kernels ----------------------------------------------------------------------
 _MODULES: dict = {}
 _FUNCTIONS: dict = {}
@@ -273,6 +291,12 @@ def function(name: str, kernel: str, defines: dict | None = None) -> Kernel:
     defines = dict(defines or {})
     if is_recording():
         return Kernel(name, kernel, defines)
+    if is_emulating():
+        from . import _emulator
+        key = ("emulated",) + _key(name, defines) + (kernel,)
+        if key not in _FUNCTIONS:
+            _FUNCTIONS[key] = Kernel(name, kernel, defines, _emulator.function(name, kernel, defines))
+        return _FUNCTIONS[key]
     import cupy
     key = _key(name, defines) + (kernel, cupy.cuda.Device().id)
     k = _FUNCTIONS.get(key)
@@ -356,6 +380,12 @@ def launch(k: Kernel, grid, block, args, shared_mem: int = 0) -> None:
         _check_args(k.name, kernel_signature(k), args)
         rec.append(Launch(k.module, dict(k.defines), k.name, grid, block, shared_mem,
                           tuple(_arg_type(a) for a in args)))
+        return
+    if is_emulating():
+        from . import _emulator
+        _emulator.check_host_arrays(k.name, args)
+        _check_args(k.name, kernel_signature(k), args)
+        k.fn(grid, block, tuple(args), shared_mem=shared_mem)
         return
     if any(isinstance(a, np.ndarray) for a in args):
         raise TypeError(f"cupy_raw: kernel {k.name}: a NumPy array passed to a GPU kernel "

@@ -44,3 +44,46 @@ def recorded_launches(op: str, variant: str, dims: dict, dtype: str, param_grad_
             gdt = _common.np_dtype(param_grad_dtype or dtype)
             impl.backward(saved, dout, {p: np.zeros(inputs[p].shape, dtype=gdt) for p in spec.params if p in inputs})
     return rec
+
+
+class EmulatedImpl:
+    """forward/backward of one cupy_raw variant, its kernels run by the CPU emulator on NumPy arrays."""
+
+    def __init__(self, op: str, variant: str):
+        self.impl = implementation(op, variant)
+
+    def forward(self, inputs, attrs, out=None):
+        with rt.emulation():
+            return self.impl.forward(inputs, attrs, out)
+
+    def backward(self, saved, dout, grads):
+        with rt.emulation():
+            return self.impl.backward(saved, dout, grads)
+
+
+_EMULATED: dict = {}
+
+
+def emulated(op: str, variant: str) -> EmulatedImpl:
+    key = f"{op}__{variant}"
+    if key not in _EMULATED:
+        _EMULATED[key] = EmulatedImpl(op, variant)
+    return _EMULATED[key]
+
+
+def __getattr__(name: str):  # "layernorm__rows" -> the emulated implementation (a Variant's impl)
+    op, sep, variant = name.partition("__")
+    if sep and op in OPS:
+        return emulated(op, variant)
+    raise AttributeError(name)
+
+
+def emulated_variant(op: str, variant: str):
+    """A cpu Variant of `op` running cupy_raw's `variant` kernels in the CPU emulator (tests)."""
+    from euler_core.registry import Backend, Variant
+    v = Variant(op, variant, impl=f"backends.cupy_raw._testing:{op}__{variant}", device="cpu",
+                dtypes=_common.DTYPES, contiguous=op not in ("embedding", "crossentropy"),
+                probe="backends.cupy_raw._emulator:unavailable_reason",
+                description="the cupy_raw kernels in the CPU emulator (tests)")
+    Backend("cupy_raw-emulated", "the cupy_raw backend's kernels in the CPU emulator", [v])
+    return v

@@ -176,7 +176,13 @@ extern "C" __global__ void attention_simple_backward_key(const floatX* __restric
 typedef unsigned int u32;
 
 __device__ __forceinline__ void mma16816(float* c, const u32* a, const u32* b) {
+#if defined(CUPY_RAW_EMULATOR)  // the CPU emulator's mma (tests; emulator/emulator.hpp)
 #ifdef MMA_FP16
+    emu_mma16816(c, a, b, true);
+#else
+    emu_mma16816(c, a, b, false);
+#endif
+#elif defined(MMA_FP16)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])

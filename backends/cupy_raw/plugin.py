@@ -7,7 +7,8 @@ variant listed for an op is the backend's default for it.
 
     embedding     gather     one warp per position forward; sort-free deterministic scatter-add backward
     layernorm     rows       one warp per row, row kept in registers; dweight/dbias from per-block partials
-    matmul        tiled      tensor-core GEMM (mma.sync / wgmma), bias and GELU epilogues (matmul.py)
+    matmul        tiled      tensor-core GEMM (mma.sync, cp.async pipeline), bias and GELU epilogues (matmul.py)
+    matmul        wgmma      Hopper GEMM: TMA, mbarriers, warp-specialised wgmma consumers
     matmul        cublaslt   cuBLASLt called directly, capturable in a CUDA graph: the reference point
     attention     flash      FlashAttention-2 forward and backward on tensor cores (mma.sync m16n8k16)
     attention     simple     one block per query row, exact softmax in shared memory, no tensor cores
@@ -25,6 +26,7 @@ _VARIANTS = [
     ("embedding", "gather", "embedding", "warp per position; sort-free, deterministic scatter-add backward"),
     ("layernorm", "rows", "layernorm", "warp per row in registers; deterministic dweight/dbias partial sums"),
     ("matmul", "tiled", "matmul:tiled", "hand-written tensor-core GEMM, bias and GELU epilogues, fp32 accumulation"),
+    ("matmul", "wgmma", "matmul:wgmma", "Hopper GEMM: TMA tiles, a producer warp, wgmma consumers; bias and GELU epilogues"),
     ("matmul", "cublaslt", "matmul:cublaslt", "cuBLASLt called directly (ctypes), graph-capturable; the reference"),
     ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),
     ("attention", "simple", "attention:simple", "one block per query row, exact softmax, no tensor cores"),
