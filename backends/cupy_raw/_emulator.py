@@ -97,6 +97,7 @@ class EmulatedFunction:
 
 
 _LIBRARIES: dict = {}
+_FUNCTIONS: dict = {}
 
 
 def function(name: str, kernel: str, defines: dict | None) -> EmulatedFunction:
@@ -122,7 +123,9 @@ def function(name: str, kernel: str, defines: dict | None) -> EmulatedFunction:
                                           f"with {cxx}:\n{proc.stderr[-4000:]}")
                 os.replace(out, lib)
         _LIBRARIES[digest] = ctypes.CDLL(str(lib))
-    return EmulatedFunction(_LIBRARIES[digest], kernel, rt.signature(src, kernel, defines))
+    if (digest, kernel) not in _FUNCTIONS:
+        _FUNCTIONS[(digest, kernel)] = EmulatedFunction(_LIBRARIES[digest], kernel, rt.signature(src, kernel, defines))
+    return _FUNCTIONS[(digest, kernel)]
 
 
 def check_host_arrays(kernel: str, args) -> None:

@@ -291,12 +291,9 @@ def function(name: str, kernel: str, defines: dict | None = None) -> Kernel:
     defines = dict(defines or {})
     if is_recording():
         return Kernel(name, kernel, defines)
-    if is_emulating():
+    if is_emulating():  # cached by _emulator, per source text
         from . import _emulator
-        key = ("emulated",) + _key(name, defines) + (kernel,)
-        if key not in _FUNCTIONS:
-            _FUNCTIONS[key] = Kernel(name, kernel, defines, _emulator.function(name, kernel, defines))
-        return _FUNCTIONS[key]
+        return Kernel(name, kernel, defines, _emulator.function(name, kernel, defines))
     import cupy
     key = _key(name, defines) + (kernel, cupy.cuda.Device().id)
     k = _FUNCTIONS.get(key)
@@ -311,7 +308,7 @@ def function(name: str, kernel: str, defines: dict | None = None) -> Kernel:
 
 
 def kernel_signature(k: Kernel) -> list[Param]:
-    key = _key(k.module, k.defines) + (k.name,)
+    key = (str(SOURCE_DIR),) + _key(k.module, k.defines) + (k.name,)
     if key not in _SIGNATURES:
         _SIGNATURES[key] = signature(source(k.module, k.defines), k.name, k.defines)
     return _SIGNATURES[key]
