@@ -32,6 +32,7 @@ SHAPES = {
     "layernorm": [{"N": 64, "C": 768}, {"N": 17, "C": 36}, {"N": 8, "C": 1600}],
     "attention": [{"B": 1, "T": 128, "C": 768, "NH": 12}, {"B": 1, "T": 128, "C": 768, "NH": 6},
                   {"B": 2, "T": 17, "C": 36, "NH": 3}],
+    "attention_cached": [{"B": 1, "Tn": 1, "Tk": 1024, "C": 768, "NH": 12}, {"B": 2, "Tn": 7, "Tk": 20, "C": 20, "NH": 4}],
     "gelu": [{"N": 64, "C": 3072}, {"N": 17, "C": 37}],
     "residual": [{"N": 64, "C": 768}, {"N": 17, "C": 37}],
     "crossentropy": [{"B": 2, "T": 2, "V": 50304, "n_valid": 50257}, {"B": 2, "T": 3, "V": 37}],
@@ -52,8 +53,8 @@ def _launches():
                 rec = recorded_launches(op, variant, dims, dtype, "float32")
                 for launch in rec:
                     launches.append((op, variant, dtype, launch))
-                    key = rt._key(launch.module, launch.defines)
-                    modules.setdefault(key, (launch.module, launch.defines))
+                    key = rt._key(launch.module, launch.defines) + (launch.arch,)
+                    modules.setdefault(key, (launch.module, launch.defines, launch.arch))
     return launches, list(modules.values())
 
 
@@ -62,12 +63,12 @@ _RESOURCES: dict = {}
 
 
 def _module_id(module):
-    name, defines = module
-    return name + "-" + "-".join(f"{k}={v}".replace("__nv_", "").replace("__", "") for k, v in sorted(defines.items()))
+    name, defines, arch = module
+    return name + f"-{arch}-" + "-".join(f"{k}={v}".replace("__nv_", "").replace("__", "") for k, v in sorted(defines.items()))
 
 
 def _nvcc_resources(module):
-    key = rt._key(*module)
+    key = rt._key(module[0], module[1]) + (module[2],)
     if key not in _RESOURCES:
         _RESOURCES[key] = rt.compile_check(*module, compiler="nvcc")
     return _RESOURCES[key]
@@ -82,7 +83,8 @@ def test_every_op_and_kernel_is_recorded():
             "gelu_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward", "adamw_update",
             "attention_simple_forward", "attention_simple_backward_query", "attention_simple_backward_key",
             "attention_flash_forward", "attention_flash_delta", "attention_flash_backward_dkdv",
-            "attention_flash_backward_dq"} <= kernels
+            "attention_flash_backward_dq", "attention_cached_forward", "sumsq_partial", "sumsq_finish"} - (
+        set() if "sumsq" in OPS else {"sumsq_partial", "sumsq_finish"}) <= kernels
 
 
 @pytest.mark.skipif(rt.nvcc_path() is None, reason="nvcc not found (CUDA toolkit; /usr/local/cuda/bin)")
@@ -102,7 +104,7 @@ def test_compiles_with_rawmodule_nvrtc_options_for_sm90(module):
 def test_every_launch_fits_an_sm90_multiprocessor():
     problems = []
     for op, variant, dtype, launch in LAUNCHES:
-        res = _nvcc_resources((launch.module, launch.defines)).get(launch.kernel)
+        res = _nvcc_resources((launch.module, launch.defines, launch.arch)).get(launch.kernel)
         where = f"{op}:{variant} {dtype} {launch.kernel} grid {launch.grid} block {launch.block}"
         if res is None:
             problems.append(f"{where}: kernel not in the compiled module")
@@ -123,7 +125,7 @@ def test_gpt2_launches_do_not_spill_registers():
     for op, variant, dtype, launch in LAUNCHES:
         if dtype == "float32" or launch.defines.get("HEAD_DIM", 64) != 64 or launch.defines.get("PACKS", 3) != 3:
             continue
-        res = _nvcc_resources((launch.module, launch.defines)).get(launch.kernel)
+        res = _nvcc_resources((launch.module, launch.defines, launch.arch)).get(launch.kernel)
         if res is not None and res.spill_bytes:
             spills.append(f"{op}:{variant} {dtype} {launch.kernel}: {res.spill_bytes} bytes spilled")
     assert not spills, "\n".join(spills)

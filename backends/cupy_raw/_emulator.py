@@ -30,7 +30,8 @@ import numpy as np
 from . import _runtime as rt
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "emulator"
-CXX_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-w")
+CXX_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-U_FORTIFY_SOURCE")  # fortify's longjmp check
+# would reject the emulator's jumps between fiber stacks
 
 _CTYPES = {"int": ctypes.c_int32, "int32_t": ctypes.c_int32, "unsigned": ctypes.c_uint32,
            "unsigned int": ctypes.c_uint32, "uint32_t": ctypes.c_uint32, "long long": ctypes.c_int64,

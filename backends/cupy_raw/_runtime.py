@@ -132,7 +132,17 @@ C_ELEMENTS = {"float": ("float32",), "double": ("float64",), "__half": ("float16
               "unsigned short": ("uint16", "bfloat16", "float16"), "uint16_t": ("uint16", "bfloat16", "float16"),
               "unsigned long long": ("uint64",), "uint64_t": ("uint64",), "void": None}
 
-_QUALIFIERS = {"const", "__restrict__", "__restrict", "restrict", "volatile"}
+_QUALIFIERS = {"const", "__restrict__", "__restrict", "restrict", "volatile", "__grid_constant__"}
+
+
+@dataclass(frozen=True)
+class ByValue:
+    """A C struct passed by value (e.g. a TMA tensor map, `const __grid_constant__ TmaDescriptor m`):
+    its bytes and the C type the kernel's parameter names. CuPy passes it as a size-1 NumPy array of
+    that many bytes, which it hands the driver by value."""
+
+    ctype: str
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -188,6 +198,10 @@ def _check_args(kernel: str, params: list[Param], args) -> None:
             if str(a.dtype) not in allowed:
                 raise TypeError(f"cupy_raw: kernel {kernel}: parameter '{p.describe()}' needs an array of "
                                 f"{' or '.join(allowed) or p.ctype}, got {a.dtype}")
+        elif isinstance(a, ByValue) or p.ctype not in C_SCALARS:
+            if not isinstance(a, ByValue) or a.ctype != p.ctype:
+                raise TypeError(f"cupy_raw: kernel {kernel}: parameter '{p.describe()}' needs a ByValue of "
+                                f"C type {p.ctype}, got {type(a).__name__} {getattr(a, 'ctype', '')}")
         else:
             want = C_SCALARS.get(p.ctype)
             if want is None:
@@ -209,6 +223,7 @@ class Launch:
     module: str
     defines: dict
     kernel: str
+    arch: str
     grid: tuple
     block: tuple
     shared_mem: int
@@ -218,11 +233,12 @@ class Launch:
 class Recording(list):
     """The launches seen inside `recording()` (Launch records)."""
 
-    def modules(self) -> list[tuple[str, dict]]:
-        """Each distinct (source name, defines) the launches used, in first-use order."""
+    def modules(self) -> list[tuple[str, dict, str]]:
+        """Each distinct (source name, defines, arch) the launches used, in first-use order: the
+        arguments of compile_check."""
         seen = {}
         for e in self:
-            seen.setdefault(_key(e.module, e.defines), (e.module, e.defines))
+            seen.setdefault(_key(e.module, e.defines) + (e.arch,), (e.module, e.defines, e.arch))
         return list(seen.values())
 
 
@@ -263,14 +279,19 @@ _FUNCTIONS: dict = {}
 _SIGNATURES: dict = {}
 
 
-def module(name: str, defines: dict | None = None):
-    """cupy.RawModule of <name>.cu with `defines`, compiled with OPTIONS, cached per (name, defines,
-    device)."""
+def options(arch: str = "sm_90") -> tuple:
+    """OPTIONS for `arch` ("sm_90a": Hopper's wgmma / setmaxnreg, which plain sm_90 refuses)."""
+    return tuple(f"-arch={arch}" if o.startswith("-arch=") else o for o in OPTIONS)
+
+
+def module(name: str, defines: dict | None = None, arch: str = "sm_90"):
+    """cupy.RawModule of <name>.cu with `defines`, compiled with options(arch), cached per (name,
+    defines, arch, device)."""
     import cupy
-    key = _key(name, defines) + (cupy.cuda.Device().id,)
+    key = _key(name, defines) + (arch, cupy.cuda.Device().id)
     mod = _MODULES.get(key)
     if mod is None:
-        mod = cupy.RawModule(code=source(name, defines), options=OPTIONS)
+        mod = cupy.RawModule(code=source(name, defines), options=options(arch))
         _MODULES[key] = mod
     return mod
 
@@ -284,25 +305,26 @@ class Kernel:
     name: str
     defines: dict = field(default_factory=dict, hash=False, compare=False)
     fn: object = field(default=None, hash=False, compare=False, repr=False)
+    arch: str = "sm_90"
 
 
-def function(name: str, kernel: str, defines: dict | None = None) -> Kernel:
-    """The kernel `kernel` of <name>.cu compiled with `defines` (compiled on first use, cached)."""
+def function(name: str, kernel: str, defines: dict | None = None, arch: str = "sm_90") -> Kernel:
+    """The kernel `kernel` of <name>.cu compiled with `defines` for `arch` (on first use, cached)."""
     defines = dict(defines or {})
     if is_recording():
-        return Kernel(name, kernel, defines)
+        return Kernel(name, kernel, defines, arch=arch)
     if is_emulating():  # cached by _emulator, per source text
         from . import _emulator
         return Kernel(name, kernel, defines, _emulator.function(name, kernel, defines))
     import cupy
-    key = _key(name, defines) + (kernel, cupy.cuda.Device().id)
+    key = _key(name, defines) + (kernel, arch, cupy.cuda.Device().id)
     k = _FUNCTIONS.get(key)
     if k is None:
         try:
-            fn = module(name, defines).get_function(kernel)
+            fn = module(name, defines, arch).get_function(kernel)
         except cupy.cuda.compiler.CompileException as e:
             raise CompileError(f"cupy_raw: {name}.cu with {defines} does not compile:\n{e}") from e
-        k = Kernel(name, kernel, defines, fn)
+        k = Kernel(name, kernel, defines, fn, arch)
         _FUNCTIONS[key] = k
     return k
 
@@ -354,6 +376,8 @@ def _check_launch(k: Kernel, grid: tuple, block: tuple, shared_mem: int) -> None
 
 
 def _arg_type(a) -> str:
+    if isinstance(a, ByValue):
+        return f"value:{a.ctype}"
     return f"ptr:{a.dtype}" if is_array(a) else type(a).__name__
 
 
@@ -364,7 +388,7 @@ def launch(k: Kernel, grid, block, args, shared_mem: int = 0) -> None:
     grid, block = _dims("grid", k, grid), _dims("block", k, block)
     shared_mem = int(shared_mem)
     for i, a in enumerate(args):
-        if not (isinstance(a, _SCALAR_TYPES) or is_array(a)):
+        if not (isinstance(a, (_SCALAR_TYPES, ByValue)) or is_array(a)):
             raise TypeError(f"cupy_raw: kernel {k.name}: argument {i} is a {type(a).__name__} ({a!r}); pass "
                             "device arrays and NumPy scalars of the exact C type (np.int32, np.float32, ...)")
     _check_launch(k, grid, block, shared_mem)
@@ -375,7 +399,7 @@ def launch(k: Kernel, grid, block, args, shared_mem: int = 0) -> None:
         if any(isinstance(a, _device_array_type()) for a in args):
             raise TypeError(f"cupy_raw: kernel {k.name}: device arrays passed while recording (use NumPy arrays)")
         _check_args(k.name, kernel_signature(k), args)
-        rec.append(Launch(k.module, dict(k.defines), k.name, grid, block, shared_mem,
+        rec.append(Launch(k.module, dict(k.defines), k.name, k.arch, grid, block, shared_mem,
                           tuple(_arg_type(a) for a in args)))
         return
     if is_emulating():
@@ -390,7 +414,8 @@ def launch(k: Kernel, grid, block, args, shared_mem: int = 0) -> None:
     fn = k.fn
     if shared_mem > DEFAULT_SHARED_LIMIT and fn.max_dynamic_shared_size_bytes < shared_mem:
         fn.max_dynamic_shared_size_bytes = shared_mem
-    fn(grid, block, tuple(args), shared_mem=shared_mem)
+    args = tuple(np.frombuffer(a.data, dtype=f"V{len(a.data)}") if isinstance(a, ByValue) else a for a in args)
+    fn(grid, block, args, shared_mem=shared_mem)
 
 
 # ---- compiling without a GPU ------------------------------------------------------------------
@@ -416,13 +441,13 @@ def nvcc_path() -> str | None:
     return None
 
 
-def nvrtc_options(arch: str = "sm_90") -> tuple:
-    """The options RawModule hands NVRTC for OPTIONS on a GPU of `arch`: CuPy's include paths,
-    OPTIONS, then what CuPy's compiler adds (-ftz=true, the arch, the default execution space, a
-    precompiled header)."""
+def nvrtc_options(arch: str = "sm_90", device_arch: str = "sm_90") -> tuple:
+    """The options RawModule hands NVRTC for options(arch) on a GPU of `device_arch` (an H200's
+    sm_90): CuPy's include paths, ours, then what CuPy's compiler adds (-ftz=true, the device's own
+    -arch, the default execution space, a precompiled header)."""
     import cupy._core.core as cupy_core
-    return cupy_core.assemble_cupy_compiler_options(OPTIONS) + (
-        "-ftz=true", f"-arch={arch}", "--device-as-default-execution-space", "--pch")
+    return cupy_core.assemble_cupy_compiler_options(options(arch)) + (
+        "-ftz=true", f"-arch={device_arch}", "--device-as-default-execution-space", "--pch")
 
 
 def _parse_ptxas(log: str) -> dict[str, KernelResources]:

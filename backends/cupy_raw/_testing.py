@@ -39,7 +39,7 @@ def recorded_launches(op: str, variant: str, dims: dict, dtype: str, param_grad_
     full_attrs = spec.fill_attrs({**example_attrs, **(attrs or {})})
     with rt.recording() as rec:
         out, saved = impl.forward(inputs, full_attrs, None)
-        if spec.output is not None and spec.differentiable:
+        if spec.output is not None and spec.differentiable and not getattr(spec, "inference_only", False):
             dout = np.ones(out.shape, dtype=out.dtype)
             gdt = _common.np_dtype(param_grad_dtype or dtype)
             impl.backward(saved, dout, {p: np.zeros(inputs[p].shape, dtype=gdt) for p in spec.params if p in inputs})
@@ -82,7 +82,7 @@ def emulated_variant(op: str, variant: str):
     """A cpu Variant of `op` running cupy_raw's `variant` kernels in the CPU emulator (tests)."""
     from euler_core.registry import Backend, Variant
     v = Variant(op, variant, impl=f"backends.cupy_raw._testing:{op}__{variant}", device="cpu",
-                dtypes=_common.DTYPES, contiguous=op not in ("embedding", "crossentropy"),
+                dtypes=_common.DTYPES, contiguous=op not in ("embedding", "crossentropy", "attention_cached"),
                 probe="backends.cupy_raw._emulator:unavailable_reason",
                 description="the cupy_raw kernels in the CPU emulator (tests)")
     Backend("cupy_raw-emulated", "the cupy_raw backend's kernels in the CPU emulator", [v])

@@ -12,6 +12,7 @@ variant listed for an op is the backend's default for it.
     matmul        cublaslt   cuBLASLt called directly, capturable in a CUDA graph: the reference point
     attention     flash      FlashAttention-2 forward and backward on tensor cores (mma.sync m16n8k16)
     attention     simple     one block per query row, exact softmax in shared memory, no tensor cores
+    attention_cached simple  generation with a KV cache: block per new query row, cache views in place
     gelu          fused      tanh GELU, one pass each way, 16-byte vectors
     residual      fused      a + b in one pass, 16-byte vectors
     crossentropy  online     one block per row, online logsumexp; no probabilities kept
@@ -32,6 +33,7 @@ _VARIANTS = [
     ("matmul", "cublaslt", "matmul:cublaslt", "cuBLASLt called directly (ctypes), graph-capturable; the reference"),
     ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),
     ("attention", "simple", "attention:simple", "one block per query row, exact softmax, no tensor cores"),
+    ("attention_cached", "simple", "attention_cached", "KV-cache attention: block per query row, cache views read in place"),
     ("gelu", "fused", "gelu", "tanh GELU, one pass each way"),
     ("residual", "fused", "residual", "a + b in one pass"),
     ("crossentropy", "online", "crossentropy", "block per row, online logsumexp; no probabilities kept"),
@@ -43,10 +45,10 @@ _VARIANTS = [
 @hookimpl
 def nanoeuler_backends():
     # embedding and crossentropy take integer ids that callers slice out of token windows (views):
-    # they copy those to contiguous themselves; every other variant has the dispatcher refuse
-    # non-contiguous input.
+    # they copy those to contiguous themselves; attention_cached reads the KV cache's views in place;
+    # every other variant has the dispatcher refuse non-contiguous input.
     variants = [Variant(op, name, impl=f"backends.cupy_raw.{impl}", device="cuda", dtypes=DTYPES,
-                        requires=("cupy",), contiguous=op not in ("embedding", "crossentropy"),
+                        requires=("cupy",), contiguous=op not in ("embedding", "crossentropy", "attention_cached"),
                         description=description)
                 for op, name, impl, description in _VARIANTS
                 if op in OPS]  # a core without an op (sumsq is younger than the rest) gets the others

@@ -5,8 +5,8 @@
     python3 bench/device/cupy_raw_ops.py --emulate sanitize  # on the CPU: the same plan in the emulator
 
 sanitize (~3 s without a sanitizer; run under compute-sanitizer memcheck and racecheck): one forward
-and one backward of every variant (embedding, layernorm, attention simple and flash, gelu, residual,
-crossentropy, adamw with param_copy and clipping, sumsq) in float32, float16 and bfloat16 (16-bit
+and one backward of every variant (embedding, layernorm, attention simple and flash, attention_cached
+on the cache's views, gelu, residual, crossentropy, adamw with param_copy and clipping, sumsq) in float32, float16 and bfloat16 (16-bit
 inputs with float32 parameter-gradient buffers), at shapes that reach every path: ragged T, C not a
 multiple of 8 (the element-wise paths), GPT-2's C=768 and heads of 64 (the vector paths), a
 padded vocabulary, a token held by more positions than embedding's sort takes. Each result is
@@ -32,7 +32,8 @@ import numpy as np
 
 from backends.cupy_raw import _common
 from backends.cupy_raw import _runtime as rt
-from backends.cupy_raw import adamw, attention, crossentropy, embedding, gelu, layernorm, residual, sumsq
+from backends.cupy_raw import (adamw, attention, attention_cached, crossentropy, embedding, gelu, layernorm,
+                               residual, sumsq)
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -172,6 +173,14 @@ def sanitize(env: Env, tally: Tally) -> None:
                     variant.backward(saved, put(rng.standard_normal((B, T, C)), dtype), {})
                     name = type(variant).__name__.lower()
                     check(f"attention:{name} B={B} T={T} C={C} NH={NH}", y, ref_attention(get(qkv), NH), dtype)
+            # attention_cached: the cache's views (q a slice of qkv, k and v the first Tk rows of a cache)
+            for B, Tn, Tk, C, NH in ((2, 1, 17, 36, 3), (1, 5, 300, 768, 12)):
+                qkv = put(rng.standard_normal((B, Tn, 3 * C)), dtype)
+                cache_k, cache_v = put(rng.standard_normal((B, Tk + 9, C)), dtype), put(rng.standard_normal((B, Tk + 9, C)), dtype)
+                y, _ = attention_cached.forward({"q": qkv[:, :, :C], "k": cache_k[:, :Tk], "v": cache_v[:, :Tk]}, {"n_head": NH})
+                full = np.concatenate([get(cache_k)[:, :Tk - Tn], get(qkv)[:, :, :C]], axis=1)  # queries at the end
+                ref_qkv = np.concatenate([full, get(cache_k)[:, :Tk], get(cache_v)[:, :Tk]], axis=2)
+                check(f"attention_cached B={B} Tn={Tn} Tk={Tk} C={C}", y, ref_attention(ref_qkv, NH)[:, Tk - Tn:], dtype)
             # sumsq
             x = put(rng.standard_normal(100_003), dtype)
             s, _ = sumsq.forward({"x": x}, {})

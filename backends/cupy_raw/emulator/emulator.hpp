@@ -19,6 +19,7 @@
 // ldmatrix, wgmma, TMA. It checks a kernel's index arithmetic, bounds, masks and barriers against
 // the reference, and catches a read of uninitialised shared memory.
 #pragma once
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cmath>
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #define __global__
@@ -109,8 +111,10 @@ namespace emu {
 enum Wait { RUNNING = 0, AT_BLOCK_BARRIER = 1, AT_WARP_BARRIER = 2 };
 
 struct Fiber {
-    ucontext_t context;
-    std::vector<char> stack;
+    ucontext_t context;             // its start (makecontext); afterwards it is resumed by jump
+    jmp_buf resume;
+    bool started = false;
+    std::unique_ptr<char[]> stack;  // not zero-filled: only the pages a fiber uses are ever touched
     int wait = RUNNING;
     bool done = false;
 };
@@ -128,12 +132,12 @@ struct Launch {
     std::vector<Warp> warps;
     std::vector<unsigned char> dynamic;
     std::function<void()> body;
-    ucontext_t scheduler;
+    jmp_buf scheduler;
 };
 
 inline Launch* current = nullptr;
 inline int linear_tid = 0;
-constexpr size_t STACK_BYTES = 256 * 1024;
+constexpr size_t STACK_BYTES = 64 * 1024;  // a kernel's frame here is a few KB
 
 inline Warp& my_warp() { return current->warps[linear_tid / 32]; }
 inline void* dynamic_shared() { return current->dynamic.data(); }
@@ -150,9 +154,11 @@ inline void open_warp_barrier(Launch& L, int w) {
     L.warps[w].arrived = 0;
 }
 
+// Switching is _setjmp/_longjmp between the fibers' stacks (swapcontext would make two signal-mask
+// system calls per switch); makecontext/setcontext only start a fiber.
 inline void yield_to_scheduler() {
     Launch& L = *current;
-    swapcontext(&L.fibers[linear_tid].context, &L.scheduler);
+    if (!_setjmp(L.fibers[linear_tid].resume)) _longjmp(L.scheduler, 1);
 }
 
 inline void block_barrier() {
@@ -185,7 +191,8 @@ inline void fiber_main() {
     L.warps[w].active--;
     if (L.block_arrived > 0 && L.block_arrived >= L.block_active) open_block_barrier(L);
     if (L.warps[w].arrived > 0 && L.warps[w].arrived >= L.warps[w].active) open_warp_barrier(L, w);
-}  // returns to the scheduler (uc_link)
+    _longjmp(L.scheduler, 1);  // never returns: its stack is abandoned, to be reused by the next block
+}
 
 inline void set_thread(Launch& L, int t) {
     linear_tid = t;
@@ -205,10 +212,11 @@ inline int run_block(Launch& L) {
         Fiber& f = L.fibers[t];
         f.wait = RUNNING;
         f.done = false;
+        f.started = false;
         getcontext(&f.context);
-        f.context.uc_stack.ss_sp = f.stack.data();
-        f.context.uc_stack.ss_size = f.stack.size();
-        f.context.uc_link = &L.scheduler;
+        f.context.uc_stack.ss_sp = f.stack.get();
+        f.context.uc_stack.ss_size = STACK_BYTES;
+        f.context.uc_link = nullptr;
         makecontext(&f.context, fiber_main, 0);
     }
     for (;;) {
@@ -219,7 +227,11 @@ inline int run_block(Launch& L) {
             all_done = false;
             if (f.wait != RUNNING) continue;
             set_thread(L, t);
-            swapcontext(&L.scheduler, &f.context);
+            if (!_setjmp(L.scheduler)) {
+                if (f.started) _longjmp(f.resume, 1);
+                f.started = true;
+                setcontext(&f.context);
+            }
             ran = true;
         }
         if (all_done) return 0;
@@ -235,7 +247,7 @@ inline int launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned b
     L.block = {bx, by, bz};
     L.threads = (int)(bx * by * bz);
     L.fibers = std::vector<Fiber>(L.threads);
-    for (auto& f : L.fibers) f.stack.resize(STACK_BYTES);
+    for (auto& f : L.fibers) f.stack.reset(new char[STACK_BYTES]);
     L.warps = std::vector<Warp>((L.threads + 31) / 32);
     L.dynamic.assign(shared_bytes + 16, 0xff);
     L.body = std::move(body);
