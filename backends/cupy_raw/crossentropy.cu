@@ -11,7 +11,8 @@
 //                          else:  s = s + e
 // At the end the block merges its threads: M = max m, S = sum s exp(m - M) (block_max, block_sum:
 // a fixed order, so bitwise repeatable); lse = M + log S is saved (N,) float32 for the backward.
-// floatX is a define (the logits' type); the math is float32.
+// floatX is a define (the logits' type); the math is float32. A target outside [-1, n_valid) gives
+// NaN (loss and gradient row), loudly, instead of reading outside the row.
 #include "common.cuh"
 
 typedef Pack<floatX> PackX;
@@ -43,7 +44,9 @@ extern "C" __global__ void crossentropy_forward(const floatX* __restrict__ logit
     if (threadIdx.x == 0) {
         const float lse = M + logf(S);
         const int target = targets[row];
-        losses[row] = target >= 0 ? lse - to_f32(z[target]) : 0.0f;
+        // a target past n_valid (checked on the host only for NumPy input, to avoid a sync) is a NaN
+        // loss, never a read outside the row
+        losses[row] = target < 0 ? 0.0f : target < n_valid ? lse - to_f32(z[target]) : __int_as_float(0x7fc00000);
         lse_out[row] = lse;
     }
 }
@@ -56,7 +59,7 @@ extern "C" __global__ void crossentropy_backward(const floatX* __restrict__ logi
     const floatX* z = logits + row * V;
     floatX* dz = dlogits + row * V;
     const int target = targets[row];
-    const float dloss = target >= 0 ? dlosses[row] : 0.0f;
+    const float dloss = target < 0 ? 0.0f : target < n_valid ? dlosses[row] : __int_as_float(0x7fc00000);
     const float l = lse[row];
     const int packs = vec ? V / PackX::N : 0;
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
