@@ -236,6 +236,18 @@ static void check_wgmma(bool a_kmajor, bool b_kmajor, int bn) {
                 CHECK(acc[r * bn + c] == want, "wgmma A %s B %s n%d: C[%d][%d] = %g, want %g", a_kmajor ? "K" : "MN",
                       b_kmajor ? "K" : "MN", bn, 64 * wg + r, c, acc[r * bn + c], want);
             }
+        // gemm_wgmma's epilogue walks register 4j + 2h + e as (row r + 8h, column cc + 8j + e), (r, cc) those of register 0
+        for (int t = 0; t < 128; ++t) {
+            int r0, c0;
+            wgmma_acc_coords(t, 0, r0, c0);
+            for (int reg = 0; reg < bn / 2; ++reg) {
+                int r, c;
+                wgmma_acc_coords(t, reg, r, c);
+                const int j = reg / 4, h = (reg / 2) % 2, e = reg % 2;
+                CHECK(r == r0 + 8 * h && c == c0 + 8 * j + e, "wgmma register %d of thread %d at (%d, %d), the epilogue "
+                      "takes it for (%d, %d)", reg, t, r, c, r0 + 8 * h, c0 + 8 * j + e);
+            }
+        }
         // every (row, col) of the 64 x bn tile belongs to exactly one (thread, register)
         std::vector<int> owner(64 * bn, 0);
         for (int t = 0; t < 128; ++t)

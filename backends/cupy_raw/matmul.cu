@@ -38,11 +38,12 @@
 //
 // Shared-memory tiles of gemm_mma and gemm_wgmma: matmul_layout.cuh (128-byte swizzled rows).
 //
-// Epilogue (every GEMM): the float32 accumulators are staged in shared memory and written row by row,
-// 4 columns per thread (gemm_simt: straight from registers), applying in order: + bias[j]
+// Epilogue (every GEMM): gemm_mma stages the float32 accumulators in shared memory and writes them
+// row by row, 4 columns per thread; gemm_simt and gemm_wgmma write straight from their registers
+// (gemm_wgmma's ring is busy with the next tile by then); all apply, in order: + bias[j]
 // (FLAG_BIAS), the pre-activation stored to `pre` (FLAG_PRE), GELU (FLAG_GELU), + the old C
 // (FLAG_ACCUMULATE), rounded to C's type (floatX, or float with FLAG_OUT_F32: mixed precision's float32
-// parameter gradients). With FLAG_PARTIAL the raw sum goes to slice blockIdx.y of the (splits, rows,
+// parameter gradients). With FLAG_PARTIAL the raw sum goes to its k slice of the (slices, rows,
 // cols) float32 split-K buffer instead. FLAG_VEC: cols % 4 == 0 and c, bias, pre 16-byte aligned.
 #include "common.cuh"
 #include "matmul_layout.cuh"
@@ -131,6 +132,48 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
         Quad<floatX> r;
         if (o.flags & FLAG_ACCUMULATE) r = *c;
         for (int e = 0; e < 4; ++e)
+            r.v[e] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
+        *c = r;
+    }
+}
+
+template <typename U> struct alignas(2 * sizeof(U)) Duo { U v[2]; };
+
+// C[i, j..j+1] from v0, v1 (gemm_wgmma's epilogue, straight from the accumulator registers): one
+// 2-element load/store each where FLAG_VEC allows, else element by element.
+__device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split, float v0, float v1) {
+    if (!(o.flags & FLAG_VEC) || j + 1 >= o.cols) {
+        if (j < o.cols) finish_one(o, i, j, split, v0);
+        if (j + 1 < o.cols) finish_one(o, i, j + 1, split, v1);
+        return;
+    }
+    const size_t at = (size_t)i * o.cols + j;
+    if (o.flags & FLAG_PARTIAL) {
+        *reinterpret_cast<float2*>(static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at) = make_float2(v0, v1);
+        return;
+    }
+    float w[2] = {v0, v1};
+    Duo<floatX> b, pre;
+    if (o.flags & FLAG_BIAS) b = *reinterpret_cast<const Duo<floatX>*>(o.bias + j);
+    for (int e = 0; e < 2; ++e) {
+        w[e] += (o.flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f;
+        pre.v[e] = from_f32<floatX>(w[e]);
+        if (o.flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
+    }
+    if (o.flags & FLAG_PRE) *reinterpret_cast<Duo<floatX>*>(o.pre + at) = pre;
+    if (o.flags & FLAG_OUT_F32) {
+        float2* c = reinterpret_cast<float2*>(static_cast<float*>(o.c) + at);
+        if (o.flags & FLAG_ACCUMULATE) {
+            const float2 old = *c;
+            w[0] += old.x;
+            w[1] += old.y;
+        }
+        *c = make_float2(w[0], w[1]);
+    } else {
+        Duo<floatX>* c = reinterpret_cast<Duo<floatX>*>(static_cast<floatX*>(o.c) + at);
+        Duo<floatX> r;
+        if (o.flags & FLAG_ACCUMULATE) r = *c;
+        for (int e = 0; e < 2; ++e)
             r.v[e] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
         *c = r;
     }
@@ -425,17 +468,18 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // (ring depth), WG_CTAS (blocks per SM the registers are budgeted for). Block: warps 0-3 and 4-7 are
 // the two consumer warpgroups (rows 0-63 and 64-127 of the tile), warp 8 the producer.
 //
+// Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
+// b + gridDim.x, ... (the host launches one block per item, or a persistent grid of a few per SM).
+// The ring runs on across a block's items: while the consumers write one tile out (from their
+// registers, no shared memory), the producer is already loading the next one's first k-blocks.
+//
 // Shared memory (dynamic, the base rounded up to 1024 bytes for the swizzle): WG_STAGES A tiles
-// (128 x 64), WG_STAGES B tiles (WG_BN x 64), then the full[] and empty[] mbarriers. After the main
-// loop the ring holds the staged float32 accumulators for the epilogue.
+// (128 x 64), WG_STAGES B tiles (WG_BN x 64), then the full[] and empty[] mbarriers.
 #define WG_BM 128
 #define WG_CONSUMERS 2
 #define WG_THREADS (WG_CONSUMERS * 128 + 32)
 constexpr int WG_A_BYTES = WG_BM * TILE_ROW_BYTES, WG_B_BYTES = WG_BN * TILE_ROW_BYTES;
-constexpr int WG_LDS = WG_BN + 8;
 constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
-constexpr int WG_STAGE_BYTES = WG_BM * WG_LDS * 4;
-constexpr int WG_DATA_BYTES = WG_RING_BYTES > WG_STAGE_BYTES ? WG_RING_BYTES : WG_STAGE_BYTES;
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
 
@@ -538,19 +582,13 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b, void* c,
            const floatX* bias, floatX* pre, int rows, int cols, int depth, int k_split, int group_m, int flags) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    const unsigned raw = smem_u32(smem_raw);
-    const unsigned base = (raw + 1023u) & ~1023u;
-    unsigned char* smem = smem_raw + (base - raw);
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES;
-    const unsigned full_bar = base + WG_DATA_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
+    const unsigned full_bar = base + WG_RING_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
-    int tm, tn;
-    tile_of(blockIdx.x, tiles_m, tiles_n, group_m, tm, tn);
-    const int row0 = tm * WG_BM, col0 = tn * WG_BN, split = blockIdx.y;
-    const int k_lo = split * k_split, k_hi = min(depth, k_lo + k_split);  // k_split: a multiple of 64
-    const int nk = (k_hi - k_lo + TILE_K - 1) / TILE_K;
+    const int tiles = tiles_m * tiles_n, slices = (depth + k_split - 1) / k_split;  // k_split: a multiple of 64
 
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
@@ -561,57 +599,74 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     }
     __syncthreads();
 
+    // ring position: k-blocks this block has moved through the ring so far (slot it % WG_STAGES,
+    // pass it / WG_STAGES, whose parity the barriers' phases follow)
+    int it = 0;
     if (warp == WG_CONSUMERS * 4) {  // the producer warp: one lane issues every copy
-        if (lane == 0) {
-            for (int kb = 0; kb < nk; ++kb) {
-                const int s = kb % WG_STAGES;
-                mbar_wait(empty_bar + 8 * s, ((kb / WG_STAGES) & 1) ^ 1);  // slot free (first pass: at once)
+        if (lane != 0) return;
+        for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
+            const int split = work / tiles;
+            int tm, tn;
+            tile_of(work % tiles, tiles_m, tiles_n, group_m, tm, tn);
+            const int k_lo = split * k_split, nk = (min(depth, k_lo + k_split) - k_lo + TILE_K - 1) / TILE_K;
+            for (int kb = 0; kb < nk; ++kb, ++it) {
+                const int s = it % WG_STAGES;
+                mbar_wait(empty_bar + 8 * s, ((it / WG_STAGES) & 1) ^ 1);  // slot free (first pass: at once)
                 mbar_expect_tx(full_bar + 8 * s, WG_A_BYTES + WG_B_BYTES);
                 const int k0 = k_lo + kb * TILE_K;
-                tma_tile<A_KMAJOR, WG_BM>(&tma_a, a_ring + s * WG_A_BYTES, row0, k0, full_bar + 8 * s);
-                tma_tile<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, col0, k0, full_bar + 8 * s);
+                tma_tile<A_KMAJOR, WG_BM>(&tma_a, a_ring + s * WG_A_BYTES, tm * WG_BM, k0, full_bar + 8 * s);
+                tma_tile<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, tn * WG_BN, k0, full_bar + 8 * s);
             }
         }
         return;
     }
 
-    const int wg = warp >> 2;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile
+    const int wg = warp >> 2;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of each tile
+    const int t = tid & 127;
+    const Out o{c, bias, pre, rows, cols, flags};
     float acc[WG_BN / 2];
+    for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
+        const int split = work / tiles;
+        int tm, tn;
+        tile_of(work % tiles, tiles_m, tiles_n, group_m, tm, tn);
+        const int k_lo = split * k_split, nk = (min(depth, k_lo + k_split) - k_lo + TILE_K - 1) / TILE_K;
 #pragma unroll
-    for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.0f;
-    for (int kb = 0; kb < nk; ++kb) {
-        const int s = kb % WG_STAGES;
-        mbar_wait(full_bar + 8 * s, (kb / WG_STAGES) & 1);
-        const unsigned a_tile = a_ring + s * WG_A_BYTES, b_tile = b_ring + s * WG_B_BYTES;
-        fence_accumulators(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < TILE_K / 16; ++kk)
-            wgmma_tile(acc, wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk), wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
-        wgmma_commit();
-        fence_accumulators(acc);
-        if (kb > 0) {  // tile kb-1's multiplies are done: hand its slot back to the producer
-            wgmma_wait<1>();
+        for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.0f;
+        for (int kb = 0; kb < nk; ++kb, ++it) {
+            const int s = it % WG_STAGES;
+            mbar_wait(full_bar + 8 * s, (it / WG_STAGES) & 1);
+            const unsigned a_tile = a_ring + s * WG_A_BYTES, b_tile = b_ring + s * WG_B_BYTES;
             fence_accumulators(acc);
-            mbar_arrive(empty_bar + 8 * ((kb - 1) % WG_STAGES));
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < TILE_K / 16; ++kk)
+                wgmma_tile(acc, wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk),
+                           wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
+            wgmma_commit();
+            fence_accumulators(acc);
+            if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
+                wgmma_wait<1>();
+                fence_accumulators(acc);
+                mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
+            }
+        }
+        wgmma_wait<0>();
+        fence_accumulators(acc);
+        if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
+
+        // epilogue straight from the registers: per 8-column group j, each thread holds columns
+        // 8j + cc, 8j + cc + 1 of rows r and r + 8 of its warpgroup's 64 (wgmma_acc_coords)
+        int r, cc;
+        wgmma_acc_coords(t, 0, r, cc);
+        const int i0 = tm * WG_BM + 64 * wg + r, j0 = tn * WG_BN + cc;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (i0 + 8 * h >= rows) continue;
+#pragma unroll
+            for (int j = 0; j < WG_BN / 8; ++j)
+                finish_two(o, i0 + 8 * h, j0 + 8 * j, split, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
     }
-    wgmma_wait<0>();
-    fence_accumulators(acc);
-
-    // both warpgroups done reading the ring: stage the accumulators in it, then write them out
-    asm volatile("bar.sync 1, %0;\n" ::"n"(WG_CONSUMERS * 128) : "memory");
-    float* stage = reinterpret_cast<float*>(smem);
-    const int t = tid & 127;
-#pragma unroll
-    for (int reg = 0; reg < WG_BN / 2; reg += 2) {
-        int r, cc;
-        wgmma_acc_coords(t, reg, r, cc);
-        *reinterpret_cast<float2*>(stage + (64 * wg + r) * WG_LDS + cc) = make_float2(acc[reg], acc[reg + 1]);
-    }
-    asm volatile("bar.sync 1, %0;\n" ::"n"(WG_CONSUMERS * 128) : "memory");
-    const Out o{c, bias, pre, rows, cols, flags};
-    epilogue_tile<WG_BM, WG_BN, WG_CONSUMERS * 128>(stage, tid, row0, col0, split, o);
 }
 #endif  // GEMM_WGMMA
 

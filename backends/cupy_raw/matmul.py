@@ -69,29 +69,36 @@ def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, spli
                 group_m=group_m, split_k=split_k, busy=busy)
 
 
-def _wg(bn=128, stages=3, ctas=2, group_m=8, split_k=1, busy=0.8):
-    return dict(engine="wgmma", bn=bn, stages=stages, ctas=ctas, group_m=group_m, split_k=split_k, busy=busy)
+def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8):
+    return dict(engine="wgmma", bn=bn, stages=stages, ctas=ctas, persistent=persistent, group_m=group_m,
+                split_k=split_k, busy=busy)
 
 
 #: (engine, product) -> launch configuration. bm x bn: the tile of C; stages: the shared-memory ring;
 #: ctas: blocks per SM the kernel's registers are budgeted for (__launch_bounds__) and split-K's
-#: occupancy assumes; group_m: tile rows walked together (L2 reuse); split_k: the most k slices;
-#: busy: the wave occupancy that is enough (see _split).
+#: occupancy assumes; persistent (wgmma): a grid of ctas blocks per SM walking the work items, so that
+#: one tile's epilogue overlaps the next one's loads (else one block per item); group_m: tile rows
+#: walked together (L2 reuse); split_k: the most k slices; busy: the wave occupancy that is enough
+#: (see _split).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
     # (128 registers) ptxas spills 4 (dx) and 60 (dW) bytes; one block per SM has room
     ("mma", "dx"): _mma(ctas=1),
     ("mma", "dW"): _mma(ctas=1, split_k=16),
-    ("wgmma", "forward"): _wg(),
-    ("wgmma", "dx"): _wg(),
+    # 128 x 256 tiles, two m64n256 consumers, a 4-deep ring (192 KB), one persistent block per SM:
+    # the layout CUTLASS's Hopper GEMMs favour for bf16 at these sizes. (Two blocks per SM leave a
+    # consumer 96 registers - 18 warps over 4 schedulers - and gemm_wgmma spills there.)
+    ("wgmma", "forward"): _wg(bn=256),
+    ("wgmma", "dx"): _wg(bn=256),
+    # dW's output is small (768 x 768: 18 such tiles): 128 x 128 tiles and split-K
     ("wgmma", "dW"): _wg(split_k=16, busy=0.9),
 }
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
 SHAPE_CONFIGS = {
     # lm_head: W (77 MB) is read from DRAM once per group of tile rows: walk 32 of them together
-    ("wgmma", "forward", 50304, 768): _wg(bn=256, stages=4, ctas=1, group_m=32),
+    ("wgmma", "forward", 50304, 768): _wg(bn=256, group_m=32),
     ("mma", "forward", 50304, 768): _mma(group_m=32),
 }
 
@@ -200,13 +207,21 @@ def gemm(engine: str, a: Operand, b: Operand, c, rows: int, cols: int, depth: in
 
 
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
-                 depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple) -> None:
+                 depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
+                 work_items: bool = False) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
-    depth, middle..., k_split, group_m, flags), over tiles x slices blocks; with more than one k
-    slice (_split), into float32 partials that splitk_finish then adds to c in order."""
+    depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
+    gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
+    ctas blocks per SM that walk the items. With more than one k slice (_split), into float32
+    partials that splitk_finish then adds to c in order."""
     xp = _common.xp_of(c)
-    k_split = TILE_K * rt.cdiv(max(depth, 1), TILE_K) if gelu else _split(cfg, tiles, depth, _common.num_sms(xp))
+    sms = _common.num_sms(xp)
+    k_split = TILE_K * rt.cdiv(max(depth, 1), TILE_K) if gelu else _split(cfg, tiles, depth, sms)
     slices = rt.cdiv(max(depth, 1), k_split)
+    if not work_items:
+        grid = (tiles, slices)
+    else:
+        grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
     dummy = a.array  # for an absent bias / pre: a floatX pointer the kernel never reads
     if slices == 1:
@@ -214,7 +229,7 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
     else:
         target = xp.empty((slices, rows, cols), dtype=np.float32)
         flags = FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
-    rt.launch(kernel, (tiles, slices), threads,
+    rt.launch(kernel, grid, threads,
               lead + (target, bias if bias is not None and slices == 1 else dummy, pre if pre is not None else dummy,
                       _common.i32(rows), _common.i32(cols), _common.i32(depth)) + middle
               + (_common.i32(k_split), _common.i32(cfg["group_m"]), np.int32(flags)),
@@ -245,11 +260,9 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
 
 
 def wgmma_shared_bytes(bn: int, stages: int) -> int:
-    """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring (or the staged
-    float32 tile, whichever is larger), and a full and an empty mbarrier per slot."""
-    ring = stages * (WG_BM + bn) * 128
-    staged = WG_BM * (bn + 8) * 4
-    return 1024 + max(ring, staged) + 16 * stages
+    """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A and B
+    tiles, and a full and an empty mbarrier per slot."""
+    return 1024 + stages * (WG_BM + bn) * 128 + 16 * stages
 
 
 def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
@@ -273,7 +286,7 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     tiles = rt.cdiv(rows, WG_BM) * rt.cdiv(cols, cfg["bn"])
     maps = (_operand_map(a, rows, depth, WG_BM), _operand_map(b, cols, depth, cfg["bn"]))
     _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"]), cfg, a, c, rows, cols,
-                 depth, bias, accumulate, gelu, pre, maps, ())
+                 depth, bias, accumulate, gelu, pre, maps, (), work_items=True)
     return c
 
 

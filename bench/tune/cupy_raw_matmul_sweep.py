@@ -30,14 +30,12 @@ LINEARS = {"qkv": (768, 2304), "attn_proj": (768, 768), "fc": (768, 3072), "fc_p
 W, M_ = mm._wg, mm._mma
 CANDIDATES = {
     "wgmma": {
-        "forward": {"default": None, "n128s4c1": W(stages=4, ctas=1), "n256s3c1": W(bn=256, ctas=1),
-                    "n256s4c1": W(bn=256, stages=4, ctas=1), "n128s3c2g4": W(group_m=4),
-                    "n128s3c2g16": W(group_m=16), "n256s4c1g32": W(bn=256, stages=4, ctas=1, group_m=32)},
-        "dx": {"default": None, "n128s4c1": W(stages=4, ctas=1), "n256s3c1": W(bn=256, ctas=1),
-               "n256s4c1": W(bn=256, stages=4, ctas=1)},
-        "dW": {"default": None, "n128s3c2b8": W(split_k=16, busy=0.8), "n128s4c1": W(stages=4, ctas=1, split_k=16),
-               "n256s4c1": W(bn=256, stages=4, ctas=1, split_k=16), "n256s4c1b9": W(bn=256, stages=4, ctas=1,
-                                                                                   split_k=16, busy=0.9)},
+        "forward": {"default": None, "n256s4": W(bn=256), "n256s4g16": W(bn=256, group_m=16),
+                    "n256s4g4": W(bn=256, group_m=4), "n128s4": W(), "n128s6": W(stages=6),
+                    "n256s4-oneshot": W(bn=256, persistent=False)},
+        "dx": {"default": None, "n256s4": W(bn=256), "n128s6": W(stages=6), "n256s4-oneshot": W(bn=256, persistent=False)},
+        "dW": {"default": None, "n128s4b9": W(split_k=16, busy=0.9), "n128s6b9": W(stages=6, split_k=16, busy=0.9),
+               "n128s4b8": W(split_k=16, busy=0.8), "n256s4b9": W(bn=256, split_k=16, busy=0.9)},
     },
     "mma": {
         "forward": {"default": None, "128x128s4c1": M_(stages=4, ctas=1), "128x256w2x4s3c1": M_(bn=256, ctas=1)},
