@@ -10,10 +10,13 @@
    the mapping of forward / dx / dW onto GEMM operands, the epilogue flags, split-K and its
    finish, the bias gradient, float32 parameter-gradient buffers, the tensor maps' geometry and
    the cuBLASLt column-major mapping (its call carried out by a NumPy model too).
+   And the tiled variant's kernels themselves (gemm_mma, gemm_simt, the reductions) run by the CPU
+   emulator (backends/cupy_raw/_emulator.py) against the same reference.
 3. Every (kernel group, defines) the launchers use at GPT-2's shapes and the awkward test shapes
    compiles for sm_90 (sm_90a for wgmma) with nvcc, and with NVRTC using RawModule's own options.
 
-What runs on the GPU (the kernels themselves) is checked there: bench/device/cupy_raw.sh.
+What only the GPU can run (gemm_wgmma: TMA, mbarriers, wgmma; cuBLASLt) is checked there:
+bench/device/cupy_raw.sh.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.cupy_raw import _common, _cublaslt, _tma
+from backends.cupy_raw import _common, _cublaslt, _emulator, _tma
 from backends.cupy_raw import _runtime as rt
 from backends.cupy_raw import matmul as mm
 from backends.naive import matmul as naive
@@ -224,9 +227,14 @@ SHAPES = [(4, 8, 6), (1, 20, 36), (17, 36, 20), (13, 37, 11), (128, 64, 96), (40
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_forward_and_backward_match_naive(model, variant, dtype):
-    impl, rng = VARIANTS[variant], np.random.default_rng(0)
-    for N, K, M in SHAPES:
-        for with_bias in (True, False):
+    _check_against_naive(VARIANTS[variant], variant, dtype, SHAPES, np.random.default_rng(0))
+
+
+def _check_against_naive(impl, variant, dtype, shapes, rng, biases=(True, False)):
+    """forward (out= poisoned) and backward (dx poisoned, dW / db from random non-zero starts, in
+    float32 for 16-bit inputs) of `impl` against float64 naive on the same rounded inputs."""
+    for N, K, M in shapes:
+        for with_bias in biases:
             if N * K * M > 1e8 and (dtype != "bfloat16" or not with_bias):
                 continue  # the split-K shape once is enough
             x, w, b = _inputs(rng, N, K, M, dtype, with_bias)
@@ -263,6 +271,29 @@ def test_forward_gelu_epilogue(model, variant):
         ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
         _close(pre, ref, "float16", "forward", f"{variant} pre N={N}")
         _close(y, _gelu(ref), "float16", "forward", f"{variant} gelu N={N}")
+
+
+# ---- 2b. the tiled variant's kernels themselves, in the CPU emulator -----------------------------
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("dtype,shapes", [
+    # every operand 16-byte aligned (cp.async path) in all three products; then split-K's dW (N =
+    # 1024 over one 128 x 128 tile: two slices and splitk_finish); then element-wise loads (K = 37)
+    ("bfloat16", [(16, 64, 128), (1024, 128, 128), (13, 37, 11)]),
+    ("float16", [(16, 64, 128)]),
+    ("float32", [(17, 36, 20), (64, 40, 72)]),
+], ids=["bfloat16", "float16", "float32"])
+def test_tiled_kernels_in_the_emulator(dtype, shapes):
+    """gemm_mma (mma.sync, the cp.async ring, ldmatrix), gemm_simt and the reductions, run on the CPU
+    by the emulator (cp.async a copy, ldmatrix from warp shuffles, mma.sync by its fragment table)."""
+    with rt.emulation():
+        _check_against_naive(mm.tiled, "tiled (emulated)", dtype, shapes, np.random.default_rng(5), biases=(True,))
+        if dtype == "bfloat16":
+            x, w, b = _inputs(np.random.default_rng(6), 40, 64, 136, dtype)
+            pre = np.full((40, 136), np.nan, dtype=x.dtype)
+            y = mm.tiled.forward_gelu(x, w, b, pre=pre)
+            ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+            _close(pre, ref, dtype, "forward", "emulated pre")
+            _close(y, _gelu(ref), dtype, "forward", "emulated gelu")
 
 
 def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):

@@ -98,7 +98,10 @@ __device__ __forceinline__ void finish_one(const Out& o, int i, int j, int split
     }
 }
 
+// 4 or 2 values of U as one aligned vector load/store (Quad<float>: 16 bytes, like float4; these
+// rather than CUDA's float2/float4 so that the CPU emulator needs no vector types)
 template <typename U> struct alignas(4 * sizeof(U)) Quad { U v[4]; };
+template <typename U> struct alignas(2 * sizeof(U)) Duo { U v[2]; };
 
 // C[i, j..j+3] from v[0..3]; one vector load/store each where FLAG_VEC allows, else element by element.
 __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int split, const float (&v)[4]) {
@@ -109,7 +112,7 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
     const size_t at = (size_t)i * o.cols + j;
     if (o.flags & FLAG_PARTIAL) {
         float* p = static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at;
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<Quad<float>*>(p) = Quad<float>{{v[0], v[1], v[2], v[3]}};
         return;
     }
     float w[4];
@@ -137,8 +140,6 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
     }
 }
 
-template <typename U> struct alignas(2 * sizeof(U)) Duo { U v[2]; };
-
 // C[i, j..j+1] from v0, v1 (gemm_wgmma's epilogue, straight from the accumulator registers): one
 // 2-element load/store each where FLAG_VEC allows, else element by element.
 __device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split, float v0, float v1) {
@@ -149,7 +150,8 @@ __device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split
     }
     const size_t at = (size_t)i * o.cols + j;
     if (o.flags & FLAG_PARTIAL) {
-        *reinterpret_cast<float2*>(static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at) = make_float2(v0, v1);
+        *reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at) =
+            Duo<float>{{v0, v1}};
         return;
     }
     float w[2] = {v0, v1};
@@ -162,13 +164,13 @@ __device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split
     }
     if (o.flags & FLAG_PRE) *reinterpret_cast<Duo<floatX>*>(o.pre + at) = pre;
     if (o.flags & FLAG_OUT_F32) {
-        float2* c = reinterpret_cast<float2*>(static_cast<float*>(o.c) + at);
+        Duo<float>* c = reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + at);
         if (o.flags & FLAG_ACCUMULATE) {
-            const float2 old = *c;
-            w[0] += old.x;
-            w[1] += old.y;
+            const Duo<float> old = *c;
+            w[0] += old.v[0];
+            w[1] += old.v[1];
         }
-        *c = make_float2(w[0], w[1]);
+        *c = Duo<float>{{w[0], w[1]}};
     } else {
         Duo<floatX>* c = reinterpret_cast<Duo<floatX>*>(static_cast<floatX*>(o.c) + at);
         Duo<floatX> r;
@@ -190,11 +192,17 @@ __device__ __forceinline__ void epilogue_tile(const float* stage, int tid, int r
         const int r = q / PER_ROW, c4 = (q % PER_ROW) * 4;
         const int i = row0 + r, j = col0 + c4;
         if (i >= o.rows || j >= o.cols) continue;
-        const float4 s = *reinterpret_cast<const float4*>(stage + r * LDS + c4);
-        const float v[4] = {s.x, s.y, s.z, s.w};
+        const Quad<float> s = *reinterpret_cast<const Quad<float>*>(stage + r * LDS + c4);
+        const float v[4] = {s.v[0], s.v[1], s.v[2], s.v[3]};
         finish_four(o, i, j, split, v);
     }
 }
+
+// A CUtensorMap (cuTensorMapEncodeTiled's opaque 128 bytes), passed by value as a __grid_constant__
+// (declared for every group: the CPU emulator declares a launcher for each kernel of the source)
+struct alignas(64) TmaDescriptor {
+    unsigned long long opaque[16];
+};
 
 #ifndef CUPY_RAW_EMULATOR
 // the 32-bit shared-memory address of a pointer into shared memory (what PTX's .shared operands take)
@@ -454,7 +462,7 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
                 mma_acc_coords(lane, reg, r, cc);
                 r += wm * MMA_WM + mt * 16;
                 cc += wn * MMA_WN + nt * 8;
-                *reinterpret_cast<float2*>(stage + r * LDS + cc) = make_float2(acc[mt][nt][reg], acc[mt][nt][reg + 1]);
+                *reinterpret_cast<Duo<float>*>(stage + r * LDS + cc) = Duo<float>{{acc[mt][nt][reg], acc[mt][nt][reg + 1]}};
             }
     __syncthreads();
     const Out o{c, bias, pre, rows, cols, flags};
@@ -482,11 +490,6 @@ constexpr int WG_A_BYTES = WG_BM * TILE_ROW_BYTES, WG_B_BYTES = WG_BN * TILE_ROW
 constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
-
-// A CUtensorMap (cuTensorMapEncodeTiled's opaque 128 bytes), passed by value as a __grid_constant__.
-struct alignas(64) TmaDescriptor {
-    unsigned long long opaque[16];
-};
 
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
@@ -683,11 +686,8 @@ extern "C" __global__ void splitk_finish(const float* __restrict__ partial, void
         for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n / 4; q += step) {
             float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int s = 0; s < splits; ++s) {
-                const float4 p = reinterpret_cast<const float4*>(partial + (size_t)s * n)[q];
-                v[0] += p.x;
-                v[1] += p.y;
-                v[2] += p.z;
-                v[3] += p.w;
+                const Quad<float> p = reinterpret_cast<const Quad<float>*>(partial + (size_t)s * n)[q];
+                for (int e = 0; e < 4; ++e) v[e] += p.v[e];
             }
             finish_four(o, (int)(4 * q / cols), (int)(4 * q % cols), 0, v);
         }
