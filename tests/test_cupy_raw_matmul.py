@@ -10,12 +10,13 @@
    the mapping of forward / dx / dW onto GEMM operands, the epilogue flags, split-K and its
    finish, the bias gradient, float32 parameter-gradient buffers, the tensor maps' geometry and
    the cuBLASLt column-major mapping (its call carried out by a NumPy model too).
-   And the tiled variant's kernels themselves (gemm_mma, gemm_simt, the reductions) run by the CPU
-   emulator (backends/cupy_raw/_emulator.py) against the same reference.
+   And the kernels themselves (gemm_mma, gemm_wgmma, gemm_simt, the reductions) run by the CPU
+   emulator (backends/cupy_raw/_emulator.py; TMA, mbarriers and wgmma by matmul.cu's emulated
+   branch) against the same reference.
 3. Every (kernel group, defines) the launchers use at GPT-2's shapes and the awkward test shapes
    compiles for sm_90 (sm_90a for wgmma) with nvcc, and with NVRTC using RawModule's own options.
 
-What only the GPU can run (gemm_wgmma: TMA, mbarriers, wgmma; cuBLASLt) is checked there:
+What only the GPU can show (the hardware's own TMA, wgmma and timing; cuBLASLt) is checked there:
 bench/device/cupy_raw.sh.
 """
 
@@ -294,6 +295,30 @@ def test_tiled_kernels_in_the_emulator(dtype, shapes):
             ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
             _close(pre, ref, dtype, "forward", "emulated pre")
             _close(y, _gelu(ref), dtype, "forward", "emulated gelu")
+
+
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+def test_wgmma_kernel_in_the_emulator(monkeypatch):
+    """gemm_wgmma's own loops on the CPU: the producer's and consumers' walk over work items, the
+    ring's slots and mbarrier phases (a missed release deadlocks, and the emulator says so), TMA
+    coordinates and boxes, the descriptors' addresses, split-K, the register epilogue. The emulator
+    does TMA and wgmma by the PTX ISA's definitions (matmul.cu's CUPY_RAW_EMULATOR branch). Two
+    "SMs", so that each persistent block walks several work items and the ring wraps across them."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    with rt.emulation():
+        # K-major / MN-major operands in all three products, 128 x 256 and 128 x 128 tiles, ragged
+        # edges, dW's split-K (N = 1024 over one tile); the GELU epilogue
+        _check_against_naive(mm.wgmma, "wgmma (emulated)", "bfloat16",
+                             [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264)],
+                             np.random.default_rng(7))
+        _check_against_naive(mm.wgmma, "wgmma (emulated)", "float16", [(64, 64, 256)], np.random.default_rng(8),
+                             biases=(True,))
+        x, w, b = _inputs(np.random.default_rng(9), 40, 64, 136, "bfloat16")
+        pre = np.full((40, 136), np.nan, dtype=x.dtype)
+        y = mm.wgmma.forward_gelu(x, w, b, pre=pre)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+        _close(pre, ref, "bfloat16", "forward", "emulated wgmma pre")
+        _close(y, _gelu(ref), "bfloat16", "forward", "emulated wgmma gelu")
 
 
 def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):

@@ -9,12 +9,15 @@ parameter (`TmaDescriptor` in matmul.cu), so a captured CUDA graph keeps its own
 `tiled_2d` checks what the driver requires (dtype, 16-byte-aligned base and row stride, box sizes)
 and raises ValueError naming what is wrong before calling it; maps are cached by everything they
 encode. In recording mode (NumPy arrays, no GPU: _runtime.recording) the checks run and the map is
-128 zero bytes, which nothing reads. Nothing here imports CuPy.
+128 zero bytes, which nothing reads; in the CPU emulator (_runtime.emulation) it is this module's own
+description of the array (EMULATOR_LAYOUT), which matmul.cu's emulated TMA copy reads. Nothing here
+imports CuPy.
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections import OrderedDict
 
 import numpy as np
@@ -30,6 +33,10 @@ OOB_FILL_ZERO = 0           # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds e
 MAP_BYTES = 128
 #: the C type kernels name for a tensor map parameter
 CTYPE = "TmaDescriptor"
+
+#: the emulator's tensor map (matmul.cu's EmuTensorMap): base address, row stride in bytes, element
+#: bytes, rows, columns, box columns, box rows
+EMULATOR_LAYOUT = struct.Struct("<QQIIIII")
 
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 1024
@@ -83,8 +90,11 @@ def tiled_2d(a, rows: int, cols: int, row_stride: int, box_cols: int, box_rows: 
     if found is not None:
         _CACHE.move_to_end(key)
         return found
-    if isinstance(a, np.ndarray):  # recording mode: checked, not encoded
-        return rt.ByValue(CTYPE, bytes(MAP_BYTES))
+    if isinstance(a, np.ndarray):  # recording (checked, not encoded) or the emulator (its own layout)
+        if not rt.is_emulating():
+            return rt.ByValue(CTYPE, bytes(MAP_BYTES))
+        packed = EMULATOR_LAYOUT.pack(ptr, row_stride * size, size, rows, cols, box_cols, box_rows)
+        return rt.ByValue(CTYPE, packed + bytes(MAP_BYTES - len(packed)))
     raw = ctypes.create_string_buffer(MAP_BYTES + 64)        # the driver wants it 64-byte aligned
     at = (ctypes.addressof(raw) + 63) // 64 * 64
     dims = (ctypes.c_uint64 * 2)(cols, rows)                  # innermost first

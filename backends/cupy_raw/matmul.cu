@@ -199,12 +199,26 @@ __device__ __forceinline__ void epilogue_tile(const float* stage, int tid, int r
 }
 
 // A CUtensorMap (cuTensorMapEncodeTiled's opaque 128 bytes), passed by value as a __grid_constant__
-// (declared for every group: the CPU emulator declares a launcher for each kernel of the source)
+// (declared for every group: the CPU emulator declares a launcher for each kernel of the source).
+// In the emulator it holds _tma.py's own description of the array instead (EmuTensorMap below),
+// and is only 8-byte aligned, as a C struct passed by value from ctypes is.
+#ifdef CUPY_RAW_EMULATOR
+struct TmaDescriptor {
+#else
 struct alignas(64) TmaDescriptor {
+#endif
     unsigned long long opaque[16];
 };
 
-#ifndef CUPY_RAW_EMULATOR
+#ifdef CUPY_RAW_EMULATOR
+// a shared-memory "address": the offset into the block's dynamic shared memory
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return (unsigned)(static_cast<const unsigned char*>(p) - static_cast<const unsigned char*>(emu::dynamic_shared()));
+}
+__device__ __forceinline__ unsigned char* smem_at(unsigned addr) {
+    return static_cast<unsigned char*>(emu::dynamic_shared()) + addr;
+}
+#else
 // the 32-bit shared-memory address of a pointer into shared memory (what PTX's .shared operands take)
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -491,6 +505,104 @@ constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
 
+#ifdef CUPY_RAW_EMULATOR
+#include <cstdio>
+// The Hopper machinery on the CPU (backends/cupy_raw/_emulator.py), by the PTX ISA's definitions:
+//   mbarrier   8 bytes of shared memory: the arrival count (bit 15: the current phase's parity), the
+//              arrivals still pending, the transaction bytes still expected; a phase completes when
+//              both reach zero (then the pending count is reset and the parity flips); try_wait.parity
+//              P succeeds once the phase of parity P has completed (at once for P = 1 on a fresh one)
+//   TMA        the box copied at once, element by element, zeros outside the array, into the 128-byte
+//              swizzle (16-byte chunk c of box row y at chunk c ^ (y % 8)); then its bytes complete
+//   wgmma      each thread computes its own accumulators at issue: register reg holds (row, col) of
+//              wgmma_acc_coords, the operands read from shared memory where the descriptor's
+//              canonical layout puts them (start + (mn / 8) SBO + (mn % 8) 128 + 2k for K-major,
+//              start + (mn / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (mn % 64) for MN-major, then
+//              address bits 4-6 XOR bits 7-9); fence / commit / wait have nothing to wait for
+struct EmuMbar {
+    unsigned short count_phase, pending;
+    int tx;
+};
+struct EmuTensorMap {  // what _tma.tiled_2d encodes in emulation
+    unsigned long long base, row_stride_bytes;
+    unsigned elem_bytes, rows, cols, box_cols, box_rows;
+};
+
+__device__ __forceinline__ EmuMbar& emu_mbar(unsigned bar) { return *reinterpret_cast<EmuMbar*>(smem_at(bar)); }
+__device__ __forceinline__ void emu_mbar_complete(EmuMbar& m) {
+    if (m.pending == 0 && m.tx == 0) {
+        m.count_phase ^= 0x8000;
+        m.pending = m.count_phase & 0x7fff;
+    }
+}
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) { emu_mbar(bar) = {(unsigned short)count, (unsigned short)count, 0}; }
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    EmuMbar& m = emu_mbar(bar);
+    m.tx += (int)bytes;
+    m.pending--;
+    emu_mbar_complete(m);
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    EmuMbar& m = emu_mbar(bar);
+    m.pending--;
+    emu_mbar_complete(m);
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    for (long spins = 0; (unsigned)(emu_mbar(bar).count_phase >> 15) == parity; ++spins) {
+        if (spins > 20000000) {  // nothing will ever complete it: report instead of spinning forever
+            fprintf(stderr, "matmul.cu (emulated): thread %d waits forever on the mbarrier at %u for parity %u\n",
+                    (int)threadIdx.x, bar, parity);
+            abort();
+        }
+        emu::yield_to_scheduler();
+    }
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
+    const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
+    unsigned char* d = smem_at(dst);
+    for (int y = 0; y < (int)m.box_rows; ++y)
+        for (int x = 0; x < (int)m.box_cols; ++x) {
+            const long gx = (long)c0 + x, gy = (long)c1 + y;
+            const unsigned byte = x * m.elem_bytes;
+            unsigned char* to = d + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15);
+            if (gx >= 0 && gx < (long)m.cols && gy >= 0 && gy < (long)m.rows)
+                memcpy(to, reinterpret_cast<const unsigned char*>(m.base) + gy * m.row_stride_bytes + gx * m.elem_bytes,
+                       m.elem_bytes);
+            else
+                memset(to, 0, m.elem_bytes);
+        }
+    EmuMbar& b = emu_mbar(bar);
+    b.tx -= (int)(m.box_rows * m.box_cols * m.elem_bytes);
+    emu_mbar_complete(b);
+}
+__device__ __forceinline__ void wgmma_fence() {}
+__device__ __forceinline__ void wgmma_commit() {}
+template <int N> __device__ __forceinline__ void wgmma_wait() {}
+template <int N> __device__ __forceinline__ void fence_accumulators(float (&)[N]) {}
+
+__device__ __forceinline__ float emu_wgmma_operand(unsigned long long desc, bool kmajor, int mn, int k) {
+    const unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4;
+    const unsigned sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+    unsigned addr = kmajor ? start + (mn / 8) * sbo + (mn % 8) * 128 + 2 * k
+                           : start + (mn / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (mn % 64);
+    addr ^= ((addr >> 7) & 7) << 4;
+    floatX v;
+    memcpy(&v, smem_at(addr), 2);
+    return to_f32(v);
+}
+__device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long long da, unsigned long long db) {
+    const int t = threadIdx.x & 127;
+    for (int reg = 0; reg < WG_BN / 2; ++reg) {
+        int row, col;
+        wgmma_acc_coords(t, reg, row, col);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k)
+            sum += emu_wgmma_operand(da, A_KMAJOR, row, k) * emu_wgmma_operand(db, B_KMAJOR, col, k);
+        d[reg] += sum;
+    }
+}
+#define WG_FENCE_MBARRIER_INIT()
+#else
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
 }
@@ -518,18 +630,6 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-
-// One BMN x 64 tile of an operand. K-major maps have boxes of 64 k x BMN rows (one load); MN-major
-// maps boxes of 64 mn x 64 k (one load per 64-wide panel).
-template <bool KMAJOR, int BMN>
-__device__ __forceinline__ void tma_tile(const TmaDescriptor* map, unsigned dst, int mn0, int k0, unsigned bar) {
-    if (KMAJOR) {
-        tma_load_2d(dst, map, k0, mn0, bar);
-    } else {
-#pragma unroll
-        for (int p = 0; p < BMN / 64; ++p) tma_load_2d(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar);
-    }
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -580,6 +680,20 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long 
     else WGMMA_ASM("f16");
 #undef WGMMA_ASM
 }
+#define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
+#endif  // CUPY_RAW_EMULATOR
+
+// One BMN x 64 tile of an operand. K-major maps have boxes of 64 k x BMN rows (one load); MN-major
+// maps boxes of 64 mn x 64 k (one load per 64-wide panel).
+template <bool KMAJOR, int BMN>
+__device__ __forceinline__ void tma_tile(const TmaDescriptor* map, unsigned dst, int mn0, int k0, unsigned bar) {
+    if (KMAJOR) {
+        tma_load_2d(dst, map, k0, mn0, bar);
+    } else {
+#pragma unroll
+        for (int p = 0; p < BMN / 64; ++p) tma_load_2d(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar);
+    }
+}
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b, void* c,
@@ -598,7 +712,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             mbar_init(full_bar + 8 * s, 1);                        // the producer's expect_tx arrival
             mbar_init(empty_bar + 8 * s, WG_CONSUMERS * 128);      // every consumer thread
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        WG_FENCE_MBARRIER_INIT();
     }
     __syncthreads();
 
