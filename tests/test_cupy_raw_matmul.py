@@ -116,16 +116,21 @@ class _KernelModel:
             v = v + c.astype(np.float64)
         c[...] = v.astype(c.dtype)
 
-    def _gemm(self, defines, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, tile, items=None):
+    def _gemm(self, defines, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, tile, items=None,
+              rowsum=None):
         tiles, slices = rt.cdiv(rows, tile[0]) * rt.cdiv(cols, tile[1]), rt.cdiv(max(depth, 1), k_split)
         if items is None:  # a (tiles, slices) grid
             assert grid[:2] == (tiles, slices), (grid, rows, cols, tile)
         else:              # blocks walking the tiles x slices work items
             assert grid[1:] == (1, 1) and 1 <= grid[0] <= tiles * slices and (grid[0] == tiles * slices or items)
         floatx = {"float": "float32", "__half": "float16", "__nv_bfloat16": "bfloat16"}[defines["floatX"]]
+        if flags & mm.FLAG_ROWSUM:
+            assert not defines["A_KMAJOR"] and rowsum.shape == (slices, rows) and str(rowsum.dtype) == "float32"
         for s in range(slices):
             lo, hi = s * k_split, min(depth, (s + 1) * k_split)
             v = A[:, lo:hi] @ B[:, lo:hi].T
+            if flags & mm.FLAG_ROWSUM:
+                rowsum[s] = A[:, lo:hi].sum(axis=1)
             if flags & mm.FLAG_PARTIAL:
                 assert c.shape == (slices, rows, cols) and str(c.dtype) == "float32"
                 c[s] = v
@@ -152,14 +157,15 @@ class _KernelModel:
                    flags, (d["MMA_BM"], d["MMA_BN"]))
 
     def gemm_wgmma(self, d, grid, block, args, shared):
-        ta, tb, c, bias, pre, rows, cols, depth, k_split, group_m, flags = args
+        ta, tb, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
         assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"])
         A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, 128)
         B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
         persistent = grid[0] == min(rt.cdiv(rows, 128) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
                                     _common.H200_SMS * d["WG_CTAS"])
-        self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (128, d["WG_BN"]), items=persistent)
+        self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (128, d["WG_BN"]), items=persistent,
+                   rowsum=rowsum)
 
     def splitk_finish(self, d, grid, block, args, shared):
         partial, c, bias, rows, cols, splits, flags = args
@@ -331,9 +337,10 @@ def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):
 
 
 def test_each_variant_runs_the_kernels_it_says(model):
-    # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k
-    assert _kernels_of(model, "wgmma", 4096, 768, 768) == [
-        "gemm_wgmma", "gemm_wgmma", "splitk_finish", "colsum_partial", "colsum_finish"]
+    # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k, db's
+    # row sums fused into dW's kernel (their slices added by colsum_finish)
+    assert _kernels_of(model, "wgmma", 4096, 768, 768) == ["gemm_wgmma", "gemm_wgmma", "splitk_finish",
+                                                           "colsum_finish"]
     assert _kernels_of(model, "tiled", 4096, 768, 768)[:3] == ["gemm_mma", "gemm_mma", "splitk_finish"]
     # K = 37: rows not 16-byte aligned, so no TMA: wgmma falls back to the element-wise gemm_mma
     assert _kernels_of(model, "wgmma", 64, 37, 64)[:2] == ["gemm_mma", "gemm_mma"]

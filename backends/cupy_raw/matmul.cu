@@ -45,6 +45,9 @@
 // (FLAG_ACCUMULATE), rounded to C's type (floatX, or float with FLAG_OUT_F32: mixed precision's float32
 // parameter gradients). With FLAG_PARTIAL the raw sum goes to its k slice of the (slices, rows,
 // cols) float32 split-K buffer instead. FLAG_VEC: cols % 4 == 0 and c, bias, pre 16-byte aligned.
+// FLAG_ROWSUM (gemm_wgmma, A MN-major): the blocks of tile column 0 also sum A's rows over their k slice, one
+// more wgmma per step (A @ ones), into rowsum[slice, i] (float32): dW's A is dy^T, so these are the
+// bias gradient's column sums of dy, with no second pass over dy (colsum_finish adds the slices).
 #include "common.cuh"
 #include "matmul_layout.cuh"
 
@@ -55,6 +58,7 @@
 #define FLAG_OUT_F32 16
 #define FLAG_PARTIAL 32
 #define FLAG_VEC 64
+#define FLAG_ROWSUM 128
 
 template <typename U, typename V> struct SameType { static constexpr bool value = false; };
 template <typename U> struct SameType<U, U> { static constexpr bool value = true; };
@@ -496,7 +500,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // registers, no shared memory), the producer is already loading the next one's first k-blocks.
 //
 // Shared memory (dynamic, the base rounded up to 1024 bytes for the swizzle): WG_STAGES A tiles
-// (128 x 64), WG_STAGES B tiles (WG_BN x 64), then the full[] and empty[] mbarriers.
+// (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), then the
+// full[] and empty[] mbarriers.
 #define WG_BM 128
 #define WG_CONSUMERS 2
 #define WG_THREADS (WG_CONSUMERS * 128 + 32)
@@ -601,7 +606,19 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long 
         d[reg] += sum;
     }
 }
+// the row sums of A (m64n8k16 against a tile of ones): the same per-thread formula at N = 8
+__device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long da, unsigned long long ones) {
+    const int t = threadIdx.x & 127;
+    for (int reg = 0; reg < 4; ++reg) {
+        int row, col;
+        wgmma_acc_coords(t, reg, row, col);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) sum += emu_wgmma_operand(da, A_KMAJOR, row, k) * emu_wgmma_operand(ones, true, col, k);
+        d[reg] += sum;
+    }
+}
 #define WG_FENCE_MBARRIER_INIT()
+#define WG_FENCE_PROXY_ASYNC()
 #else
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
@@ -680,7 +697,22 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long 
     else WGMMA_ASM("f16");
 #undef WGMMA_ASM
 }
+
+// d (64 x 8) += A (64 x 16) @ ones (16 x 8, K-major): every column of d gets A's row sums
+__device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long da, unsigned long long ones) {
+    constexpr int TA = A_KMAJOR ? 0 : 1;
+#define WGMMA_ROWSUM_ASM(AB)                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                              \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." AB "." AB " {%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, 0;\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                       \
+                 : "l"(da), "l"(ones), "r"(1), "n"(TA))
+    if constexpr (T_IS_BF16) WGMMA_ROWSUM_ASM("bf16");
+    else WGMMA_ROWSUM_ASM("f16");
+#undef WGMMA_ROWSUM_ASM
+}
 #define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
+// generic-proxy stores to shared memory made visible to the async proxy (wgmma's operand reads)
+#define WG_FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory")
 #endif  // CUPY_RAW_EMULATOR
 
 // One BMN x 64 tile of an operand. K-major maps have boxes of 64 k x BMN rows (one load); MN-major
@@ -697,11 +729,12 @@ __device__ __forceinline__ void tma_tile(const TmaDescriptor* map, unsigned dst,
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b, void* c,
-           const floatX* bias, floatX* pre, int rows, int cols, int depth, int k_split, int group_m, int flags) {
+           const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
+           int flags) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES;
-    const unsigned full_bar = base + WG_RING_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
+    const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
+    const unsigned full_bar = ones + 1024, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
@@ -713,6 +746,13 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             mbar_init(empty_bar + 8 * s, WG_CONSUMERS * 128);      // every consumer thread
         }
         WG_FENCE_MBARRIER_INIT();
+    }
+    if ((flags & FLAG_ROWSUM) && tid < 256) {  // the tile of ones: 1024 bytes, 4 a thread
+        const floatX one = from_f32<floatX>(1.0f);
+        floatX* p = reinterpret_cast<floatX*>(smem_raw + (ones - smem_u32(smem_raw))) + 2 * tid;
+        p[0] = one;
+        p[1] = one;
+        WG_FENCE_PROXY_ASYNC();
     }
     __syncthreads();
 
@@ -741,34 +781,44 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     const int wg = warp >> 2;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of each tile
     const int t = tid & 127;
     const Out o{c, bias, pre, rows, cols, flags};
-    float acc[WG_BN / 2];
+    float acc[WG_BN / 2], sums[4];
     for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
         const int split = work / tiles;
         int tm, tn;
         tile_of(work % tiles, tiles_m, tiles_n, group_m, tm, tn);
         const int k_lo = split * k_split, nk = (min(depth, k_lo + k_split) - k_lo + TILE_K - 1) / TILE_K;
+        // the same for the whole block; only dW's modules (A MN-major: dy^T) carry the row sums
+        const bool with_sums = !A_KMAJOR && (flags & FLAG_ROWSUM) && tn == 0;
 #pragma unroll
         for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[i] = 0.0f;
         for (int kb = 0; kb < nk; ++kb, ++it) {
             const int s = it % WG_STAGES;
             mbar_wait(full_bar + 8 * s, (it / WG_STAGES) & 1);
             const unsigned a_tile = a_ring + s * WG_A_BYTES, b_tile = b_ring + s * WG_B_BYTES;
             fence_accumulators(acc);
+            fence_accumulators(sums);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < TILE_K / 16; ++kk)
-                wgmma_tile(acc, wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk),
-                           wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
+            for (int kk = 0; kk < TILE_K / 16; ++kk) {
+                const unsigned long long da = wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk);
+                wgmma_tile(acc, da, wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
+                if (with_sums) wgmma_rowsum(sums, da, wgmma_operand_desc(true, ones, 0, kk));
+            }
             wgmma_commit();
             fence_accumulators(acc);
+            fence_accumulators(sums);
             if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
                 wgmma_wait<1>();
                 fence_accumulators(acc);
+                fence_accumulators(sums);
                 mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
             }
         }
         wgmma_wait<0>();
         fence_accumulators(acc);
+        fence_accumulators(sums);
         if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
 
         // epilogue straight from the registers: per 8-column group j, each thread holds columns
@@ -776,6 +826,11 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         int r, cc;
         wgmma_acc_coords(t, 0, r, cc);
         const int i0 = tm * WG_BM + 64 * wg + r, j0 = tn * WG_BN + cc;
+        if (with_sums && cc == 0) {  // column 0 of the row sums: registers 0 (row r) and 2 (row r + 8)
+            float* out = static_cast<float*>(rowsum) + (size_t)split * rows;
+            if (i0 < rows) out[i0] = sums[0];
+            if (i0 + 8 < rows) out[i0 + 8] = sums[2];
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             if (i0 + 8 * h >= rows) continue;

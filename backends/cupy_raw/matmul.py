@@ -29,8 +29,10 @@ Variants (one object each, registered by plugin.py):
 
 All three: float32 inputs are multiplied in IEEE float32 (gemm_simt; cuBLASLt's CUBLAS_COMPUTE_32F),
 16-bit ones on the tensor cores with float32 accumulation. Parameter gradients accumulate into
-their buffers in the buffer's dtype: the inputs' or float32 (mixed precision). db is matmul.cu's
-two-pass column sum, deterministic like everything here (split-K adds its slices in order).
+their buffers in the buffer's dtype: the inputs' or float32 (mixed precision). db, the column sums
+of dy, comes out of wgmma's dW kernel itself (one more wgmma per step against a tile of ones, for
+the blocks of tile column 0: dy is not read a second time); tiled and cublaslt run matmul.cu's
+two-pass column sum. Everything is deterministic (split-K adds its slices in order, no atomics).
 
 Epilogues: the bias is added in the GEMM's epilogue (every variant); `forward_gelu` (tiled and
 wgmma) applies GPT-2's tanh GELU there too and can store the pre-activation for the backward: the
@@ -56,6 +58,7 @@ from . import _runtime as rt
 
 # epilogue flags: the #defines of matmul.cu (tests/test_cupy_raw_matmul.py checks they agree)
 FLAG_BIAS, FLAG_ACCUMULATE, FLAG_GELU, FLAG_PRE, FLAG_OUT_F32, FLAG_PARTIAL, FLAG_VEC = 1, 2, 4, 8, 16, 32, 64
+FLAG_ROWSUM = 128
 
 TILE_K = 64          # k per shared-memory tile (gemm_mma, gemm_wgmma); split-K slices are multiples of it
 SIMT_TILE = 64       # gemm_simt's tile of C
@@ -165,13 +168,19 @@ def colsum_into(x, out) -> None:
     xp = _common.xp_of(x)
     rows = rt.cdiv(N, min(COLSUM_GROUPS, max(N, 1)))
     groups = rt.cdiv(N, rows)
-    defines = {"GEMM_REDUCE": 1, "floatX": _common.ctype(x)}
     partial = xp.empty((groups, M), dtype=np.float32)
-    rt.launch(rt.function("matmul", "colsum_partial", defines), (rt.cdiv(M, 64), groups), 256,
-              (x, partial, _common.i32(N), _common.i32(M), _common.i32(rows)))
+    rt.launch(rt.function("matmul", "colsum_partial", {"GEMM_REDUCE": 1, "floatX": _common.ctype(x)}),
+              (rt.cdiv(M, 64), groups), 256, (x, partial, _common.i32(N), _common.i32(M), _common.i32(rows)))
+    _add_rows(partial, out, x)
+
+
+def _add_rows(partial, out, dtype_of) -> None:
+    """out (M,) += partial (G, M).sum(axis=0), the G float32 rows added in order."""
+    G, M = partial.shape
+    defines = {"GEMM_REDUCE": 1, "floatX": _common.ctype(dtype_of)}
     out_f32 = str(out.dtype) == "float32"
     rt.launch(rt.function("matmul", "colsum_finish", defines), rt.cdiv(M, 256), 256,
-              (partial, out, _common.i32(groups), _common.i32(M), np.int32(FLAG_OUT_F32 if out_f32 else 0)))
+              (partial, out, _common.i32(G), _common.i32(M), np.int32(FLAG_OUT_F32 if out_f32 else 0)))
 
 
 def _config(engine: str, product: str, weight_shape: tuple, config: dict | None) -> dict:
@@ -181,42 +190,54 @@ def _config(engine: str, product: str, weight_shape: tuple, config: dict | None)
 
 
 def gemm(engine: str, a: Operand, b: Operand, c, rows: int, cols: int, depth: int, bias=None,
-         accumulate: bool = False, gelu: bool = False, pre=None, product: str = "forward",
+         accumulate: bool = False, gelu: bool = False, pre=None, rowsum=None, product: str = "forward",
          weight_shape: tuple = (), config: dict | None = None):
     """c (rows, cols) (+)= A @ B^T (+ bias), GELU'd if asked, on engine "mma", "wgmma" or "cublaslt"
-    ("simt" for float32 whatever the engine but cublaslt). `product` and the linear's `weight_shape`
-    (out, in) pick the launch configuration; `config` overrides it (sweeps). Returns c."""
+    ("simt" for float32 whatever the engine but cublaslt); with `rowsum` (rows,), also rowsum +=
+    A.sum(axis=1) (dW's bias gradient: A = dy^T, MN-major), fused into gemm_wgmma, a column sum of
+    A's array otherwise. `product` and the linear's `weight_shape` (out, in) pick the launch
+    configuration; `config` overrides it (sweeps). Returns c."""
     dt = str(a.array.dtype)
+    if rowsum is not None and (a.kmajor or a.ld != rows):
+        raise ValueError("matmul gemm: rowsum= sums the rows of an MN-major A stored as (depth, rows)")
     if rows == 0 or cols == 0:
         return c
+    if engine == "wgmma" and dt != "float32" and _tma_ok(a, b, depth):
+        return _launch_wgmma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum,
+                             _config("wgmma", product, weight_shape, config))
     if engine == "cublaslt":
         if gelu or pre is not None:
             raise ValueError("matmul cublaslt: no GELU epilogue here (forward_gelu is tiled's and wgmma's)")
         _cublaslt_gemm(a, b, c, rows, cols, depth, bias, accumulate)
-        return c
-    if dt == "float32":
-        return _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre)
-    if engine == "wgmma" and _tma_ok(a, b, depth):
-        return _launch_wgmma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre,
-                             _config("wgmma", product, weight_shape, config))
-    if engine not in ("mma", "wgmma"):
+    elif dt == "float32":
+        _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre)
+    elif engine in ("mma", "wgmma"):
+        aligned = _rows_aligned(a, depth if a.kmajor else rows) and _rows_aligned(b, depth if b.kmajor else cols)
+        cfg = _config("mma", product, weight_shape, config) if aligned else dict(UNALIGNED)
+        _launch_mma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned)
+    else:
         raise ValueError(f"matmul: unknown GEMM engine {engine!r}; engines are mma, wgmma, cublaslt")
-    aligned = _rows_aligned(a, depth if a.kmajor else rows) and _rows_aligned(b, depth if b.kmajor else cols)
-    cfg = _config("mma", product, weight_shape, config) if aligned else dict(UNALIGNED)
-    return _launch_mma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned)
+    if rowsum is not None:
+        colsum_into(a.array.reshape(depth, rows), rowsum)
+    return c
+
+
+def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
+    """The k slice length: all of depth for the GELU epilogue (it needs the whole sum), else _split's."""
+    return TILE_K * rt.cdiv(max(depth, 1), TILE_K) if gelu else _split(cfg, tiles, depth, _common.num_sms(xp))
 
 
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
                  depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
-                 work_items: bool = False) -> None:
+                 work_items: bool = False, k_split: int | None = None, flags: int = 0) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
     depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
     gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
-    ctas blocks per SM that walk the items. With more than one k slice (_split), into float32
-    partials that splitk_finish then adds to c in order."""
+    ctas blocks per SM that walk the items. With more than one k slice (_split, or `k_split`), into
+    float32 partials that splitk_finish then adds to c in order. `flags`: more FLAG_ bits."""
     xp = _common.xp_of(c)
     sms = _common.num_sms(xp)
-    k_split = TILE_K * rt.cdiv(max(depth, 1), TILE_K) if gelu else _split(cfg, tiles, depth, sms)
+    k_split = k_split or _k_split(cfg, tiles, depth, gelu, xp)
     slices = rt.cdiv(max(depth, 1), k_split)
     if not work_items:
         grid = (tiles, slices)
@@ -225,10 +246,10 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
     out_f32 = str(c.dtype) == "float32"
     dummy = a.array  # for an absent bias / pre: a floatX pointer the kernel never reads
     if slices == 1:
-        target, flags = c, _flags(c, bias, pre, accumulate, gelu, out_f32, cols)
+        target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols)
     else:
         target = xp.empty((slices, rows, cols), dtype=np.float32)
-        flags = FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
+        flags |= FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
     rt.launch(kernel, grid, threads,
               lead + (target, bias if bias is not None and slices == 1 else dummy, pre if pre is not None else dummy,
                       _common.i32(rows), _common.i32(cols), _common.i32(depth)) + middle
@@ -261,8 +282,8 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
 
 def wgmma_shared_bytes(bn: int, stages: int) -> int:
     """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A and B
-    tiles, and a full and an empty mbarrier per slot."""
-    return 1024 + stages * (WG_BM + bn) * 128 + 16 * stages
+    tiles, a 1 KB tile of ones (the row sums' B), and a full and an empty mbarrier per slot."""
+    return 1024 + stages * (WG_BM + bn) * 128 + 1024 + 16 * stages
 
 
 def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
@@ -279,14 +300,21 @@ def _operand_map(op: Operand, mn_extent: int, depth: int, bmn: int):
     return _tma.tiled_2d(op.array, depth, mn_extent, op.ld, 64, TILE_K)
 
 
-def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg):
+def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum, cfg):
     defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
                "B_KMAJOR": int(b.kmajor), "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"], "WG_CTAS": cfg["ctas"]}
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
+    xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, WG_BM) * rt.cdiv(cols, cfg["bn"])
+    k_split = _k_split(cfg, tiles, depth, gelu, xp)
+    # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
+    sums = xp.empty((rt.cdiv(depth, k_split), rows), dtype=np.float32) if rowsum is not None else None
     maps = (_operand_map(a, rows, depth, WG_BM), _operand_map(b, cols, depth, cfg["bn"]))
     _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"]), cfg, a, c, rows, cols,
-                 depth, bias, accumulate, gelu, pre, maps, (), work_items=True)
+                 depth, bias, accumulate, gelu, pre, maps, (sums if sums is not None else c,), work_items=True,
+                 k_split=k_split, flags=FLAG_ROWSUM if sums is not None else 0)
+    if sums is not None:
+        _add_rows(sums, rowsum, a.array)
     return c
 
 
@@ -367,10 +395,9 @@ class Matmul:
         gemm(self.engine, Operand(dout, M, True), Operand(weight, K, False), dx, N, K, M,   # dx = dy @ W
              product="dx", weight_shape=(M, K))
         gemm(self.engine, Operand(dout, M, False), Operand(x, K, False), dw, M, K, N,      # dW += dy.T @ x
-             accumulate=True, product="dW", weight_shape=(M, K))
+             accumulate=True, rowsum=db, product="dW", weight_shape=(M, K))                # db += sum_n dy
         result = {"x": dx, "weight": dw}
         if db is not None:
-            colsum_into(dout, db)                                                           # db += sum_n dy
             result["bias"] = db
         return result
 
