@@ -3,7 +3,8 @@
     python3 bench/tune/cupy_raw_matmul_sweep.py --out DIR/sweep.json [--rows 16384] [--only wgmma]
     python3 bench/tune/cupy_raw_matmul_sweep.py --compile-only      # the CPU: every candidate compiles
 
-For every (N, linear, product) - forward y = x W^T + b, dx = dy W, dW += dy^T x (float32 buffer) -
+For every (N, linear, product) - forward y = x W^T, dx = dy W, dW += dy^T x (float32 buffer, with
+db += sum_n dy beside it where the linear has a bias) -
 each candidate (a configuration of backends/cupy_raw/matmul.py's gemm_mma or gemm_wgmma, passed in
 explicitly as `config=`; "default" = the product's own from CONFIGS / SHAPE_CONFIGS) is first checked
 on fresh random inputs against float64 CuPy (output poisoned with NaN, dW starting non-zero; the
@@ -105,9 +106,12 @@ def main(argv=None) -> int:
                 ref = {"forward": x64 @ w64.T, "dx": dy64 @ w64, "dW": 1.0 + dy64.T @ x64}[product]
                 out_dtype = cp.float32 if product == "dW" else bf16
 
-                def run(engine, cfg, i, c):
+                db = cp.zeros(M, cp.float32)
+
+                def run(engine, cfg, i, c):  # dW with the bias gradient beside it, as backward runs it
                     a, b, (R, C, D) = _operands(product, *sets[i], rows, K, M)
-                    mm.gemm(engine, a, b, c, R, C, D, accumulate=product == "dW", product=product,
+                    mm.gemm(engine, a, b, c, R, C, D, accumulate=product == "dW",
+                            rowsum=db if product == "dW" and name != "lm_head" else None, product=product,
                             weight_shape=(M, K), config=cfg)
 
                 c = cp.empty((R, C), dtype=out_dtype)
