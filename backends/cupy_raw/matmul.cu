@@ -207,6 +207,9 @@ __device__ __forceinline__ void epilogue_tile(const float* stage, int tid, int r
 // In the emulator it holds _tma.py's own description of the array instead (EmuTensorMap below),
 // and is only 8-byte aligned, as a C struct passed by value from ctypes is.
 #ifdef CUPY_RAW_EMULATOR
+#ifndef __grid_constant__
+#define __grid_constant__  // a qualifier the CPU has no use for
+#endif
 struct TmaDescriptor {
 #else
 struct alignas(64) TmaDescriptor {
