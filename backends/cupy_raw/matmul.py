@@ -20,9 +20,10 @@ Variants (one object each, registered by plugin.py):
               CUDA-core GEMM that float32 inputs get: tensor cores, asynchronous copies, a pipeline.
     wgmma     gemm_wgmma: Hopper's path. TMA copies whole tiles (tensor maps encoded on the host,
               _tma.py), a producer warp keeps a ring of them full behind mbarriers, two consumer
-              warpgroups multiply with wgmma.mma_async straight from shared memory. Where TMA cannot
-              describe an operand (a row not 16-byte aligned: K or M not a multiple of 8) it runs
-              gemm_mma instead, as tiled would.
+              warpgroups multiply with wgmma.mma_async straight from shared memory; one persistent
+              block per SM walks the output tiles, so one tile's epilogue overlaps the next one's
+              loads. Where TMA cannot describe an operand (a row not 16-byte aligned: K or M not a
+              multiple of 8) it runs gemm_mma instead, as tiled would.
     cublaslt  cuBLASLt's own kernel (_cublaslt.py: ctypes, a preallocated workspace, the heuristic's
               algorithm per shape), float32 compute: the reference point the hand-written ones are
               measured against, and usable inside a captured CUDA graph, which CuPy's cuBLAS is not.
@@ -43,8 +44,13 @@ along k into slices, each written as float32 to a (slices, rows, cols) buffer, t
 by splitk_finish (with the bias and the old C). `_split` picks the slice count.
 
 Launch configurations: CONFIGS per engine and product, SHAPE_CONFIGS for GPT-2 shapes that differ;
-first guesses from the triton backend's H200 sweeps (reports/triton-h200/notes-matmul.md), to be
-replaced by this backend's own sweep.
+first guesses (from the triton backend's H200 sweeps, reports/triton-h200/notes-matmul.md, and
+CUTLASS's usual Hopper tiles), to be replaced by this backend's own sweep
+(bench/tune/cupy_raw_matmul_sweep.py).
+
+Tested without a GPU (tests/test_cupy_raw_matmul.py): the index maps against an emulation of the
+hardware, every variant's host side against a NumPy model of each kernel, and gemm_mma and
+gemm_wgmma themselves in the CPU emulator; on the H200 by bench/device/cupy_raw.sh.
 """
 
 from __future__ import annotations
