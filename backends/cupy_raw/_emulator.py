@@ -77,6 +77,10 @@ def emulator_source(name: str, defines: dict | None) -> str:
     return src + "\n// ---- launchers (emulator) ----\n" + "\n".join(launchers) + "\n"
 
 
+class _Struct128(ctypes.Structure):  # a 128-byte struct passed by value (rt.ByValue: a TMA descriptor)
+    _fields_ = [("q", ctypes.c_uint64 * 16)]
+
+
 class EmulatedFunction:
     """One kernel of an emulated module: called like a CuPy RawKernel, on NumPy arrays."""
 
@@ -86,12 +90,15 @@ class EmulatedFunction:
         self.fn = getattr(library, f"emu_launch_{name}")
         self.fn.restype = ctypes.c_int
         self.fn.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_size_t] + [
-            ctypes.c_void_p if p.pointer else _CTYPES[p.ctype] for p in params]
+            ctypes.c_void_p if p.pointer else _CTYPES.get(p.ctype, _Struct128) for p in params]
 
     def __call__(self, grid, block, args, shared_mem=0):
         values = []
         for p, a in zip(self.params, args):
-            values.append(a.ctypes.data if p.pointer else a.item())
+            if isinstance(a, rt.ByValue):
+                values.append(_Struct128.from_buffer_copy(a.data))
+            else:
+                values.append(a.ctypes.data if p.pointer else a.item())
         if self.fn(*grid, *block, int(shared_mem), *values):
             raise RuntimeError(f"cupy_raw emulator: kernel {self.name} deadlocked: a barrier (__syncthreads or a "
                                "warp shuffle) that not every thread of a block or warp reaches")
