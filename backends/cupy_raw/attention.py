@@ -1,0 +1,166 @@
+"""attention, cupy_raw: causal multi-head attention from qkv (B,T,3C), two variants (attention.cu
+has the kernels, the math and the mma fragment layouts).
+
+    simple   one block per (query row, head, batch), float32 throughout, no tensor cores; the
+             readable step between naive and flash. Saved: the logsumexp (B,NH,T).
+    flash    FlashAttention-2 on tensor cores (mma.sync m16n8k16), 64x64 tiles, online softmax in
+             base 2; backward as a delta pass, a dK/dV kernel over key tiles and a dQ kernel over
+             query tiles (no atomics: bitwise repeatable). Head sizes up to 128 (padded to a
+             multiple of 16 in shared memory). float32 inputs run the simple kernels (tensor cores
+             take 16-bit inputs here).
+
+Saved by flash for 16-bit inputs: L (B,NH,T) float32 and res = o - y in the input dtype. delta =
+rowsum(dy * o) from the rounded y alone is off by about |dy||y| 2^-9, which dS = P (dP - delta)
+turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (the triton variant
+met this on the GPU); y + res restores o to about 16 significant bits. The backward reads the
+caller's y, which must not be overwritten between forward and backward (the model never does).
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _common
+from . import _runtime as rt
+
+SIMPLE_THREADS = 128
+FLASH_TILE, FLASH_THREADS, FLASH_MAX_HS = 64, 128, 128  # as attention.cu's TILE, FLASH_THREADS
+LOG2E = 1.4426950408889634
+
+
+def _shape(qkv, n_head):
+    _common.check_float("attention", "qkv", qkv)
+    _common.check_contiguous("attention", qkv=qkv)
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    return B, T, C, C // n_head
+
+
+# ---- simple ------------------------------------------------------------------------------------
+@dataclass
+class SimpleSaved:
+    qkv: object   # (B,T,3C) the input
+    lse: object   # (B,NH,T) float32, natural log-sum-exp of each row's scaled scores
+    n_head: int
+
+
+def _simple_shared(T: int, HS: int, arrays: int) -> int:
+    nbytes = arrays * (HS + T) * 4
+    if nbytes > rt.MAX_SHARED_PER_BLOCK:
+        raise ValueError(f"attention: the cupy_raw simple variant keeps a row of T scores in shared memory; "
+                         f"T={T} needs {nbytes} bytes, more than {rt.MAX_SHARED_PER_BLOCK}")
+    return nbytes
+
+
+class Simple:
+    """One block per query row; the readable CUDA version (attention.cu, the simple variant)."""
+
+    def forward(self, inputs, attrs, out=None):
+        qkv, n_head = inputs["qkv"], attrs["n_head"]
+        B, T, C, HS = _shape(qkv, n_head)
+        xp = _common.xp_of(qkv)
+        y = _common.output("attention", xp, out, (B, T, C), str(qkv.dtype))
+        lse = xp.empty((B, n_head, T), dtype=np.float32)
+        k = rt.function("attention", "attention_simple_forward", {"floatX": _common.ctype(qkv)})
+        rt.launch(k, (T, n_head, B), SIMPLE_THREADS,
+                  (qkv, y, lse, _common.i32(T), _common.i32(C), _common.i32(n_head), _common.f32(1 / math.sqrt(HS))),
+                  shared_mem=_simple_shared(T, HS, 1))
+        return y, SimpleSaved(qkv, lse, n_head)
+
+    def backward(self, saved, dout, grads):
+        qkv, n_head = saved.qkv, saved.n_head
+        B, T, C, HS = _shape(qkv, n_head)
+        _common.check_contiguous("attention", dout=dout)
+        xp = _common.xp_of(qkv)
+        dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
+        delta = xp.empty((B, n_head, T), dtype=np.float32)
+        defines = {"floatX": _common.ctype(qkv)}
+        args = (_common.i32(T), _common.i32(C), _common.i32(n_head), _common.f32(1 / math.sqrt(HS)))
+        shared = _simple_shared(T, HS, 2)
+        rt.launch(rt.function("attention", "attention_simple_backward_query", defines), (T, n_head, B), SIMPLE_THREADS,
+                  (qkv, dout, saved.lse, delta, dqkv) + args, shared_mem=shared)
+        rt.launch(rt.function("attention", "attention_simple_backward_key", defines), (T, n_head, B), SIMPLE_THREADS,
+                  (qkv, dout, saved.lse, delta, dqkv) + args, shared_mem=shared)
+        return {"qkv": dqkv}
+
+
+simple = Simple()
+
+
+# ---- flash -------------------------------------------------------------------------------------
+@dataclass
+class FlashSaved:
+    qkv: object   # (B,T,3C) the input
+    y: object     # (B,T,C) the output (the caller's array)
+    res: object   # (B,T,C) o - y in the input dtype
+    lse: object   # (B,NH,T) float32: log2-sum-exp2 of each row's scores scaled by log2(e)/sqrt(HS)
+    n_head: int
+
+
+def _flash_defines(qkv, HS: int, *arrays) -> dict:
+    C = qkv.shape[-1] // 3
+    vec = HS % 8 == 0 and C % 8 == 0 and _common.vector_ok(qkv, *arrays)
+    defines = {"floatX": _common.ctype(qkv), "HEAD_DIM": -(-HS // 16) * 16, "VEC": int(vec)}
+    if str(qkv.dtype) == "float16":
+        defines["MMA_FP16"] = 1
+    return defines
+
+
+def _flash_shared(head_dim: int, tiles: int, transposed: int, floats: int = 0) -> int:
+    """Bytes of dynamic shared memory: `tiles` (64 x HEAD_DIM+8) and `transposed` (HEAD_DIM x 72)
+    16-bit tiles, then `floats` floats."""
+    return 2 * (tiles * FLASH_TILE * (head_dim + 8) + transposed * head_dim * (FLASH_TILE + 8)) + 4 * floats
+
+
+class Flash:
+    """FlashAttention-2 on tensor cores for fp16/bf16; float32 inputs take the simple kernels."""
+
+    def _check(self, qkv, n_head):
+        B, T, C, HS = _shape(qkv, n_head)
+        if HS > FLASH_MAX_HS:
+            raise ValueError(f"attention: the cupy_raw flash variant takes head sizes up to {FLASH_MAX_HS}, "
+                             f"got HS={HS} (C={C}, n_head={n_head})")
+        return B, T, C, HS
+
+    def forward(self, inputs, attrs, out=None):
+        qkv, n_head = inputs["qkv"], attrs["n_head"]
+        if str(qkv.dtype) == "float32":
+            return simple.forward(inputs, attrs, out)
+        B, T, C, HS = self._check(qkv, n_head)
+        xp = _common.xp_of(qkv)
+        y = _common.output("attention", xp, out, (B, T, C), str(qkv.dtype))
+        res = xp.empty((B, T, C), dtype=qkv.dtype)
+        lse = xp.empty((B, n_head, T), dtype=np.float32)
+        defines = _flash_defines(qkv, HS)
+        rt.launch(rt.function("attention", "attention_flash_forward", defines), (rt.cdiv(T, FLASH_TILE), n_head, B),
+                  FLASH_THREADS, (qkv, y, res, lse, _common.i32(T), _common.i32(C), _common.i32(n_head),
+                                  _common.f32(LOG2E / math.sqrt(HS)), np.int32(1)),
+                  shared_mem=_flash_shared(defines["HEAD_DIM"], 2, 1))
+        return y, FlashSaved(qkv, y, res, lse, n_head)
+
+    def backward(self, saved, dout, grads):
+        if isinstance(saved, SimpleSaved):
+            return simple.backward(saved, dout, grads)
+        qkv, n_head = saved.qkv, saved.n_head
+        B, T, C, HS = self._check(qkv, n_head)
+        _common.check_contiguous("attention", dout=dout)
+        xp = _common.xp_of(qkv)
+        dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
+        delta = xp.empty((B, n_head, T), dtype=np.float32)
+        defines = _flash_defines(qkv, HS, dout, dqkv)
+        dims = (_common.i32(T), _common.i32(C), _common.i32(n_head))
+        rt.launch(rt.function("attention", "attention_flash_delta", defines), rt.cdiv(B * T * n_head, 4), 128,
+                  (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
+        scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
+        grid = (rt.cdiv(T, FLASH_TILE), n_head, B)
+        rt.launch(rt.function("attention", "attention_flash_backward_dkdv", defines), grid, FLASH_THREADS,
+                  (qkv, dout, saved.lse, delta, dqkv) + dims + scales,
+                  shared_mem=_flash_shared(defines["HEAD_DIM"], 4, 2, 2 * FLASH_TILE))
+        rt.launch(rt.function("attention", "attention_flash_backward_dq", defines), grid, FLASH_THREADS,
+                  (qkv, dout, saved.lse, delta, dqkv) + dims + scales,
+                  shared_mem=_flash_shared(defines["HEAD_DIM"], 4, 1))
+        return {"qkv": dqkv}
+
+
+flash = Flash()

@@ -1,0 +1,77 @@
+// common.cuh: what the cupy_raw sources share. Inlined into each source by _runtime.source() (so
+// CuPy's kernel cache sees its text); never compiled alone.
+//
+//   to_f32(x) / from_f32<T>(f)   storage type <-> float32 (round to nearest even), for float,
+//                                __half and __nv_bfloat16: every kernel computes in float32
+//   warp_sum, warp_max           butterfly reductions over the 32 lanes of a warp (every lane
+//                                gets the result)
+//   block_sum, block_max         the same over a whole block (a shared array of 32 floats; every
+//                                thread gets the result; all threads of the block must call it)
+//   POS_INF_F                    +infinity
+//   Pack<T>                      16 bytes of T (8 bf16/fp16 or 4 floats): one vector load/store
+//
+// Every function is written __device__ explicitly: NVRTC (CuPy) defaults to device code, nvcc
+// (the CI compile check) does not, and both must accept these sources.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+// +infinity as a float (NVRTC has no <math.h>, so no INFINITY)
+#define POS_INF_F __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// The sum of v over the block, in a fixed order (lanes by butterfly, then warps in order): bitwise
+// the same on every run. `scratch` is __shared__ float[32]; blockDim.x a multiple of 32, at most 1024.
+// Safe to call twice in a row with one scratch (the barrier at the start protects the reuse).
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < warps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < warps ? scratch[lane] : -POS_INF_F;
+    return warp_max(v);
+}
+
+// 16 bytes of T, loaded or stored as one vector (the address must be 16-byte aligned).
+template <typename T> struct alignas(16) Pack {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+
+template <typename T> __device__ __forceinline__ Pack<T> load_pack(const T* p) {
+    return *reinterpret_cast<const Pack<T>*>(p);
+}
+
+template <typename T> __device__ __forceinline__ void store_pack(T* p, const Pack<T>& pack) {
+    *reinterpret_cast<Pack<T>*>(p) = pack;
+}

@@ -1,0 +1,913 @@
+// matmul.cu: the GEMMs of the cupy_raw matmul variants (launched by backends/cupy_raw/matmul.py).
+//
+// Every product of matmul's forward and backward is one GEMM
+//
+//     C[i, j] (+)= sum_k A(i, k) * B(j, k)          0 <= i < rows, 0 <= j < cols, 0 <= k < depth
+//
+// on operands stored row-major with a row stride (lda, ldb) in one of two "majors":
+//     K-major    A(i, k) = a[i * lda + k]       each row of A is contiguous along k
+//     MN-major   A(i, k) = a[k * lda + i]       A is stored transposed
+// so that no product copies or transposes anything in memory:
+//     forward  y  (N,M)  = x (N,K) @ W.T    A = x (K-major),               B(j, k) = W[j, k] (K-major)
+//     dx       dx (N,K)  = dy (N,M) @ W     A = dy (K-major),              B(j, k) = W[k, j] (MN-major)
+//     dW       dW (M,K) += dy.T @ x         A(i, k) = dy[k, i] (MN-major), B(j, k) = x[k, j] (MN-major)
+//
+// Kernel groups. A module is compiled with exactly one group's define set (and floatX, the storage type
+// of A, B and the bias: float, __half or __nv_bfloat16), so it holds only the kernels it launches:
+//
+//   GEMM_SIMT    gemm_simt     CUDA cores, float32 FMA: a 64 x 64 tile of C per block of 256 threads,
+//                              16 of k at a time in shared memory, 4 x 4 results per thread. The float32
+//                              path (IEEE products, as the float32 contract asks) and the readable start.
+//   GEMM_MMA     gemm_mma      what gemm_simt adds tensor cores to: mma.sync.m16n8k16 (bf16/fp16 in,
+//                              float32 accumulators), MMA_BM x MMA_BN x 64 tiles in a MMA_STAGES-deep
+//                              ring of shared memory filled by cp.async (16-byte copies that bypass the
+//                              registers and overlap the math; zero-filled past the edges), read into
+//                              fragments by ldmatrix (.trans for MN-major operands). Any shape: with
+//                              ALIGNED 0 an element-wise loader fills the same tiles.
+//   GEMM_WGMMA   gemm_wgmma    what Hopper adds: the tiles come by TMA (cp.async.bulk.tensor from tensor
+//                              maps the host encodes, one instruction per tile, zero-filled past the
+//                              edges) into the same swizzled layout; one producer warp keeps a
+//                              WG_STAGES-deep ring full, synchronised by mbarriers (full: the bytes
+//                              arrived; empty: both consumers are done with a slot), while two consumer
+//                              warpgroups each multiply 64 x WG_BN of the tile with wgmma.mma_async
+//                              straight from shared memory. Needs sm_90a, 16-byte-aligned rows, floatX 16-bit.
+//   GEMM_REDUCE  splitk_finish    the ordered sum of split-K's float32 slices (+ bias, + the old C)
+//                colsum_partial   bias gradient, pass 1: float32 column sums of row groups
+//                colsum_finish    pass 2: the groups summed in order and added to db
+//                Fixed summation orders, no atomics: every result is bitwise repeatable.
+//
+// Shared-memory tiles of gemm_mma and gemm_wgmma: matmul_layout.cuh (128-byte swizzled rows).
+//
+// Epilogue (every GEMM): gemm_mma stages the float32 accumulators in shared memory and writes them
+// row by row, 4 columns per thread; gemm_simt and gemm_wgmma write straight from their registers
+// (gemm_wgmma's ring is busy with the next tile by then); all apply, in order: + bias[j]
+// (FLAG_BIAS), the pre-activation stored to `pre` (FLAG_PRE), GELU (FLAG_GELU), + the old C
+// (FLAG_ACCUMULATE), rounded to C's type (floatX, or float with FLAG_OUT_F32: mixed precision's float32
+// parameter gradients). With FLAG_PARTIAL the raw sum goes to its k slice of the (slices, rows,
+// cols) float32 split-K buffer instead. FLAG_VEC: cols % 4 == 0 and c, bias, pre 16-byte aligned.
+// FLAG_ROWSUM (gemm_wgmma, A MN-major): the blocks of tile column 0 also sum A's rows over their k slice, one
+// more wgmma per step (A @ ones), into rowsum[slice, i] (float32): dW's A is dy^T, so these are the
+// bias gradient's column sums of dy, with no second pass over dy (colsum_finish adds the slices).
+#include "common.cuh"
+#include "matmul_layout.cuh"
+
+#define FLAG_BIAS 1
+#define FLAG_ACCUMULATE 2
+#define FLAG_GELU 4
+#define FLAG_PRE 8
+#define FLAG_OUT_F32 16
+#define FLAG_PARTIAL 32
+#define FLAG_VEC 64
+#define FLAG_ROWSUM 128
+
+template <typename U, typename V> struct SameType { static constexpr bool value = false; };
+template <typename U> struct SameType<U, U> { static constexpr bool value = true; };
+constexpr bool T_IS_BF16 = SameType<floatX, __nv_bfloat16>::value;
+
+// ---- the epilogue --------------------------------------------------------------------------------
+struct Out {
+    void* c;            // C: floatX or float (FLAG_OUT_F32), or the float32 split-K slices (FLAG_PARTIAL)
+    const floatX* bias;      // (cols) with FLAG_BIAS
+    floatX* pre;             // (rows, cols) with FLAG_PRE
+    int rows, cols, flags;
+};
+
+// GPT-2's GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+
+// C[i, j] from the accumulated sum v (everything but FLAG_PARTIAL's raw store).
+__device__ __forceinline__ float finish_value(const Out& o, size_t at, int j, float v) {
+    if (o.flags & FLAG_BIAS) v += to_f32(o.bias[j]);
+    if (o.flags & FLAG_PRE) o.pre[at] = from_f32<floatX>(v);
+    if (o.flags & FLAG_GELU) v = gelu_tanh(v);
+    return v;
+}
+
+__device__ __forceinline__ void finish_one(const Out& o, int i, int j, int split, float v) {
+    const size_t at = (size_t)i * o.cols + j;
+    if (o.flags & FLAG_PARTIAL) {
+        static_cast<float*>(o.c)[(size_t)split * o.rows * o.cols + at] = v;
+        return;
+    }
+    v = finish_value(o, at, j, v);
+    if (o.flags & FLAG_OUT_F32) {
+        float* c = static_cast<float*>(o.c);
+        c[at] = (o.flags & FLAG_ACCUMULATE) ? c[at] + v : v;
+    } else {
+        floatX* c = static_cast<floatX*>(o.c);
+        c[at] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(c[at]) + v : v);
+    }
+}
+
+// 4 or 2 values of U as one aligned vector load/store (Quad<float>: 16 bytes, like float4; these
+// rather than CUDA's float2/float4 so that the CPU emulator needs no vector types)
+template <typename U> struct alignas(4 * sizeof(U)) Quad { U v[4]; };
+template <typename U> struct alignas(2 * sizeof(U)) Duo { U v[2]; };
+
+// C[i, j..j+3] from v[0..3]; one vector load/store each where FLAG_VEC allows, else element by element.
+__device__ __forceinline__ void finish_four(const Out& o, int i, int j, int split, const float (&v)[4]) {
+    if (!(o.flags & FLAG_VEC) || j + 3 >= o.cols) {
+        for (int e = 0; e < 4 && j + e < o.cols; ++e) finish_one(o, i, j + e, split, v[e]);
+        return;
+    }
+    const size_t at = (size_t)i * o.cols + j;
+    if (o.flags & FLAG_PARTIAL) {
+        float* p = static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at;
+        *reinterpret_cast<Quad<float>*>(p) = Quad<float>{{v[0], v[1], v[2], v[3]}};
+        return;
+    }
+    float w[4];
+    Quad<floatX> b, pre;
+    if (o.flags & FLAG_BIAS) b = *reinterpret_cast<const Quad<floatX>*>(o.bias + j);
+    for (int e = 0; e < 4; ++e) {
+        w[e] = v[e] + ((o.flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f);
+        pre.v[e] = from_f32<floatX>(w[e]);
+        if (o.flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
+    }
+    if (o.flags & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
+    if (o.flags & FLAG_OUT_F32) {
+        Quad<float>* c = reinterpret_cast<Quad<float>*>(static_cast<float*>(o.c) + at);
+        Quad<float> r;
+        if (o.flags & FLAG_ACCUMULATE) r = *c;
+        for (int e = 0; e < 4; ++e) r.v[e] = (o.flags & FLAG_ACCUMULATE) ? r.v[e] + w[e] : w[e];
+        *c = r;
+    } else {
+        Quad<floatX>* c = reinterpret_cast<Quad<floatX>*>(static_cast<floatX*>(o.c) + at);
+        Quad<floatX> r;
+        if (o.flags & FLAG_ACCUMULATE) r = *c;
+        for (int e = 0; e < 4; ++e)
+            r.v[e] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
+        *c = r;
+    }
+}
+
+// C[i, j..j+1] from v0, v1 (gemm_wgmma's epilogue, straight from the accumulator registers): one
+// 2-element load/store each where FLAG_VEC allows, else element by element.
+__device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split, float v0, float v1) {
+    if (!(o.flags & FLAG_VEC) || j + 1 >= o.cols) {
+        if (j < o.cols) finish_one(o, i, j, split, v0);
+        if (j + 1 < o.cols) finish_one(o, i, j + 1, split, v1);
+        return;
+    }
+    const size_t at = (size_t)i * o.cols + j;
+    if (o.flags & FLAG_PARTIAL) {
+        *reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at) =
+            Duo<float>{{v0, v1}};
+        return;
+    }
+    float w[2] = {v0, v1};
+    Duo<floatX> b, pre;
+    if (o.flags & FLAG_BIAS) b = *reinterpret_cast<const Duo<floatX>*>(o.bias + j);
+    for (int e = 0; e < 2; ++e) {
+        w[e] += (o.flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f;
+        pre.v[e] = from_f32<floatX>(w[e]);
+        if (o.flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
+    }
+    if (o.flags & FLAG_PRE) *reinterpret_cast<Duo<floatX>*>(o.pre + at) = pre;
+    if (o.flags & FLAG_OUT_F32) {
+        Duo<float>* c = reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + at);
+        if (o.flags & FLAG_ACCUMULATE) {
+            const Duo<float> old = *c;
+            w[0] += old.v[0];
+            w[1] += old.v[1];
+        }
+        *c = Duo<float>{{w[0], w[1]}};
+    } else {
+        Duo<floatX>* c = reinterpret_cast<Duo<floatX>*>(static_cast<floatX*>(o.c) + at);
+        Duo<floatX> r;
+        if (o.flags & FLAG_ACCUMULATE) r = *c;
+        for (int e = 0; e < 2; ++e)
+            r.v[e] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
+        *c = r;
+    }
+}
+
+// The staged tile (BM x BN floats, row stride BN + 8: the padding keeps the fragment stores free of
+// bank conflicts) written out by THREADS threads, 4 consecutive columns each per step (coalesced).
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void epilogue_tile(const float* stage, int tid, int row0, int col0, int split,
+                                              const Out& o) {
+    constexpr int LDS = BN + 8, PER_ROW = BN / 4;
+    static_assert(BN % 4 == 0, "the epilogue writes 4 columns at a time");
+    for (int q = tid; q < BM * PER_ROW; q += THREADS) {
+        const int r = q / PER_ROW, c4 = (q % PER_ROW) * 4;
+        const int i = row0 + r, j = col0 + c4;
+        if (i >= o.rows || j >= o.cols) continue;
+        const Quad<float> s = *reinterpret_cast<const Quad<float>*>(stage + r * LDS + c4);
+        const float v[4] = {s.v[0], s.v[1], s.v[2], s.v[3]};
+        finish_four(o, i, j, split, v);
+    }
+}
+
+// A CUtensorMap (cuTensorMapEncodeTiled's opaque 128 bytes), passed by value as a __grid_constant__
+// (declared for every group: the CPU emulator declares a launcher for each kernel of the source).
+// In the emulator it holds _tma.py's own description of the array instead (EmuTensorMap below),
+// and is only 8-byte aligned, as a C struct passed by value from ctypes is.
+#ifdef CUPY_RAW_EMULATOR
+#ifndef __grid_constant__
+#define __grid_constant__  // a qualifier the CPU has no use for
+#endif
+struct TmaDescriptor {
+#else
+struct alignas(64) TmaDescriptor {
+#endif
+    unsigned long long opaque[16];
+};
+
+#ifdef CUPY_RAW_EMULATOR
+// a shared-memory "address": the offset into the block's dynamic shared memory
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return (unsigned)(static_cast<const unsigned char*>(p) - static_cast<const unsigned char*>(emu::dynamic_shared()));
+}
+__device__ __forceinline__ unsigned char* smem_at(unsigned addr) {
+    return static_cast<unsigned char*>(emu::dynamic_shared()) + addr;
+}
+#else
+// the 32-bit shared-memory address of a pointer into shared memory (what PTX's .shared operands take)
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+#endif
+
+// =================================================================================================
+#ifdef GEMM_SIMT
+// A 64 x 64 tile of C per block, k in steps of 16 through shared memory (float32, transposed so
+// that each thread reads 4 consecutive rows / columns), 4 x 4 results per thread: thread (ty, tx)
+// owns rows 4ty..4ty+3 and columns 4tx..4tx+3 of the tile. Majors are arguments here (a_kmajor,
+// b_kmajor): one module serves every product.
+#define SIMT_TILE 64
+#define SIMT_K 16
+
+extern "C" __global__ void __launch_bounds__(256)
+gemm_simt(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, const floatX* bias, floatX* pre, int rows, int cols,
+          int depth, int lda, int ldb, int a_kmajor, int b_kmajor, int k_split, int group_m, int flags) {
+    __shared__ float as[SIMT_K][SIMT_TILE + 4];  // as[k][i]
+    __shared__ float bs[SIMT_K][SIMT_TILE + 4];  // bs[k][j]
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int tiles_m = (rows + SIMT_TILE - 1) / SIMT_TILE, tiles_n = (cols + SIMT_TILE - 1) / SIMT_TILE;
+    int tm, tn;
+    tile_of(blockIdx.x, tiles_m, tiles_n, group_m, tm, tn);
+    const int row0 = tm * SIMT_TILE, col0 = tn * SIMT_TILE, split = blockIdx.y;
+    const int k_lo = split * k_split, k_hi = min(depth, k_lo + k_split);
+
+    float acc[4][4] = {};
+    for (int k0 = k_lo; k0 < k_hi; k0 += SIMT_K) {
+        for (int e = tid; e < SIMT_K * SIMT_TILE; e += 256) {
+            // consecutive threads take consecutive elements of global memory: along k (K-major) or along i / j
+            const int ka = a_kmajor ? e % SIMT_K : e / SIMT_TILE, ia = a_kmajor ? e / SIMT_K : e % SIMT_TILE;
+            const int kb = b_kmajor ? e % SIMT_K : e / SIMT_TILE, jb = b_kmajor ? e / SIMT_K : e % SIMT_TILE;
+            const int i = row0 + ia, j = col0 + jb, k = k0 + ka, kj = k0 + kb;
+            as[ka][ia] = (i < rows && k < k_hi)
+                             ? to_f32(a[a_kmajor ? (size_t)i * lda + k : (size_t)k * lda + i]) : 0.0f;
+            bs[kb][jb] = (j < cols && kj < k_hi)
+                             ? to_f32(b[b_kmajor ? (size_t)j * ldb + kj : (size_t)kj * ldb + j]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < SIMT_K; ++kk) {
+            float av[4], bv[4];
+            for (int x = 0; x < 4; ++x) av[x] = as[kk][ty * 4 + x];
+            for (int y = 0; y < 4; ++y) bv[y] = bs[kk][tx * 4 + y];
+            for (int x = 0; x < 4; ++x)
+                for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(av[x], bv[y], acc[x][y]);
+        }
+        __syncthreads();
+    }
+    const Out o{c, bias, pre, rows, cols, flags};
+    for (int x = 0; x < 4; ++x)
+        for (int y = 0; y < 4; ++y) {
+            const int i = row0 + ty * 4 + x, j = col0 + tx * 4 + y;
+            if (i < rows && j < cols) finish_one(o, i, j, split, acc[x][y]);
+        }
+}
+#endif  // GEMM_SIMT
+
+// =================================================================================================
+#ifdef GEMM_MMA
+// Defines: A_KMAJOR, B_KMAJOR (0/1), MMA_BM, MMA_BN (tile of C), MMA_WARPS_M x MMA_WARPS_N warps
+// (each owns an (MMA_BM / MMA_WARPS_M) x (MMA_BN / MMA_WARPS_N) piece of the tile), MMA_STAGES (ring
+// depth), MMA_CTAS (blocks per SM the registers are budgeted for), ALIGNED (1: every row of A and B
+// starts 16-byte aligned and the contiguous extents are multiples of 8, so cp.async copies whole
+// 16-byte chunks; 0: element-wise loads).
+#define MMA_THREADS (MMA_WARPS_M * MMA_WARPS_N * 32)
+constexpr int MMA_WM = MMA_BM / MMA_WARPS_M, MMA_WN = MMA_BN / MMA_WARPS_N;
+constexpr int MMA_MT = MMA_WM / 16, MMA_NT = MMA_WN / 8;  // m16 and n8 tiles per warp
+constexpr int MMA_A_BYTES = MMA_BM * TILE_ROW_BYTES, MMA_B_BYTES = MMA_BN * TILE_ROW_BYTES;
+static_assert(MMA_WM % 16 == 0 && MMA_WN % 16 == 0, "a warp's piece is whole m16 tiles and pairs of n8 tiles");
+static_assert(MMA_BM % 64 == 0 && MMA_BN % 64 == 0, "MN-major tiles are whole 64-wide panels");
+static_assert(MMA_STAGES >= 2, "a ring of at least two tiles");
+static_assert(sizeof(floatX) == 2, "gemm_mma multiplies 16-bit operands");
+
+// The tensor-core primitives. Under CUPY_RAW_EMULATOR (backends/cupy_raw/_emulator.py: the kernels
+// on the CPU, one thread per CUDA thread) cp.async is a plain copy, ldmatrix is assembled from warp
+// shuffles by its PTX definition, and mma.sync is the emulator's emu_mma16816.
+#ifdef CUPY_RAW_EMULATOR
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+    if (inside) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+}
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N> __device__ __forceinline__ void cp_async_wait() {}
+
+// ldmatrix.x4: lane 8j + i addresses row i (16 bytes) of matrix j; lane l gets in register j row l/4,
+// elements 2(l%4) and 2(l%4)+1 of matrix j (.trans: elements [2(l%4)][l/4] and [2(l%4)+1][l/4]).
+template <bool TRANS> __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* row) {
+    const int lane = threadIdx.x & 31;
+    for (int j = 0; j < 4; ++j) {
+        if (!TRANS) {
+            const unsigned char* p = __shfl_xor_sync(0xffffffffu, row, lane ^ (8 * j + lane / 4));
+            memcpy(&r[j], p + 4 * (lane % 4), 4);
+        } else {
+            const unsigned char* p0 = __shfl_xor_sync(0xffffffffu, row, lane ^ (8 * j + 2 * (lane % 4)));
+            const unsigned char* p1 = __shfl_xor_sync(0xffffffffu, row, lane ^ (8 * j + 2 * (lane % 4) + 1));
+            unsigned short lo, hi;
+            memcpy(&lo, p0 + 2 * (lane / 4), 2);
+            memcpy(&hi, p1 + 2 * (lane / 4), 2);
+            r[j] = (unsigned)lo | ((unsigned)hi << 16);
+        }
+    }
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    emu_mma16816(d, a, b, !T_IS_BF16);
+}
+#else
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+    // src-size 0 copies nothing and zero-fills the 16 bytes
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <bool TRANS> __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* row) {
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+}
+
+// d (16 x 8, float32) += a (16 x 16) @ b (16 x 8)
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#define MMA_16816(AB)                                                                                   \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 "                            \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+    if constexpr (T_IS_BF16) MMA_16816("bf16");
+    else MMA_16816("f16");
+#undef MMA_16816
+}
+#endif  // CUPY_RAW_EMULATOR
+
+// One BMN x 64 tile of an operand (rows mn0.., k from k0, nothing at or past mn_end / k_end) into `tile`.
+template <bool KMAJOR, int BMN>
+__device__ __forceinline__ void load_tile(unsigned char* tile, const floatX* __restrict__ g, int ld, int mn0, int mn_end,
+                                          int k0, int k_end, int tid) {
+    constexpr int CHUNKS = BMN * TILE_K / 8;
+    static_assert(CHUNKS % MMA_THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+    for (int it = 0; it < CHUNKS / MMA_THREADS; ++it) {
+        int mn, k;
+        chunk_origin(KMAJOR, BMN, tid + it * MMA_THREADS, mn, k);
+        unsigned char* dst = tile + tile_offset(KMAJOR, mn, k);
+        const int gm = mn0 + mn, gk = k0 + k;
+#if ALIGNED
+        const bool inside = gm < mn_end && gk < k_end;
+        const floatX* src = inside ? g + (KMAJOR ? (size_t)gm * ld + gk : (size_t)gk * ld + gm) : g;
+        cp_async16(dst, src, inside);
+#else
+        Pack<floatX> p;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const int em = KMAJOR ? gm : gm + e, ek = KMAJOR ? gk + e : gk;
+            p.v[e] = (em < mn_end && ek < k_end) ? g[KMAJOR ? (size_t)em * ld + ek : (size_t)ek * ld + em]
+                                                 : from_f32<floatX>(0.0f);
+        }
+        store_pack(reinterpret_cast<floatX*>(dst), p);
+#endif
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_CTAS)
+gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, const floatX* bias, floatX* pre, int rows, int cols,
+         int depth, int lda, int ldb, int k_split, int group_m, int flags) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* a_ring = smem;
+    unsigned char* b_ring = smem + MMA_STAGES * MMA_A_BYTES;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / MMA_WARPS_N, wn = warp % MMA_WARPS_N;
+    const int tiles_m = (rows + MMA_BM - 1) / MMA_BM, tiles_n = (cols + MMA_BN - 1) / MMA_BN;
+    int tm, tn;
+    tile_of(blockIdx.x, tiles_m, tiles_n, group_m, tm, tn);
+    const int row0 = tm * MMA_BM, col0 = tn * MMA_BN, split = blockIdx.y;
+    const int k_lo = split * k_split, k_hi = min(depth, k_lo + k_split);
+    const int nk = (k_hi - k_lo + TILE_K - 1) / TILE_K;
+
+    float acc[MMA_MT][MMA_NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < MMA_NT; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+
+    // the ring: tiles 0 .. STAGES-2 in flight before the first multiply; one commit group per tile
+    // (empty past the end) so that "all but STAGES-2 groups done" always means "tile kb is here"
+    for (int s = 0; s < MMA_STAGES - 1; ++s) {
+        if (s < nk) {
+            load_tile<A_KMAJOR, MMA_BM>(a_ring + s * MMA_A_BYTES, a, lda, row0, rows, k_lo + s * TILE_K, k_hi, tid);
+            load_tile<B_KMAJOR, MMA_BN>(b_ring + s * MMA_B_BYTES, b, ldb, col0, cols, k_lo + s * TILE_K, k_hi, tid);
+        }
+        cp_async_commit();
+    }
+    for (int kb = 0; kb < nk; ++kb) {
+        cp_async_wait<MMA_STAGES - 2>();
+        __syncthreads();  // tile kb visible to all; every warp done with tile kb-1, whose slot is refilled now
+        const int next = kb + MMA_STAGES - 1;
+        if (next < nk) {
+            const int s = next % MMA_STAGES;
+            load_tile<A_KMAJOR, MMA_BM>(a_ring + s * MMA_A_BYTES, a, lda, row0, rows, k_lo + next * TILE_K, k_hi, tid);
+            load_tile<B_KMAJOR, MMA_BN>(b_ring + s * MMA_B_BYTES, b, ldb, col0, cols, k_lo + next * TILE_K, k_hi, tid);
+        }
+        cp_async_commit();
+
+        const int s = kb % MMA_STAGES;
+        const unsigned char* a_tile = a_ring + s * MMA_A_BYTES;
+        const unsigned char* b_tile = b_ring + s * MMA_B_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < TILE_K / 16; ++kk) {
+            unsigned af[MMA_MT][4], bfr[MMA_NT][2];
+#pragma unroll
+            for (int mt = 0; mt < MMA_MT; ++mt) {
+                int mn, k;
+                ldsm_a_coords(A_KMAJOR, lane, wm * MMA_WM + mt * 16, kk * 16, mn, k);
+                ldsm_x4<!A_KMAJOR>(af[mt], a_tile + tile_offset(A_KMAJOR, mn, k));
+            }
+#pragma unroll
+            for (int np = 0; np < MMA_NT / 2; ++np) {
+                int mn, k;
+                unsigned r[4];
+                ldsm_b_coords(B_KMAJOR, lane, wn * MMA_WN + np * 16, kk * 16, mn, k);
+                ldsm_x4<!B_KMAJOR>(r, b_tile + tile_offset(B_KMAJOR, mn, k));
+                bfr[2 * np][0] = r[0];
+                bfr[2 * np][1] = r[1];
+                bfr[2 * np + 1][0] = r[2];
+                bfr[2 * np + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < MMA_MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < MMA_NT; ++nt) mma_16816(acc[mt][nt], af[mt], bfr[nt]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is free: stage the accumulators in it
+
+    float* stage = reinterpret_cast<float*>(smem);
+    constexpr int LDS = MMA_BN + 8;
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < MMA_NT; ++nt)
+#pragma unroll
+            for (int reg = 0; reg < 4; reg += 2) {
+                int r, cc;
+                mma_acc_coords(lane, reg, r, cc);
+                r += wm * MMA_WM + mt * 16;
+                cc += wn * MMA_WN + nt * 8;
+                *reinterpret_cast<Duo<float>*>(stage + r * LDS + cc) = Duo<float>{{acc[mt][nt][reg], acc[mt][nt][reg + 1]}};
+            }
+    __syncthreads();
+    const Out o{c, bias, pre, rows, cols, flags};
+    epilogue_tile<MMA_BM, MMA_BN, MMA_THREADS>(stage, tid, row0, col0, split, o);
+}
+#endif  // GEMM_MMA
+
+// =================================================================================================
+#ifdef GEMM_WGMMA
+// Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the 128-row tile of C), WG_STAGES
+// (ring depth), WG_CTAS (blocks per SM the registers are budgeted for). Block: warps 0-3 and 4-7 are
+// the two consumer warpgroups (rows 0-63 and 64-127 of the tile), warp 8 the producer.
+//
+// Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
+// b + gridDim.x, ... (the host launches one block per item, or a persistent grid of a few per SM).
+// The ring runs on across a block's items: while the consumers write one tile out (from their
+// registers, no shared memory), the producer is already loading the next one's first k-blocks.
+//
+// Shared memory (dynamic, the base rounded up to 1024 bytes for the swizzle): WG_STAGES A tiles
+// (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), then the
+// full[] and empty[] mbarriers.
+#define WG_BM 128
+#define WG_CONSUMERS 2
+#define WG_THREADS (WG_CONSUMERS * 128 + 32)
+constexpr int WG_A_BYTES = WG_BM * TILE_ROW_BYTES, WG_B_BYTES = WG_BN * TILE_ROW_BYTES;
+constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
+static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
+static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
+
+#ifdef CUPY_RAW_EMULATOR
+#include <cstdio>
+// The Hopper machinery on the CPU (backends/cupy_raw/_emulator.py), by the PTX ISA's definitions:
+//   mbarrier   8 bytes of shared memory: the arrival count (bit 15: the current phase's parity), the
+//              arrivals still pending, the transaction bytes still expected; a phase completes when
+//              both reach zero (then the pending count is reset and the parity flips); try_wait.parity
+//              P succeeds once the phase of parity P has completed (at once for P = 1 on a fresh one)
+//   TMA        the box copied at once, element by element, zeros outside the array, into the 128-byte
+//              swizzle (16-byte chunk c of box row y at chunk c ^ (y % 8)); then its bytes complete
+//   wgmma      each thread computes its own accumulators at issue: register reg holds (row, col) of
+//              wgmma_acc_coords, the operands read from shared memory where the descriptor's
+//              canonical layout puts them (start + (mn / 8) SBO + (mn % 8) 128 + 2k for K-major,
+//              start + (mn / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (mn % 64) for MN-major, then
+//              address bits 4-6 XOR bits 7-9); fence / commit / wait have nothing to wait for
+struct EmuMbar {
+    unsigned short count_phase, pending;
+    int tx;
+};
+struct EmuTensorMap {  // what _tma.tiled_2d encodes in emulation
+    unsigned long long base, row_stride_bytes;
+    unsigned elem_bytes, rows, cols, box_cols, box_rows;
+};
+
+__device__ __forceinline__ EmuMbar& emu_mbar(unsigned bar) { return *reinterpret_cast<EmuMbar*>(smem_at(bar)); }
+__device__ __forceinline__ void emu_mbar_complete(EmuMbar& m) {
+    if (m.pending == 0 && m.tx == 0) {
+        m.count_phase ^= 0x8000;
+        m.pending = m.count_phase & 0x7fff;
+    }
+}
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) { emu_mbar(bar) = {(unsigned short)count, (unsigned short)count, 0}; }
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    EmuMbar& m = emu_mbar(bar);
+    m.tx += (int)bytes;
+    m.pending--;
+    emu_mbar_complete(m);
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    EmuMbar& m = emu_mbar(bar);
+    m.pending--;
+    emu_mbar_complete(m);
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    for (long spins = 0; (unsigned)(emu_mbar(bar).count_phase >> 15) == parity; ++spins) {
+        if (spins > 20000000) {  // nothing will ever complete it: report instead of spinning forever
+            fprintf(stderr, "matmul.cu (emulated): thread %d waits forever on the mbarrier at %u for parity %u\n",
+                    (int)threadIdx.x, bar, parity);
+            abort();
+        }
+        emu::yield_to_scheduler();
+    }
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
+    const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
+    unsigned char* d = smem_at(dst);
+    for (int y = 0; y < (int)m.box_rows; ++y)
+        for (int x = 0; x < (int)m.box_cols; ++x) {
+            const long gx = (long)c0 + x, gy = (long)c1 + y;
+            const unsigned byte = x * m.elem_bytes;
+            unsigned char* to = d + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15);
+            if (gx >= 0 && gx < (long)m.cols && gy >= 0 && gy < (long)m.rows)
+                memcpy(to, reinterpret_cast<const unsigned char*>(m.base) + gy * m.row_stride_bytes + gx * m.elem_bytes,
+                       m.elem_bytes);
+            else
+                memset(to, 0, m.elem_bytes);
+        }
+    EmuMbar& b = emu_mbar(bar);
+    b.tx -= (int)(m.box_rows * m.box_cols * m.elem_bytes);
+    emu_mbar_complete(b);
+}
+__device__ __forceinline__ void wgmma_fence() {}
+__device__ __forceinline__ void wgmma_commit() {}
+template <int N> __device__ __forceinline__ void wgmma_wait() {}
+template <int N> __device__ __forceinline__ void fence_accumulators(float (&)[N]) {}
+
+__device__ __forceinline__ float emu_wgmma_operand(unsigned long long desc, bool kmajor, int mn, int k) {
+    const unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4;
+    const unsigned sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+    unsigned addr = kmajor ? start + (mn / 8) * sbo + (mn % 8) * 128 + 2 * k
+                           : start + (mn / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (mn % 64);
+    addr ^= ((addr >> 7) & 7) << 4;
+    floatX v;
+    memcpy(&v, smem_at(addr), 2);
+    return to_f32(v);
+}
+__device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long long da, unsigned long long db) {
+    const int t = threadIdx.x & 127;
+    for (int reg = 0; reg < WG_BN / 2; ++reg) {
+        int row, col;
+        wgmma_acc_coords(t, reg, row, col);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k)
+            sum += emu_wgmma_operand(da, A_KMAJOR, row, k) * emu_wgmma_operand(db, B_KMAJOR, col, k);
+        d[reg] += sum;
+    }
+}
+// the row sums of A (m64n8k16 against a tile of ones): the same per-thread formula at N = 8
+__device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long da, unsigned long long ones) {
+    const int t = threadIdx.x & 127;
+    for (int reg = 0; reg < 4; ++reg) {
+        int row, col;
+        wgmma_acc_coords(t, reg, row, col);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) sum += emu_wgmma_operand(da, A_KMAJOR, row, k) * emu_wgmma_operand(ones, true, col, k);
+        d[reg] += sum;
+    }
+}
+#define WG_FENCE_MBARRIER_INIT()
+#define WG_FENCE_PROXY_ASYNC()
+#else
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase of `bar` with this parity has completed (a fresh barrier counts its phase 1
+// as complete, so the producer's first pass over the ring does not wait).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_AGAIN:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_AGAIN;\n"
+        "}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// TMA: the box at coordinates (c0 innermost, c1) of `map` into shared memory at dst; its bytes are
+// counted against `bar`'s expected transactions.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keep the compiler from moving the accumulators while wgmma owns them.
+template <int N> __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_REGS_0_63                                                                                    \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                            \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                  \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                  \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REGS_64_127                                                                                  \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                  \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                  \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "      \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+// d (64 x WG_BN per warpgroup, float32) += A (64 x 16, descriptor da) @ B (16 x WG_BN, descriptor db);
+// the transpose flags say the operand is MN-major.
+__device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long long da, unsigned long long db) {
+    constexpr int TA = A_KMAJOR ? 0 : 1, TB = B_KMAJOR ? 0 : 1;
+#if WG_BN == 128
+#define WGMMA_ASM(AB)                                                                                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." AB "." AB " {" WG_REGS_0_63 "}, "       \
+                 "%64, %65, p, 1, 1, %67, %68;\n}\n"                                                    \
+                 : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56) \
+                 : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB))
+#else
+#define WGMMA_ASM(AB)                                                                                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                         \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." AB "." AB " {" WG_REGS_0_63 ", "        \
+                 WG_REGS_64_127 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"                              \
+                 : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56), \
+                   WG_D8(64), WG_D8(72), WG_D8(80), WG_D8(88), WG_D8(96), WG_D8(104), WG_D8(112), WG_D8(120) \
+                 : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB))
+#endif
+    if constexpr (T_IS_BF16) WGMMA_ASM("bf16");
+    else WGMMA_ASM("f16");
+#undef WGMMA_ASM
+}
+
+// d (64 x 8) += A (64 x 16) @ ones (16 x 8, K-major): every column of d gets A's row sums
+__device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long da, unsigned long long ones) {
+    constexpr int TA = A_KMAJOR ? 0 : 1;
+#define WGMMA_ROWSUM_ASM(AB)                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                              \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." AB "." AB " {%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, 0;\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                       \
+                 : "l"(da), "l"(ones), "r"(1), "n"(TA))
+    if constexpr (T_IS_BF16) WGMMA_ROWSUM_ASM("bf16");
+    else WGMMA_ROWSUM_ASM("f16");
+#undef WGMMA_ROWSUM_ASM
+}
+#define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
+// generic-proxy stores to shared memory made visible to the async proxy (wgmma's operand reads)
+#define WG_FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory")
+#endif  // CUPY_RAW_EMULATOR
+
+// One BMN x 64 tile of an operand. K-major maps have boxes of 64 k x BMN rows (one load); MN-major
+// maps boxes of 64 mn x 64 k (one load per 64-wide panel).
+template <bool KMAJOR, int BMN>
+__device__ __forceinline__ void tma_tile(const TmaDescriptor* map, unsigned dst, int mn0, int k0, unsigned bar) {
+    if (KMAJOR) {
+        tma_load_2d(dst, map, k0, mn0, bar);
+    } else {
+#pragma unroll
+        for (int p = 0; p < BMN / 64; ++p) tma_load_2d(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
+gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b, void* c,
+           const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
+           int flags) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
+    const unsigned full_bar = ones + 1024, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
+    const int tiles = tiles_m * tiles_n, slices = (depth + k_split - 1) / k_split;  // k_split: a multiple of 64
+
+    if (tid == 0) {
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbar_init(full_bar + 8 * s, 1);                        // the producer's expect_tx arrival
+            mbar_init(empty_bar + 8 * s, WG_CONSUMERS * 128);      // every consumer thread
+        }
+        WG_FENCE_MBARRIER_INIT();
+    }
+    if ((flags & FLAG_ROWSUM) && tid < 256) {  // the tile of ones: 1024 bytes, 4 a thread
+        const floatX one = from_f32<floatX>(1.0f);
+        floatX* p = reinterpret_cast<floatX*>(smem_raw + (ones - smem_u32(smem_raw))) + 2 * tid;
+        p[0] = one;
+        p[1] = one;
+        WG_FENCE_PROXY_ASYNC();
+    }
+    __syncthreads();
+
+    // ring position: k-blocks this block has moved through the ring so far (slot it % WG_STAGES,
+    // pass it / WG_STAGES, whose parity the barriers' phases follow)
+    int it = 0;
+    if (warp == WG_CONSUMERS * 4) {  // the producer warp: one lane issues every copy
+        if (lane != 0) return;
+        for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
+            const int split = work / tiles;
+            int tm, tn;
+            tile_of(work % tiles, tiles_m, tiles_n, group_m, tm, tn);
+            const int k_lo = split * k_split, nk = (min(depth, k_lo + k_split) - k_lo + TILE_K - 1) / TILE_K;
+            for (int kb = 0; kb < nk; ++kb, ++it) {
+                const int s = it % WG_STAGES;
+                mbar_wait(empty_bar + 8 * s, ((it / WG_STAGES) & 1) ^ 1);  // slot free (first pass: at once)
+                mbar_expect_tx(full_bar + 8 * s, WG_A_BYTES + WG_B_BYTES);
+                const int k0 = k_lo + kb * TILE_K;
+                tma_tile<A_KMAJOR, WG_BM>(&tma_a, a_ring + s * WG_A_BYTES, tm * WG_BM, k0, full_bar + 8 * s);
+                tma_tile<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, tn * WG_BN, k0, full_bar + 8 * s);
+            }
+        }
+        return;
+    }
+
+    const int wg = warp >> 2;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of each tile
+    const int t = tid & 127;
+    const Out o{c, bias, pre, rows, cols, flags};
+    float acc[WG_BN / 2], sums[4];
+    for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
+        const int split = work / tiles;
+        int tm, tn;
+        tile_of(work % tiles, tiles_m, tiles_n, group_m, tm, tn);
+        const int k_lo = split * k_split, nk = (min(depth, k_lo + k_split) - k_lo + TILE_K - 1) / TILE_K;
+        // the same for the whole block; only dW's modules (A MN-major: dy^T) carry the row sums
+        const bool with_sums = !A_KMAJOR && (flags & FLAG_ROWSUM) && tn == 0;
+#pragma unroll
+        for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[i] = 0.0f;
+        for (int kb = 0; kb < nk; ++kb, ++it) {
+            const int s = it % WG_STAGES;
+            mbar_wait(full_bar + 8 * s, (it / WG_STAGES) & 1);
+            const unsigned a_tile = a_ring + s * WG_A_BYTES, b_tile = b_ring + s * WG_B_BYTES;
+            fence_accumulators(acc);
+            fence_accumulators(sums);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < TILE_K / 16; ++kk) {
+                const unsigned long long da = wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk);
+                wgmma_tile(acc, da, wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
+                if (with_sums) wgmma_rowsum(sums, da, wgmma_operand_desc(true, ones, 0, kk));
+            }
+            wgmma_commit();
+            fence_accumulators(acc);
+            fence_accumulators(sums);
+            if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
+                wgmma_wait<1>();
+                fence_accumulators(acc);
+                fence_accumulators(sums);
+                mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
+            }
+        }
+        wgmma_wait<0>();
+        fence_accumulators(acc);
+        fence_accumulators(sums);
+        if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
+
+        // epilogue straight from the registers: per 8-column group j, each thread holds columns
+        // 8j + cc, 8j + cc + 1 of rows r and r + 8 of its warpgroup's 64 (wgmma_acc_coords)
+        int r, cc;
+        wgmma_acc_coords(t, 0, r, cc);
+        const int i0 = tm * WG_BM + 64 * wg + r, j0 = tn * WG_BN + cc;
+        if (with_sums && cc == 0) {  // column 0 of the row sums: registers 0 (row r) and 2 (row r + 8)
+            float* out = static_cast<float*>(rowsum) + (size_t)split * rows;
+            if (i0 < rows) out[i0] = sums[0];
+            if (i0 + 8 < rows) out[i0 + 8] = sums[2];
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (i0 + 8 * h >= rows) continue;
+#pragma unroll
+            for (int j = 0; j < WG_BN / 8; ++j)
+                finish_two(o, i0 + 8 * h, j0 + 8 * j, split, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+    }
+}
+#endif  // GEMM_WGMMA
+
+// =================================================================================================
+#ifdef GEMM_REDUCE
+// C (+)= sum_s partial[s] (+ bias), the slices added in order s = 0, 1, ...; grid-stride, 4 elements
+// per step with FLAG_VEC (cols % 4 == 0), else 1. flags: FLAG_BIAS, FLAG_ACCUMULATE, FLAG_OUT_F32, FLAG_VEC.
+extern "C" __global__ void splitk_finish(const float* __restrict__ partial, void* c, const floatX* bias, int rows,
+                                         int cols, int splits, int flags) {
+    const Out o{c, bias, nullptr, rows, cols, flags};
+    const size_t n = (size_t)rows * cols;
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    if (flags & FLAG_VEC) {
+        for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n / 4; q += step) {
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int s = 0; s < splits; ++s) {
+                const Quad<float> p = reinterpret_cast<const Quad<float>*>(partial + (size_t)s * n)[q];
+                for (int e = 0; e < 4; ++e) v[e] += p.v[e];
+            }
+            finish_four(o, (int)(4 * q / cols), (int)(4 * q % cols), 0, v);
+        }
+    } else {
+        for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += step) {
+            float v = 0.0f;
+            for (int s = 0; s < splits; ++s) v += partial[(size_t)s * n + q];
+            finish_one(o, (int)(q / cols), (int)(q % cols), 0, v);
+        }
+    }
+}
+
+// partial[g, j] = sum of x[r, j] over the rows r of group g (rows_per_group of them): a block of 8
+// warps covers 64 columns (2 per lane, so a warp reads 128 contiguous bytes of a row); warp w takes
+// rows w, w + 8, ... of the group; the 8 warp sums are added in order.
+extern "C" __global__ void __launch_bounds__(256)
+colsum_partial(const floatX* __restrict__ x, float* __restrict__ partial, int n, int m, int rows_per_group) {
+    __shared__ float sums[8][64];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int j = blockIdx.x * 64 + 2 * lane, g = blockIdx.y;
+    const int r_lo = g * rows_per_group, r_hi = min(n, r_lo + rows_per_group);
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int r = r_lo + warp; r < r_hi; r += 8) {
+        if (j < m) s0 += to_f32(x[(size_t)r * m + j]);
+        if (j + 1 < m) s1 += to_f32(x[(size_t)r * m + j + 1]);
+    }
+    sums[warp][2 * lane] = s0;
+    sums[warp][2 * lane + 1] = s1;
+    __syncthreads();
+    if (threadIdx.x < 64) {
+        float s = 0.0f;
+        for (int w = 0; w < 8; ++w) s += sums[w][threadIdx.x];
+        const int jj = blockIdx.x * 64 + threadIdx.x;
+        if (jj < m) partial[(size_t)g * m + jj] = s;
+    }
+}
+
+// out[j] += sum over g of partial[g, j], in order; out is floatX or float (FLAG_OUT_F32).
+extern "C" __global__ void colsum_finish(const float* __restrict__ partial, void* out, int groups, int m, int flags) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= m) return;
+    float s = 0.0f;
+    for (int g = 0; g < groups; ++g) s += partial[(size_t)g * m + j];
+    if (flags & FLAG_OUT_F32) {
+        static_cast<float*>(out)[j] += s;
+    } else {
+        floatX* o = static_cast<floatX*>(out);
+        o[j] = from_f32<floatX>(to_f32(o[j]) + s);
+    }
+}
+#endif  // GEMM_REDUCE

@@ -1,0 +1,422 @@
+"""matmul, cupy_raw: hand-written tensor-core GEMMs, and cuBLASLt called directly.
+
+    y = x @ W.T + b                   x (N,K), W (M,K) (llm.c's (out, in) layout), b (M) -> y (N,M)
+
+Backward, given dy (N,M):   dx = dy @ W (N,K);   dW += dy.T @ x (M,K);   db += sum_n dy (M)
+
+Each product is one GEMM C[i, j] (+)= sum_k A(i, k) B(j, k) of matmul.cu, whose operands are read in
+place, K-major (rows contiguous along k) or MN-major (stored transposed): no transposed copies.
+
+    product   C          rows  cols  depth   A (major)      B (major)
+    forward   y          N     M     K       x (K)          W (K)
+    dx        dx         N     K     M       dy (K)         W (MN)
+    dW        dW (+=)    M     K     N       dy (MN)        x (MN)
+
+Variants (one object each, registered by plugin.py):
+
+    tiled     gemm_mma: mma.sync.m16n8k16 on the tensor cores, a cp.async ring of 128-byte-swizzled
+              shared-memory tiles (matmul_layout.cuh), ldmatrix fragments; any shape, with an
+              element-wise loader where rows are not 16-byte aligned. What it adds to gemm_simt, the
+              CUDA-core GEMM that float32 inputs get: tensor cores, asynchronous copies, a pipeline.
+    wgmma     gemm_wgmma: Hopper's path. TMA copies whole tiles (tensor maps encoded on the host,
+              _tma.py), a producer warp keeps a ring of them full behind mbarriers, two consumer
+              warpgroups multiply with wgmma.mma_async straight from shared memory; one persistent
+              block per SM walks the output tiles, so one tile's epilogue overlaps the next one's
+              loads. Where TMA cannot describe an operand (a row not 16-byte aligned: K or M not a
+              multiple of 8) it runs gemm_mma instead, as tiled would.
+    cublaslt  cuBLASLt's own kernel (_cublaslt.py: ctypes, a preallocated workspace, the heuristic's
+              algorithm per shape), float32 compute: the reference point the hand-written ones are
+              measured against, and usable inside a captured CUDA graph, which CuPy's cuBLAS is not.
+
+All three: float32 inputs are multiplied in IEEE float32 (gemm_simt; cuBLASLt's CUBLAS_COMPUTE_32F),
+16-bit ones on the tensor cores with float32 accumulation. Parameter gradients accumulate into
+their buffers in the buffer's dtype: the inputs' or float32 (mixed precision). db, the column sums
+of dy, comes out of wgmma's dW kernel itself (one more wgmma per step against a tile of ones, for
+the blocks of tile column 0: dy is not read a second time); tiled and cublaslt run matmul.cu's
+two-pass column sum. Everything is deterministic (split-K adds its slices in order, no atomics).
+
+Epilogues: the bias is added in the GEMM's epilogue (every variant); `forward_gelu` (tiled and
+wgmma) applies GPT-2's tanh GELU there too and can store the pre-activation for the backward: the
+fused first layer of the MLP. The core has no fused op to register it under yet.
+
+Split-K: a product with few output tiles for its depth (dW: 768 x 768 from 16384 rows) is cut
+along k into slices, each written as float32 to a (slices, rows, cols) buffer, then added in order
+by splitk_finish (with the bias and the old C). `_split` picks the slice count.
+
+Launch configurations: CONFIGS per engine and product, SHAPE_CONFIGS for GPT-2 shapes that differ;
+first guesses (from the triton backend's H200 sweeps, reports/triton-h200/notes-matmul.md, and
+CUTLASS's usual Hopper tiles), to be replaced by this backend's own sweep
+(bench/tune/cupy_raw_matmul_sweep.py).
+
+Tested without a GPU (tests/test_cupy_raw_matmul.py): the index maps against an emulation of the
+hardware, every variant's host side against a NumPy model of each kernel, and gemm_mma and
+gemm_wgmma themselves in the CPU emulator; on the H200 by bench/device/cupy_raw.sh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _common, _cublaslt, _tma
+from . import _runtime as rt
+
+# epilogue flags: the #defines of matmul.cu (tests/test_cupy_raw_matmul.py checks they agree)
+FLAG_BIAS, FLAG_ACCUMULATE, FLAG_GELU, FLAG_PRE, FLAG_OUT_F32, FLAG_PARTIAL, FLAG_VEC = 1, 2, 4, 8, 16, 32, 64
+FLAG_ROWSUM = 128
+
+TILE_K = 64          # k per shared-memory tile (gemm_mma, gemm_wgmma); split-K slices are multiples of it
+SIMT_TILE = 64       # gemm_simt's tile of C
+WG_BM = 128          # gemm_wgmma's tile rows
+WG_THREADS = 288     # two consumer warpgroups and a producer warp
+COLSUM_GROUPS = 128  # row groups of the bias gradient's first pass
+
+
+def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, split_k=1, busy=0.8):
+    return dict(engine="mma", bm=bm, bn=bn, warps_m=warps_m, warps_n=warps_n, stages=stages, ctas=ctas,
+                group_m=group_m, split_k=split_k, busy=busy)
+
+
+def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8):
+    return dict(engine="wgmma", bn=bn, stages=stages, ctas=ctas, persistent=persistent, group_m=group_m,
+                split_k=split_k, busy=busy)
+
+
+#: (engine, product) -> launch configuration. bm x bn: the tile of C; stages: the shared-memory ring;
+#: ctas: blocks per SM the kernel's registers are budgeted for (__launch_bounds__) and split-K's
+#: occupancy assumes; persistent (wgmma): a grid of ctas blocks per SM walking the work items, so that
+#: one tile's epilogue overlaps the next one's loads (else one block per item); group_m: tile rows
+#: walked together (L2 reuse); split_k: the most k slices; busy: the wave occupancy that is enough
+#: (see _split).
+CONFIGS = {
+    ("mma", "forward"): _mma(),
+    # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
+    # (128 registers) ptxas spills 4 (dx) and 60 (dW) bytes; one block per SM has room
+    ("mma", "dx"): _mma(ctas=1),
+    ("mma", "dW"): _mma(ctas=1, split_k=16),
+    # 128 x 256 tiles, two m64n256 consumers, a 4-deep ring (192 KB), one persistent block per SM:
+    # the layout CUTLASS's Hopper GEMMs favour for bf16 at these sizes. (Two blocks per SM leave a
+    # consumer 96 registers - 18 warps over 4 schedulers - and gemm_wgmma spills there.)
+    ("wgmma", "forward"): _wg(bn=256),
+    ("wgmma", "dx"): _wg(bn=256),
+    # dW's output is small (768 x 768: 18 such tiles): 128 x 128 tiles and split-K
+    ("wgmma", "dW"): _wg(split_k=16, busy=0.9),
+}
+
+#: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
+SHAPE_CONFIGS = {
+    # lm_head: W (77 MB) is read from DRAM once per group of tile rows: walk 32 of them together
+    ("wgmma", "forward", 50304, 768): _wg(bn=256, group_m=32),
+    ("mma", "forward", 50304, 768): _mma(group_m=32),
+}
+
+#: the unaligned gemm_mma (element-wise loads: awkward shapes, tests) budgets registers for one block per SM
+UNALIGNED = _mma(ctas=1)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A GEMM operand read in place: A(i, k) = array[i * ld + k] (kmajor) or array[k * ld + i]."""
+
+    array: object
+    ld: int
+    kmajor: bool
+
+
+def _pointer(a) -> int:
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
+def _rows_aligned(op: Operand, extent: int) -> bool:
+    """Every row of the operand starts on a 16-byte boundary and holds whole 16-byte chunks along
+    its contiguous direction (`extent` elements: depth for K-major, rows / cols for MN-major)."""
+    size = op.array.dtype.itemsize
+    return _pointer(op.array) % 16 == 0 and (op.ld * size) % 16 == 0 and (extent * size) % 16 == 0
+
+
+def _split(cfg: dict, tiles: int, depth: int, sms: int) -> int:
+    """The k slice length (a multiple of TILE_K). `slots` = SMs x ctas blocks run at a time; tiles x S
+    work items fill ceil(tiles x S / slots) waves. S is the fewest slices (at most split_k, each at
+    least 512 deep) whose waves are at least `busy` full, else the fullest; 1 whenever the tiles
+    alone get there. Each extra slice costs a float32 (rows, cols) write and read."""
+    steps = max(1, rt.cdiv(depth, TILE_K))
+    slots = sms * cfg["ctas"]
+    most = max(1, min(cfg["split_k"], steps * TILE_K // 512))
+    busy = [tiles * s / (slots * rt.cdiv(tiles * s, slots)) for s in range(1, most + 1)]
+    slices = next((s for s, b in enumerate(busy, 1) if b >= cfg["busy"]), busy.index(max(busy)) + 1)
+    return rt.cdiv(steps, slices) * TILE_K
+
+
+def _flags(c, bias, pre, accumulate: bool, gelu: bool, out_f32: bool, cols: int) -> int:
+    flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_ACCUMULATE if accumulate else 0)
+    flags |= (FLAG_GELU if gelu else 0) | (FLAG_PRE if pre is not None else 0) | (FLAG_OUT_F32 if out_f32 else 0)
+    if cols % 4 == 0 and all(_pointer(x) % 16 == 0 for x in (c, bias, pre) if x is not None):
+        flags |= FLAG_VEC
+    return flags
+
+
+def _finish(partial, c, bias, rows: int, cols: int, accumulate: bool, out_f32: bool, dtype_of) -> None:
+    """c (+)= sum of the split-K slices (+ bias), in slice order."""
+    xp = _common.xp_of(c)
+    flags = _flags(c, bias, None, accumulate, False, out_f32, cols)
+    k = rt.function("matmul", "splitk_finish", {"GEMM_REDUCE": 1, "floatX": _common.ctype(dtype_of)})
+    items = rows * cols // 4 if flags & FLAG_VEC else rows * cols
+    rt.launch(k, _common.elementwise_grid(max(1, items), xp), _common.ELEMENTWISE_THREADS,
+              (partial, c, bias if bias is not None else dtype_of, _common.i32(rows), _common.i32(cols),
+               _common.i32(partial.shape[0]), np.int32(flags)))
+
+
+def colsum_into(x, out) -> None:
+    """out (M,) += x (N, M).sum(axis=0): float32 partial sums of COLSUM_GROUPS row groups, then the
+    groups added in order (out in x's dtype or float32)."""
+    N, M = x.shape
+    xp = _common.xp_of(x)
+    rows = rt.cdiv(N, min(COLSUM_GROUPS, max(N, 1)))
+    groups = rt.cdiv(N, rows)
+    partial = xp.empty((groups, M), dtype=np.float32)
+    rt.launch(rt.function("matmul", "colsum_partial", {"GEMM_REDUCE": 1, "floatX": _common.ctype(x)}),
+              (rt.cdiv(M, 64), groups), 256, (x, partial, _common.i32(N), _common.i32(M), _common.i32(rows)))
+    _add_rows(partial, out, x)
+
+
+def _add_rows(partial, out, dtype_of) -> None:
+    """out (M,) += partial (G, M).sum(axis=0), the G float32 rows added in order."""
+    G, M = partial.shape
+    defines = {"GEMM_REDUCE": 1, "floatX": _common.ctype(dtype_of)}
+    out_f32 = str(out.dtype) == "float32"
+    rt.launch(rt.function("matmul", "colsum_finish", defines), rt.cdiv(M, 256), 256,
+              (partial, out, _common.i32(G), _common.i32(M), np.int32(FLAG_OUT_F32 if out_f32 else 0)))
+
+
+def _config(engine: str, product: str, weight_shape: tuple, config: dict | None) -> dict:
+    if config is not None:
+        return dict(config)
+    return dict(SHAPE_CONFIGS.get((engine, product, *weight_shape), CONFIGS[(engine, product)]))
+
+
+def gemm(engine: str, a: Operand, b: Operand, c, rows: int, cols: int, depth: int, bias=None,
+         accumulate: bool = False, gelu: bool = False, pre=None, rowsum=None, product: str = "forward",
+         weight_shape: tuple = (), config: dict | None = None):
+    """c (rows, cols) (+)= A @ B^T (+ bias), GELU'd if asked, on engine "mma", "wgmma" or "cublaslt"
+    ("simt" for float32 whatever the engine but cublaslt); with `rowsum` (rows,), also rowsum +=
+    A.sum(axis=1) (dW's bias gradient: A = dy^T, MN-major), fused into gemm_wgmma, a column sum of
+    A's array otherwise. `product` and the linear's `weight_shape` (out, in) pick the launch
+    configuration; `config` overrides it (sweeps). Returns c."""
+    dt = str(a.array.dtype)
+    if rowsum is not None and (a.kmajor or a.ld != rows):
+        raise ValueError("matmul gemm: rowsum= sums the rows of an MN-major A stored as (depth, rows)")
+    if rows == 0 or cols == 0:
+        return c
+    if engine == "wgmma" and dt != "float32" and _tma_ok(a, b, depth):
+        return _launch_wgmma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum,
+                             _config("wgmma", product, weight_shape, config))
+    if engine == "cublaslt":
+        if gelu or pre is not None:
+            raise ValueError("matmul cublaslt: no GELU epilogue here (forward_gelu is tiled's and wgmma's)")
+        _cublaslt_gemm(a, b, c, rows, cols, depth, bias, accumulate)
+    elif dt == "float32":
+        _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre)
+    elif engine in ("mma", "wgmma"):
+        aligned = _rows_aligned(a, depth if a.kmajor else rows) and _rows_aligned(b, depth if b.kmajor else cols)
+        cfg = _config("mma", product, weight_shape, config) if aligned else dict(UNALIGNED)
+        _launch_mma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned)
+    else:
+        raise ValueError(f"matmul: unknown GEMM engine {engine!r}; engines are mma, wgmma, cublaslt")
+    if rowsum is not None:
+        colsum_into(a.array.reshape(depth, rows), rowsum)
+    return c
+
+
+def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
+    """The k slice length: all of depth for the GELU epilogue (it needs the whole sum), else _split's."""
+    return TILE_K * rt.cdiv(max(depth, 1), TILE_K) if gelu else _split(cfg, tiles, depth, _common.num_sms(xp))
+
+
+def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
+                 depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
+                 work_items: bool = False, k_split: int | None = None, flags: int = 0) -> None:
+    """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
+    depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
+    gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
+    ctas blocks per SM that walk the items. With more than one k slice (_split, or `k_split`), into
+    float32 partials that splitk_finish then adds to c in order. `flags`: more FLAG_ bits."""
+    xp = _common.xp_of(c)
+    sms = _common.num_sms(xp)
+    k_split = k_split or _k_split(cfg, tiles, depth, gelu, xp)
+    slices = rt.cdiv(max(depth, 1), k_split)
+    if not work_items:
+        grid = (tiles, slices)
+    else:
+        grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
+    out_f32 = str(c.dtype) == "float32"
+    dummy = a.array  # for an absent bias / pre: a floatX pointer the kernel never reads
+    if slices == 1:
+        target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols)
+    else:
+        target = xp.empty((slices, rows, cols), dtype=np.float32)
+        flags |= FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
+    rt.launch(kernel, grid, threads,
+              lead + (target, bias if bias is not None and slices == 1 else dummy, pre if pre is not None else dummy,
+                      _common.i32(rows), _common.i32(cols), _common.i32(depth)) + middle
+              + (_common.i32(k_split), _common.i32(cfg["group_m"]), np.int32(flags)),
+              shared_mem=shared)
+    if slices > 1:
+        _finish(target, c, bias, rows, cols, accumulate, out_f32, dummy)
+
+
+def _launch_simt(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre):
+    kernel = rt.function("matmul", "gemm_simt", {"GEMM_SIMT": 1, "floatX": _common.ctype(a.array)})
+    tiles = rt.cdiv(rows, SIMT_TILE) * rt.cdiv(cols, SIMT_TILE)
+    cfg = {"group_m": 8, "split_k": 1, "ctas": 1, "busy": 0.8}
+    _launch_gemm(kernel, tiles, 256, 0, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre,
+                 (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld), np.int32(a.kmajor), np.int32(b.kmajor)))
+    return c
+
+
+def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned: bool):
+    defines = {"GEMM_MMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor), "B_KMAJOR": int(b.kmajor),
+               "MMA_BM": cfg["bm"], "MMA_BN": cfg["bn"], "MMA_WARPS_M": cfg["warps_m"], "MMA_WARPS_N": cfg["warps_n"],
+               "MMA_STAGES": cfg["stages"], "MMA_CTAS": cfg["ctas"], "ALIGNED": int(aligned)}
+    kernel = rt.function("matmul", "gemm_mma", defines)
+    tiles = rt.cdiv(rows, cfg["bm"]) * rt.cdiv(cols, cfg["bn"])
+    shared = max(cfg["stages"] * (cfg["bm"] + cfg["bn"]) * 128, cfg["bm"] * (cfg["bn"] + 8) * 4)
+    _launch_gemm(kernel, tiles, cfg["warps_m"] * cfg["warps_n"] * 32, shared, cfg, a, c, rows, cols, depth, bias,
+                 accumulate, gelu, pre, (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld)))
+    return c
+
+
+def wgmma_shared_bytes(bn: int, stages: int) -> int:
+    """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A and B
+    tiles, a 1 KB tile of ones (the row sums' B), and a full and an empty mbarrier per slot."""
+    return 1024 + stages * (WG_BM + bn) * 128 + 1024 + 16 * stages
+
+
+def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
+    """TMA can describe both operands: 16-byte-aligned bases and row strides (K, M multiples of 8)."""
+    return depth > 0 and all(_pointer(op.array) % 16 == 0 and (op.ld * op.array.dtype.itemsize) % 16 == 0
+                             for op in (a, b))
+
+
+def _operand_map(op: Operand, mn_extent: int, depth: int, bmn: int):
+    """The tensor map of one operand as it is stored: K-major rows of depth (boxes of 64 k x bmn
+    rows), or MN-major rows of mn (boxes of 64 x 64), matching gemm_wgmma's tma_tile."""
+    if op.kmajor:
+        return _tma.tiled_2d(op.array, mn_extent, depth, op.ld, TILE_K, bmn)
+    return _tma.tiled_2d(op.array, depth, mn_extent, op.ld, 64, TILE_K)
+
+
+def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum, cfg):
+    defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
+               "B_KMAJOR": int(b.kmajor), "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"], "WG_CTAS": cfg["ctas"]}
+    kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
+    xp = _common.xp_of(c)
+    tiles = rt.cdiv(rows, WG_BM) * rt.cdiv(cols, cfg["bn"])
+    k_split = _k_split(cfg, tiles, depth, gelu, xp)
+    # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
+    sums = xp.empty((rt.cdiv(depth, k_split), rows), dtype=np.float32) if rowsum is not None else None
+    maps = (_operand_map(a, rows, depth, WG_BM), _operand_map(b, cols, depth, cfg["bn"]))
+    _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"]), cfg, a, c, rows, cols,
+                 depth, bias, accumulate, gelu, pre, maps, (sums if sums is not None else c,), work_items=True,
+                 k_split=k_split, flags=FLAG_ROWSUM if sums is not None else 0)
+    if sums is not None:
+        _add_rows(sums, rowsum, a.array)
+    return c
+
+
+def _cublaslt_gemm(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate) -> None:
+    """Row-major C (rows x cols) is column-major C^T (cols x rows), C^T = op(B) op(A) with cuBLAS's
+    m = cols, n = rows, k = depth: a K-major B is stored as column-major (depth x cols), so op = T;
+    an MN-major one as (cols x depth), op = N; A the other way round. The bias (over cols) is
+    cuBLASLt's BIAS epilogue, added to each row of D = each column index j of C."""
+    _cublaslt.matmul(c, b.array, _cublaslt.OP_T if b.kmajor else _cublaslt.OP_N,
+                     a.array, _cublaslt.OP_N if a.kmajor else _cublaslt.OP_T,
+                     cols, rows, depth, b.ld, a.ld, cols, bias=bias, beta=1.0 if accumulate else 0.0)
+
+
+@dataclass
+class Saved:
+    x: object        # (N,K)
+    weight: object   # (M,K)
+    bias: object     # (M) or None: its shape and dtype check the bias gradient's buffer
+
+
+def _check(x, weight, bias) -> str:
+    dt = _common.check_float("matmul", "x", x)
+    for name, arr in (("weight", weight), ("bias", bias)):
+        if arr is not None and str(arr.dtype) != dt:
+            raise TypeError(f"matmul: '{name}' must have x's dtype {dt}, got {arr.dtype}")
+    _common.check_contiguous("matmul", x=x, weight=weight, bias=bias)
+    if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"matmul: x (N,K) and weight (M,K) must share K, got {tuple(x.shape)} and {tuple(weight.shape)}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"matmul: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+    return dt
+
+
+class Matmul:
+    """One registered variant: matmul's forward and backward on one GEMM engine."""
+
+    def __init__(self, engine: str):
+        self.engine = engine
+
+    def forward(self, inputs, attrs, out=None):
+        x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
+        _check(x, weight, bias)
+        N, K = x.shape
+        M = weight.shape[0]
+        y = _common.output("matmul", _common.xp_of(x), out, (N, M), str(x.dtype))      # (N,M)
+        gemm(self.engine, Operand(x, K, True), Operand(weight, K, True), y, N, M, K, bias=bias,
+             weight_shape=(M, K))
+        return y, Saved(x, weight, bias)
+
+    def forward_gelu(self, x, weight, bias=None, out=None, pre=None):
+        """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward."""
+        if self.engine == "cublaslt":
+            raise ValueError("matmul cublaslt: forward_gelu is the hand-written GEMMs' epilogue (tiled, wgmma)")
+        _check(x, weight, bias)
+        N, K = x.shape
+        M = weight.shape[0]
+        xp = _common.xp_of(x)
+        y = _common.output("matmul", xp, out, (N, M), str(x.dtype))
+        if pre is not None:
+            _common.output("matmul", xp, pre, (N, M), str(x.dtype), name="pre")
+        gemm(self.engine, Operand(x, K, True), Operand(weight, K, True), y, N, M, K, bias=bias, gelu=True,
+             pre=pre, weight_shape=(M, K))
+        return y
+
+    def backward(self, saved, dout, grads):
+        x, weight = saved.x, saved.weight
+        N, K = x.shape
+        M = weight.shape[0]
+        if str(dout.dtype) != str(x.dtype) or tuple(dout.shape) != (N, M):
+            raise ValueError(f"matmul: dout must be {x.dtype} of shape {(N, M)}, got {dout.dtype} {tuple(dout.shape)}")
+        _common.check_contiguous("matmul", dout=dout)
+        xp = _common.xp_of(x)
+        dx = _common.grad_buffer("matmul", grads, "x", x, xp)                               # (N,K)
+        dw, db = grads["weight"], grads["bias"] if saved.bias is not None else None
+        _common.check_param_grad("matmul", "weight", dw, weight)
+        if db is not None:
+            _common.check_param_grad("matmul", "bias", db, saved.bias)
+        gemm(self.engine, Operand(dout, M, True), Operand(weight, K, False), dx, N, K, M,   # dx = dy @ W
+             product="dx", weight_shape=(M, K))
+        gemm(self.engine, Operand(dout, M, False), Operand(x, K, False), dw, M, K, N,      # dW += dy.T @ x
+             accumulate=True, rowsum=db, product="dW", weight_shape=(M, K))                # db += sum_n dy
+        result = {"x": dx, "weight": dw}
+        if db is not None:
+            result["bias"] = db
+        return result
+
+
+tiled = Matmul("mma")
+wgmma = Matmul("wgmma")
+cublaslt = Matmul("cublaslt")
+
+
+def cublaslt_unavailable() -> str | None:
+    """None when libcublasLt can be found here, else why not (the cublaslt variant's probe)."""
+    try:
+        _cublaslt.library_path()
+    except OSError as e:
+        return str(e)
+    return None

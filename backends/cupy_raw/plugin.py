@@ -1,0 +1,56 @@
+"""Registers the cupy_raw backend: hand-written CUDA C kernels, compiled at run time by CuPy's
+RawModule (NVRTC) for the GPU at hand, launched on CuPy arrays.
+
+This module imports neither cupy nor the backend's runtime (entry points are loaded at start-up):
+each variant names its implementation by string, imported the first time it is used. The first
+variant listed for an op is the backend's default for it.
+
+    embedding     gather     one warp per position forward; sort-free deterministic scatter-add backward
+    layernorm     rows       one warp per row, row kept in registers; dweight/dbias from per-block partials
+    matmul        tiled      tensor-core GEMM (mma.sync, cp.async pipeline), bias and GELU epilogues (matmul.py)
+    matmul        wgmma      Hopper GEMM: TMA, mbarriers, warp-specialised wgmma consumers
+    matmul        cublaslt   cuBLASLt called directly, capturable in a CUDA graph: the reference point
+    attention     flash      FlashAttention-2 forward and backward on tensor cores (mma.sync m16n8k16)
+    attention     simple     one block per query row, exact softmax in shared memory, no tensor cores
+    attention_cached simple  generation with a KV cache: block per new query row, cache views in place
+    gelu          fused      tanh GELU, one pass each way, 16-byte vectors
+    residual      fused      a + b in one pass, 16-byte vectors
+    crossentropy  online     one block per row, online logsumexp; no probabilities kept
+    adamw         fused      the whole update in one pass; bf16 weight copy, clipping, device scalars
+    sumsq         ordered    the gradient's sum of squares in a fixed order (two launches)
+"""
+
+from euler_core.ops import OPS
+from euler_core.registry import Backend, Variant, hookimpl
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+_VARIANTS = [
+    ("embedding", "gather", "embedding", "warp per position; sort-free, deterministic scatter-add backward"),
+    ("layernorm", "rows", "layernorm", "warp per row in registers; deterministic dweight/dbias partial sums"),
+    ("matmul", "tiled", "matmul:tiled", "hand-written tensor-core GEMM, bias and GELU epilogues, fp32 accumulation"),
+    ("matmul", "wgmma", "matmul:wgmma", "Hopper GEMM: TMA tiles, a producer warp, wgmma consumers; bias and GELU epilogues"),
+    ("matmul", "cublaslt", "matmul:cublaslt", "cuBLASLt called directly (ctypes), graph-capturable; the reference"),
+    ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),
+    ("attention", "simple", "attention:simple", "one block per query row, exact softmax, no tensor cores"),
+    ("attention_cached", "simple", "attention_cached", "KV-cache attention: block per query row, cache views read in place"),
+    ("gelu", "fused", "gelu", "tanh GELU, one pass each way"),
+    ("residual", "fused", "residual", "a + b in one pass"),
+    ("crossentropy", "online", "crossentropy", "block per row, online logsumexp; no probabilities kept"),
+    ("adamw", "fused", "adamw", "the whole AdamW update in one pass, bf16 copy and clipping fused"),
+    ("sumsq", "ordered", "sumsq", "sum of squares in a fixed order: per-block partials, then one block"),
+]
+
+
+@hookimpl
+def nanoeuler_backends():
+    # embedding and crossentropy take integer ids that callers slice out of token windows (views):
+    # they copy those to contiguous themselves; attention_cached reads the KV cache's views in place;
+    # every other variant has the dispatcher refuse non-contiguous input.
+    variants = [Variant(op, name, impl=f"backends.cupy_raw.{impl}", device="cuda", dtypes=DTYPES,
+                        requires=("cupy",), contiguous=op not in ("embedding", "crossentropy", "attention_cached"),
+                        description=description)
+                for op, name, impl, description in _VARIANTS
+                if op in OPS]  # a core without an op (sumsq is younger than the rest) gets the others
+    return [Backend("cupy_raw", "hand-written CUDA C kernels compiled at run time through CuPy (NVRTC)",
+                    variants)]

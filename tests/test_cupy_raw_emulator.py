@@ -1,0 +1,268 @@
+"""The cupy_raw backend's CUDA kernels run on the CPU by its emulator (backends/cupy_raw/_emulator.py:
+g++, a fiber per CUDA thread, barriers, shuffles, atomics, 16-bit floats, mma.sync): no GPU needed.
+
+Every kernel goes through the conformance suite's own case checks (against float64 naive, out=
+poisoned with NaN, gradients accumulated twice, activation buffers overwritten, inputs unchanged,
+bitwise repeatable) at the suite's awkward shapes, in float32 and bfloat16 (float16 where it changes
+an instruction), with the very launch configurations the GPU gets. Cases that take the emulator long (attention's longer T and
+GPT-2's 64-wide heads) are left to the GPU run (bench/device/cupy_raw.sh); SLOW names them.
+
+Then a whole GPT-2 training step through these kernels (matmul aside), float32 and mixed precision;
+and what the suite does not reach: the new adamw contract (param_copy, clipping from grad_sumsq,
+a skipped step, device scalars), sumsq, embedding's path for a token held by more positions than it
+sorts in shared memory, the errors a caller gets before any launch, and the emulator itself
+(a barrier not every thread reaches is an error, not a hang).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from backends.cupy_raw import _emulator
+from backends.cupy_raw import _runtime as rt
+
+pytestmark = pytest.mark.skipif(_emulator.unavailable_reason() is not None,
+                                reason=str(_emulator.unavailable_reason()))
+
+from backends.cupy_raw._testing import emulated_variant  # noqa: E402
+from backends.cupy_raw.plugin import _VARIANTS  # noqa: E402
+from conformance.cases import CASES  # noqa: E402
+from conformance.runner import PASSED, run_case  # noqa: E402
+
+#: (op, variant, case) the emulator takes many seconds for; they run in the H200 conformance run
+SLOW = {("attention", "simple", "T128"), ("attention", "simple", "T257"), ("attention", "simple", "HS64"),
+        ("attention", "simple", "NH1"), ("attention", "flash", "T128"), ("attention", "flash", "T257"),
+        ("attention", "flash", "HS64"), ("attention", "flash", "NH1")}
+
+
+def _dtypes(op: str, variant: str, case: str) -> tuple:
+    """float32 and bfloat16 everywhere; float16 (the same code but for its conversions) where it
+    changes an instruction: flash's fp16 mma, at two shapes. flash takes float32 through the simple
+    kernels, checked as the simple variant."""
+    if (op, variant) == ("attention", "flash"):
+        return ("bfloat16", "float16") if case in ("small", "T17-C36-NH3") else ("bfloat16",)
+    return ("float32", "bfloat16")
+
+
+PARAMS = [pytest.param(op, variant, case.name, dtype, id=f"{op}-{variant}-{case.name}-{dtype}")
+          for op, variant, impl, _ in _VARIANTS if op in CASES and not impl.startswith("matmul")
+          for case in CASES[op] if (op, variant, case.name) not in SLOW
+          for dtype in _dtypes(op, variant, case.name)]
+
+
+@pytest.mark.parametrize("op,variant,case,dtype", PARAMS)
+def test_case_checks_in_the_emulator(op, variant, case, dtype):
+    results = run_case(emulated_variant(op, variant), op, case, dtype, seed=0)
+    assert results, "no check ran"
+    bad = [str(r) for r in results if r.status != PASSED]
+    assert not bad, "\n".join(bad)
+
+
+# ---- a whole GPT-2 training step through the kernels -----------------------------------------
+def _emulated_registry(attention_variant: str):
+    from backends.naive import plugin as naive
+    from euler_core.ops import OPS
+    from euler_core.registry import Backend, Registry, Variant, hookimpl
+
+    class Emulated:
+        @hookimpl
+        def nanoeuler_backends(self):
+            variants = [emulated_variant(op, v) for op, v, impl, _ in _VARIANTS
+                        if op in OPS and not impl.startswith("matmul") and (op != "attention" or v == attention_variant)]
+            variants.append(Variant("matmul", "f32acc", impl="cupy_raw_cpu_matmul", device="cpu",
+                                    dtypes=("float32", "float16", "bfloat16")))
+            return [Backend("cupyrawcpu", "the cupy_raw kernels in the CPU emulator", variants)]
+
+    return Registry(plugins=[naive, Emulated()], entry_points=False)
+
+
+@pytest.mark.parametrize("attention_variant,dtype", [("simple", "float32"), ("flash", "bfloat16"),
+                                                     ("flash", "float16")])
+def test_model_step_through_the_kernels(attention_variant, dtype):
+    """conformance's model check (loss and every parameter gradient of a 2-layer GPT against the
+    float64 naive run) with every op but matmul from the emulated cupy_raw kernels; 16-bit models in
+    mixed precision (float32 master weights and gradient buffers)."""
+    from conformance.model import check_model_step
+    from euler_core import model
+    if dtype != "float32" and dtype not in getattr(model, "MIXED", ()):
+        pytest.skip("this core's model has no mixed precision yet (issue 12 brings it)")
+    check_model_step("cupyrawcpu", registry=_emulated_registry(attention_variant), seed=0, dtype=dtype)
+
+
+# ---- adamw: the GPU training step's contract -------------------------------------------------
+def _adamw_reference(p, g, m, v, lr, step, b1, b2, eps, wd, scale):
+    g = g.astype(np.float64) * scale
+    m = b1 * m.astype(np.float64) + (1 - b1) * g
+    v = b2 * v.astype(np.float64) + (1 - b2) * g * g
+    p = p.astype(np.float64)
+    p = p - lr * (m / (1 - b1 ** step) / (np.sqrt(v / (1 - b2 ** step)) + eps) + wd * p)
+    return p, m, v
+
+
+def _adamw_inputs(n=1000, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"param": rng.standard_normal(n).astype(np.float32), "grad": rng.standard_normal(n).astype(np.float32),
+            "m": (rng.standard_normal(n) * 0.1).astype(np.float32),
+            "v": (rng.standard_normal(n) ** 2 * 0.01).astype(np.float32)}
+
+
+def _adamw(inputs, **attrs):
+    from backends.cupy_raw import adamw
+    full = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "grad_scale": 1.0, "max_norm": 0.0}
+    full.update(attrs)
+    with rt.emulation():
+        adamw.forward(inputs, full)
+
+
+@pytest.mark.parametrize("device_scalars", [False, True], ids=["python-numbers", "device-scalars"])
+def test_adamw_clips_from_grad_sumsq_and_writes_the_bf16_copy(device_scalars):
+    import ml_dtypes
+    inputs = _adamw_inputs()
+    before = {k: v.copy() for k, v in inputs.items()}
+    sumsq = np.array([float((inputs["grad"].astype(np.float64) ** 2).sum())], dtype=np.float32)
+    copy = np.full(inputs["param"].shape, np.nan, dtype=ml_dtypes.bfloat16)
+    lr, step = 3e-3, 7
+    if device_scalars:
+        lr_arg, step_arg = np.array([lr], np.float32), np.array([step], np.float32)
+    else:
+        lr_arg, step_arg = lr, step
+    _adamw({**inputs, "param_copy": copy, "grad_sumsq": sumsq}, lr=lr_arg, step=step_arg, max_norm=1.0)
+    scale = min(1.0, 1.0 / math.sqrt(float(sumsq[0])))
+    p, m, v = _adamw_reference(before["param"], before["grad"], before["m"], before["v"], lr, step, 0.9, 0.95,
+                               1e-8, 0.1, scale)
+    np.testing.assert_allclose(inputs["param"], p, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(inputs["m"], m, rtol=2e-6, atol=1e-8)
+    np.testing.assert_allclose(inputs["v"], v, rtol=2e-6, atol=1e-10)
+    np.testing.assert_array_equal(copy.astype(np.float32), inputs["param"].astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan], ids=["inf", "nan"])
+def test_adamw_skips_the_step_when_the_gradient_norm_is_not_finite(bad):
+    import ml_dtypes
+    inputs = _adamw_inputs()
+    before = {k: v.copy() for k, v in inputs.items()}
+    copy = np.full(inputs["param"].shape, 1.5, dtype=ml_dtypes.bfloat16)
+    _adamw({**inputs, "param_copy": copy, "grad_sumsq": np.array([bad], np.float32)}, lr=1e-3, step=3, max_norm=1.0)
+    for k in before:
+        np.testing.assert_array_equal(inputs[k], before[k], err_msg=f"{k} changed on a skipped step")
+    assert (copy.astype(np.float32) == 1.5).all(), "param_copy changed on a skipped step"
+
+
+def test_adamw_refuses_clipping_without_grad_sumsq_and_bad_device_scalars():
+    inputs = _adamw_inputs(8)
+    with pytest.raises(ValueError, match="adamw: max_norm > 0.*grad_sumsq"):
+        _adamw(inputs, lr=1e-3, step=1, max_norm=1.0)
+    with pytest.raises(TypeError, match="adamw: a device scalar 'lr' must be a \\(1,\\) float32"):
+        _adamw(inputs, lr=np.array([1e-3, 2e-3], np.float32), step=1)
+
+
+# ---- sumsq -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 1000, 300_001])
+def test_sumsq_matches_float64_and_repeats_bitwise(n):
+    from backends.cupy_raw import sumsq
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    with rt.emulation():
+        a, _ = sumsq.forward({"x": x}, {})
+        b, _ = sumsq.forward({"x": x}, {}, out=np.full((1,), np.nan, np.float32))
+    assert a.shape == (1,) and a.dtype == np.float32
+    np.testing.assert_allclose(a[0], (x.astype(np.float64) ** 2).sum(), rtol=1e-5)
+    assert a.tobytes() == b.tobytes()
+
+
+# ---- embedding: a token held by more positions than one block sorts ---------------------------
+def test_embedding_backward_walks_a_very_frequent_token_in_order():
+    from backends.cupy_raw import embedding
+    B, T, C, V = 1, 2304, 8, 3   # token 1 at 2300 positions: more than SORT_CAP (2048)
+    rng = np.random.default_rng(0)
+    tokens = np.ones((B, T), dtype=np.int32)
+    tokens[0, :4] = [0, 2, 0, 2]
+    wte, wpe = rng.standard_normal((V, C)).astype(np.float32), rng.standard_normal((T, C)).astype(np.float32)
+    dout = rng.standard_normal((B, T, C)).astype(np.float32)
+    grads = {"wte": np.zeros((V, C), np.float32), "wpe": np.zeros((T, C), np.float32)}
+    with rt.emulation():
+        y, saved = embedding.forward({"tokens": tokens, "wte": wte, "wpe": wpe}, {})
+        embedding.backward(saved, dout, grads)
+    np.testing.assert_allclose(y, wte[tokens] + wpe[None, :T], rtol=1e-6)
+    ref = np.zeros((V, C))
+    np.add.at(ref, tokens.reshape(-1), dout.reshape(-1, C).astype(np.float64))
+    np.testing.assert_allclose(grads["wte"], ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grads["wpe"], dout[0], rtol=1e-6)
+
+
+# ---- attention_cached: the KV cache's views, read in place ------------------------------------------
+def test_attention_cached_reads_the_caches_views_in_place():
+    from backends.cupy_raw import attention_cached
+    from backends.naive import attention_cached as naive
+    B, Tn, Tk, maxT, C, NH = 2, 3, 11, 16, 24, 3
+    rng = np.random.default_rng(0)
+    qkv = rng.standard_normal((B, Tn, 3 * C)).astype(np.float32)
+    k_cache, v_cache = (rng.standard_normal((B, maxT, C)).astype(np.float32) for _ in range(2))
+    inputs = {"q": qkv[:, :, :C], "k": k_cache[:, :Tk], "v": v_cache[:, :Tk]}  # views, as kvcache.py passes them
+    with rt.emulation():
+        y, _ = attention_cached.forward(inputs, {"n_head": NH})
+    ref, _ = naive.forward({k: np.ascontiguousarray(v).astype(np.float64) for k, v in inputs.items()}, {"n_head": NH})
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+# ---- errors before launch ------------------------------------------------------------------------
+def test_wide_rows_and_heads_are_refused_before_launch():
+    from backends.cupy_raw import attention, layernorm
+    with rt.recording() as rec, pytest.raises(ValueError, match="layernorm: .*at most 2048 channels"):
+        layernorm.forward({"x": np.ones((2, 4096), np.float32), "weight": np.ones(4096, np.float32),
+                           "bias": np.ones(4096, np.float32)}, {"eps": 1e-5})
+    with pytest.raises(ValueError, match="attention: .*flash variant takes head sizes up to 128"):
+        attention.flash.forward({"qkv": np.ones((1, 4, 3 * 256), np.float16)}, {"n_head": 1})
+    assert not rec
+
+
+def test_python_scalars_are_refused_at_launch():
+    with rt.recording():
+        k = rt.function("gelu", "gelu_forward", {"floatX": "float"})
+        x = np.ones(4, np.float32)
+        with pytest.raises(TypeError, match="argument 2 is a int.*exact C type"):
+            rt.launch(k, 1, 32, (x, x, 4, np.int32(1)))
+        with pytest.raises(TypeError, match="parameter 'long long n' needs np.int64, got int32"):
+            rt.launch(k, 1, 32, (x, x, np.int32(4), np.int32(1)))
+
+
+# ---- the emulator itself -------------------------------------------------------------------------
+def test_the_emulator_reports_a_barrier_not_every_thread_reaches(tmp_path, monkeypatch):
+    (tmp_path / "divergent.cu").write_text(
+        'extern "C" __global__ void divergent(float* x) {\n'
+        "    if (threadIdx.x % 32 < 16) x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);  // half a warp\n"
+        "    else __syncthreads();                                                           // the other half\n"
+        "}\n")
+    monkeypatch.setattr(rt, "SOURCE_DIR", tmp_path)
+    x = np.zeros(64, np.float32)
+    with rt.emulation(), pytest.raises(RuntimeError, match="divergent deadlocked"):
+        rt.launch(rt.function("divergent", "divergent"), 1, 64, (x,))
+
+
+@pytest.mark.parametrize("barrier", [True, False], ids=["synchronised", "racy"])
+def test_the_emulator_runs_blocks_threads_shuffles_and_shared_memory(tmp_path, monkeypatch, barrier):
+    """Each thread reads another's shared element: right after a barrier; without one, the emulator's
+    poisoned shared memory (NaN) shows the race, where a GPU would often hide it."""
+    (tmp_path / "probe.cu").write_text(
+        '#include "common.cuh"\n'
+        'extern "C" __global__ void probe(const float* x, float* out, int n) {\n'
+        "    extern __shared__ float rows[];\n"
+        "    __shared__ float scratch[32];\n"
+        "    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    rows[threadIdx.x] = i < n ? x[i] : 0.0f;\n"
+        + ("    __syncthreads();\n" if barrier else "") +
+        "    const float total = block_sum(rows[blockDim.x - 1 - threadIdx.x], scratch);\n"
+        "    if (i < n) out[i] = total + warp_max(x[i]);\n"
+        "}\n")
+    (tmp_path / "common.cuh").write_text((rt.SOURCE_DIR / "common.cuh").read_text())
+    monkeypatch.setattr(rt, "SOURCE_DIR", tmp_path)
+    x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    out = np.full(256, np.nan, np.float32)
+    with rt.emulation():
+        rt.launch(rt.function("probe", "probe"), 2, 128, (x, out, np.int32(256)), shared_mem=128 * 4)
+    if not barrier:
+        assert np.isnan(out).all()
+        return
+    blocks = x.reshape(2, 128)
+    expected = blocks.sum(axis=1)[:, None] + blocks.reshape(2, 4, 32).max(axis=2).repeat(32, axis=1)
+    np.testing.assert_allclose(out.reshape(2, 128), expected, rtol=1e-5)

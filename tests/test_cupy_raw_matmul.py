@@ -1,0 +1,454 @@
+"""cupy_raw matmul without a GPU.
+
+1. The index maps of the tensor-core GEMMs (backends/cupy_raw/matmul_layout.cuh), compiled for the
+   CPU with nvcc and run against emulations of ldmatrix, mma.sync, TMA and the wgmma descriptors
+   (tests/cupy_raw_matmul_layout.cu).
+2. The host side of every variant, in recording mode (NumPy arrays stand in for device arrays):
+   each launch is checked against its kernel's C signature by the runtime, then carried out by a
+   NumPy model of what that kernel computes (`_KernelModel`, from the contract written at the top
+   of matmul.cu), and forward and backward are compared with the float64 naive backend. This checks
+   the mapping of forward / dx / dW onto GEMM operands, the epilogue flags, split-K and its
+   finish, the bias gradient, float32 parameter-gradient buffers, the tensor maps' geometry and
+   the cuBLASLt column-major mapping (its call carried out by a NumPy model too).
+   And the kernels themselves (gemm_mma, gemm_wgmma, gemm_simt, the reductions) run by the CPU
+   emulator (backends/cupy_raw/_emulator.py; TMA, mbarriers and wgmma by matmul.cu's emulated
+   branch) against the same reference.
+3. Every (kernel group, defines) the launchers use at GPT-2's shapes and the awkward test shapes
+   compiles for sm_90 (sm_90a for wgmma) with nvcc, and with NVRTC using RawModule's own options.
+
+What only the GPU can show (the hardware's own TMA, wgmma and timing; cuBLASLt) is checked there:
+bench/device/cupy_raw.sh.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backends.cupy_raw import _common, _cublaslt, _emulator, _tma
+from backends.cupy_raw import _runtime as rt
+from backends.cupy_raw import matmul as mm
+from backends.naive import matmul as naive
+from conformance.tolerances import tolerance
+
+ROOT = Path(__file__).resolve().parents[1]
+NVCC = rt.nvcc_path()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH or /usr/local/cuda/bin)")
+VARIANTS = {"tiled": mm.tiled, "wgmma": mm.wgmma, "cublaslt": mm.cublaslt}
+
+
+# ---- 1. index maps ------------------------------------------------------------------------------
+@needs_nvcc
+def test_layout_maps_against_an_emulation_of_the_hardware(tmp_path):
+    exe = tmp_path / "layout"
+    build = subprocess.run([NVCC, "-std=c++17", "-O1", "-o", str(exe), str(ROOT / "tests/cupy_raw_matmul_layout.cu")],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr + build.stdout
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("ok"), run.stdout[-4000:]
+
+
+def test_epilogue_flags_match_the_source():
+    text = (ROOT / "backends/cupy_raw/matmul.cu").read_text()
+    defined = {name: int(value) for name, value in re.findall(r"#define FLAG_(\w+) (\d+)", text)}
+    assert defined == {name[5:]: getattr(mm, name) for name in dir(mm) if name.startswith("FLAG_")}
+
+
+# ---- 2. the host side against a model of the kernels -------------------------------------------
+def _gelu(v):
+    return 0.5 * v * (1.0 + np.tanh(0.7978845608028654 * (v + 0.044715 * v ** 3)))
+
+
+class _KernelModel:
+    """What each kernel of matmul.cu computes, in float64 NumPy, from its launch arguments (and the
+    tensor maps' geometry, which `tiled_2d` is made to remember)."""
+
+    def __init__(self):
+        self.maps: list = []
+        self.kernels: list = []
+
+    def tiled_2d(self, a, rows, cols, row_stride, box_cols, box_rows):
+        _real_tiled_2d(a, rows, cols, row_stride, box_cols, box_rows)  # the real checks
+        self.maps.append((a, rows, cols, row_stride, box_cols, box_rows))
+        return rt.ByValue(_tma.CTYPE, (len(self.maps) - 1).to_bytes(8, "little") + bytes(_tma.MAP_BYTES - 8))
+
+    def launch(self, k, grid, block, args, shared_mem=0):
+        _real_launch(k, grid, block, args, shared_mem)  # recording: signature and limits checked
+        self.kernels.append((k.name, dict(k.defines)))
+        grid = tuple(grid) if isinstance(grid, tuple) else (grid,)
+        block = tuple(block) if isinstance(block, tuple) else (block,)
+        getattr(self, k.name)(k.defines, grid + (1,) * (3 - len(grid)), block, args, shared_mem)
+
+    @staticmethod
+    def _operand(a, ld, kmajor, extent, depth):
+        flat = a.reshape(-1)
+        i, k = np.arange(extent)[:, None], np.arange(depth)[None, :]
+        return flat[i * ld + k if kmajor else k * ld + i].astype(np.float64)  # (extent, depth)
+
+    def _map_operand(self, handle, kmajor, extent, depth, box_mn):
+        a, rows, cols, stride, box_cols, box_rows = self.maps[int.from_bytes(handle.data[:8], "little")]
+        view = self._operand(a, stride, True, rows, cols)  # the map's rows x cols
+        if kmajor:
+            assert (rows, cols, box_cols, box_rows) == (extent, depth, 64, box_mn)
+            return view
+        assert (rows, cols, box_cols, box_rows) == (depth, extent, 64, 64)
+        return view.T
+
+    @staticmethod
+    def _epilogue(c, v, bias, pre, flags, floatx):
+        if not flags & mm.FLAG_PARTIAL:
+            if floatx != "float32":  # 16-bit inputs: float32 C only through FLAG_OUT_F32
+                assert bool(flags & mm.FLAG_OUT_F32) == (str(c.dtype) == "float32")
+        if flags & mm.FLAG_VEC:
+            assert c.shape[-1] % 4 == 0 and all(x.ctypes.data % 16 == 0 for x in (c, bias, pre) if x is not None)
+        if flags & mm.FLAG_BIAS:
+            v = v + bias.astype(np.float64)
+        if flags & mm.FLAG_PRE:
+            pre[...] = v.astype(pre.dtype)
+        if flags & mm.FLAG_GELU:
+            v = _gelu(v)
+        if flags & mm.FLAG_ACCUMULATE:
+            v = v + c.astype(np.float64)
+        c[...] = v.astype(c.dtype)
+
+    def _gemm(self, defines, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, tile, items=None,
+              rowsum=None):
+        tiles, slices = rt.cdiv(rows, tile[0]) * rt.cdiv(cols, tile[1]), rt.cdiv(max(depth, 1), k_split)
+        if items is None:  # a (tiles, slices) grid
+            assert grid[:2] == (tiles, slices), (grid, rows, cols, tile)
+        else:              # blocks walking the tiles x slices work items
+            assert grid[1:] == (1, 1) and 1 <= grid[0] <= tiles * slices and (grid[0] == tiles * slices or items)
+        floatx = {"float": "float32", "__half": "float16", "__nv_bfloat16": "bfloat16"}[defines["floatX"]]
+        if flags & mm.FLAG_ROWSUM:
+            assert not defines["A_KMAJOR"] and rowsum.shape == (slices, rows) and str(rowsum.dtype) == "float32"
+        for s in range(slices):
+            lo, hi = s * k_split, min(depth, (s + 1) * k_split)
+            v = A[:, lo:hi] @ B[:, lo:hi].T
+            if flags & mm.FLAG_ROWSUM:
+                rowsum[s] = A[:, lo:hi].sum(axis=1)
+            if flags & mm.FLAG_PARTIAL:
+                assert c.shape == (slices, rows, cols) and str(c.dtype) == "float32"
+                c[s] = v
+            else:
+                assert slices == 1
+                self._epilogue(c.reshape(rows, cols), v, bias if flags & mm.FLAG_BIAS else None,
+                               pre.reshape(rows, cols) if flags & mm.FLAG_PRE else None, flags, floatx)
+
+    def gemm_simt(self, d, grid, block, args, shared):
+        a, b, c, bias, pre, rows, cols, depth, lda, ldb, ak, bk, k_split, group_m, flags = args
+        self._gemm(d, grid, self._operand(a, lda, ak, rows, depth), self._operand(b, ldb, bk, cols, depth), c, bias,
+                   pre, rows, cols, depth, k_split, flags, (64, 64))
+
+    def gemm_mma(self, d, grid, block, args, shared):
+        a, b, c, bias, pre, rows, cols, depth, lda, ldb, k_split, group_m, flags = args
+        assert k_split % 64 == 0 and block[0] == d["MMA_WARPS_M"] * d["MMA_WARPS_N"] * 32
+        assert shared >= d["MMA_STAGES"] * (d["MMA_BM"] + d["MMA_BN"]) * 128 and shared <= rt.MAX_SHARED_PER_BLOCK
+        if d["ALIGNED"]:  # what cp.async's whole 16-byte chunks need
+            for arr, ld, kmajor, extent in ((a, lda, d["A_KMAJOR"], depth if d["A_KMAJOR"] else rows),
+                                            (b, ldb, d["B_KMAJOR"], depth if d["B_KMAJOR"] else cols)):
+                assert arr.ctypes.data % 16 == 0 and (ld * 2) % 16 == 0 and (extent * 2) % 16 == 0
+        self._gemm(d, grid, self._operand(a, lda, d["A_KMAJOR"], rows, depth),
+                   self._operand(b, ldb, d["B_KMAJOR"], cols, depth), c, bias, pre, rows, cols, depth, k_split,
+                   flags, (d["MMA_BM"], d["MMA_BN"]))
+
+    def gemm_wgmma(self, d, grid, block, args, shared):
+        ta, tb, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
+        assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
+        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"])
+        A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, 128)
+        B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
+        persistent = grid[0] == min(rt.cdiv(rows, 128) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
+                                    _common.H200_SMS * d["WG_CTAS"])
+        self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (128, d["WG_BN"]), items=persistent,
+                   rowsum=rowsum)
+
+    def splitk_finish(self, d, grid, block, args, shared):
+        partial, c, bias, rows, cols, splits, flags = args
+        floatx = {"float": "float32", "__half": "float16", "__nv_bfloat16": "bfloat16"}[d["floatX"]]
+        self._epilogue(c, partial[:splits].astype(np.float64).sum(axis=0),
+                       bias if flags & mm.FLAG_BIAS else None, None, flags, floatx)
+
+    def colsum_partial(self, d, grid, block, args, shared):
+        x, partial, n, m, per_group = args
+        assert grid[0] * 64 >= m and grid[1] * per_group >= n
+        for g in range(grid[1]):
+            partial[g] = x[g * per_group:min(n, (g + 1) * per_group)].astype(np.float64).sum(axis=0)
+
+    def colsum_finish(self, d, grid, block, args, shared):
+        partial, out, groups, m, flags = args
+        assert grid[0] * block[0] >= m and bool(flags & mm.FLAG_OUT_F32) == (str(out.dtype) == "float32")
+        out[...] = (out.astype(np.float64) + partial[:groups].astype(np.float64).sum(axis=0)).astype(out.dtype)
+
+    @staticmethod
+    def cublaslt(c, a, transa, b, transb, m, n, k, lda, ldb, ldc, bias=None, beta=0.0):
+        _real_cublaslt(c, a, transa, b, transb, m, n, k, lda, ldb, ldc, bias=bias, beta=beta)  # its checks
+
+        def column_major(x, r, cc, ld):  # the r x cc column-major matrix at x with leading dimension ld
+            return x.reshape(-1)[np.arange(r)[:, None] + np.arange(cc)[None, :] * ld].astype(np.float64)
+
+        A = column_major(a, k, m, lda).T if transa == _cublaslt.OP_T else column_major(a, m, k, lda)
+        B = column_major(b, n, k, ldb).T if transb == _cublaslt.OP_T else column_major(b, k, n, ldb)
+        D = A @ B + (beta * column_major(c, m, n, ldc) if beta else 0.0)
+        if bias is not None:
+            D += bias.astype(np.float64)[:, None]
+        c.reshape(-1)[np.arange(m)[:, None] + np.arange(n)[None, :] * ldc] = D.astype(c.dtype)
+
+
+_real_launch, _real_tiled_2d, _real_cublaslt = rt.launch, _tma.tiled_2d, _cublaslt.matmul
+
+
+@pytest.fixture
+def model(monkeypatch):
+    m = _KernelModel()
+    monkeypatch.setattr(rt, "launch", m.launch)
+    monkeypatch.setattr(_tma, "tiled_2d", m.tiled_2d)
+    monkeypatch.setattr(_cublaslt, "matmul", m.cublaslt)
+    with rt.recording():
+        yield m
+
+
+def _inputs(rng, N, K, M, dtype, bias=True):
+    dt = _common.np_dtype(dtype)
+    x = rng.standard_normal((N, K)).astype(dt)
+    w = (rng.standard_normal((M, K)) * K ** -0.5).astype(dt)
+    b = rng.standard_normal(M).astype(dt) if bias else None
+    return x, w, b
+
+
+def _close(got, ref, dtype, kind, what):
+    tol = tolerance(dtype, kind)
+    got = np.asarray(got).astype(np.float64)
+    scale = max(float(np.sqrt(np.mean(ref ** 2))), 1e-30)
+    bad = np.abs(got - ref) > tol.rtol * np.abs(ref) + tol.atol * scale
+    assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} elements off, worst {np.abs(got - ref).max():.3g}"
+
+
+SHAPES = [(4, 8, 6), (1, 20, 36), (17, 36, 20), (13, 37, 11), (128, 64, 96), (40, 192, 136), (2048, 768, 768)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_forward_and_backward_match_naive(model, variant, dtype):
+    _check_against_naive(VARIANTS[variant], variant, dtype, SHAPES, np.random.default_rng(0))
+
+
+def _check_against_naive(impl, variant, dtype, shapes, rng, biases=(True, False)):
+    """forward (out= poisoned) and backward (dx poisoned, dW / db from random non-zero starts, in
+    float32 for 16-bit inputs) of `impl` against float64 naive on the same rounded inputs."""
+    for N, K, M in shapes:
+        for with_bias in biases:
+            if N * K * M > 1e8 and (dtype != "bfloat16" or not with_bias):
+                continue  # the split-K shape once is enough
+            x, w, b = _inputs(rng, N, K, M, dtype, with_bias)
+            inputs = {"x": x, "weight": w, **({"bias": b} if with_bias else {})}
+            ref_inputs = {k: v.astype(np.float64) for k, v in inputs.items()}
+            what = f"{variant} {dtype} N={N} K={K} M={M} bias={with_bias}"
+            out = np.full((N, M), np.nan, dtype=x.dtype)
+            y, saved = impl.forward(inputs, {}, out=out)
+            ref_y, ref_saved = naive.forward(ref_inputs, {})
+            assert y is out
+            _close(y, ref_y, dtype, "forward", what + " y")
+            dy = rng.standard_normal((N, M)).astype(x.dtype)
+            gdt = np.float32 if dtype != "float32" else x.dtype   # mixed precision's float32 gradients
+            start_w = rng.standard_normal((M, K)).astype(gdt)
+            grads = {"x": np.full((N, K), np.nan, dtype=x.dtype), "weight": start_w.copy()}
+            ref_grads = {"weight": start_w.astype(np.float64)}
+            if with_bias:
+                start_b = rng.standard_normal(M).astype(gdt)
+                grads["bias"], ref_grads["bias"] = start_b.copy(), start_b.astype(np.float64)
+            got = impl.backward(saved, dy, grads)
+            ref = naive.backward(ref_saved, dy.astype(np.float64), ref_grads)
+            assert got["x"] is grads["x"] and got["weight"] is grads["weight"]
+            for name in ("x", "weight") + (("bias",) if with_bias else ()):
+                _close(got[name], ref[name], dtype, "gradient", f"{what} d{name}")
+
+
+@pytest.mark.parametrize("variant", ["tiled", "wgmma"])
+def test_forward_gelu_epilogue(model, variant):
+    rng = np.random.default_rng(1)
+    for N, K, M in [(17, 36, 20), (128, 64, 96)]:
+        x, w, b = _inputs(rng, N, K, M, "float16")
+        pre = np.full((N, M), np.nan, dtype=x.dtype)
+        y = VARIANTS[variant].forward_gelu(x, w, b, pre=pre)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+        _close(pre, ref, "float16", "forward", f"{variant} pre N={N}")
+        _close(y, _gelu(ref), "float16", "forward", f"{variant} gelu N={N}")
+
+
+# ---- 2b. the tiled variant's kernels themselves, in the CPU emulator -----------------------------
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("dtype,shapes", [
+    # every operand 16-byte aligned (cp.async path) in all three products; then split-K's dW (N =
+    # 1024 over one 128 x 128 tile: two slices and splitk_finish); then element-wise loads (K = 37)
+    ("bfloat16", [(16, 64, 128), (1024, 128, 128), (13, 37, 11)]),
+    ("float16", [(16, 64, 128)]),
+    ("float32", [(17, 36, 20), (64, 40, 72)]),
+], ids=["bfloat16", "float16", "float32"])
+def test_tiled_kernels_in_the_emulator(dtype, shapes):
+    """gemm_mma (mma.sync, the cp.async ring, ldmatrix), gemm_simt and the reductions, run on the CPU
+    by the emulator (cp.async a copy, ldmatrix from warp shuffles, mma.sync by its fragment table)."""
+    with rt.emulation():
+        _check_against_naive(mm.tiled, "tiled (emulated)", dtype, shapes, np.random.default_rng(5), biases=(True,))
+        if dtype == "bfloat16":
+            x, w, b = _inputs(np.random.default_rng(6), 40, 64, 136, dtype)
+            pre = np.full((40, 136), np.nan, dtype=x.dtype)
+            y = mm.tiled.forward_gelu(x, w, b, pre=pre)
+            ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+            _close(pre, ref, dtype, "forward", "emulated pre")
+            _close(y, _gelu(ref), dtype, "forward", "emulated gelu")
+
+
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+def test_wgmma_kernel_in_the_emulator(monkeypatch):
+    """gemm_wgmma's own loops on the CPU: the producer's and consumers' walk over work items, the
+    ring's slots and mbarrier phases (a missed release deadlocks, and the emulator says so), TMA
+    coordinates and boxes, the descriptors' addresses, split-K, the register epilogue. The emulator
+    does TMA and wgmma by the PTX ISA's definitions (matmul.cu's CUPY_RAW_EMULATOR branch). Two
+    "SMs", so that each persistent block walks several work items and the ring wraps across them."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    with rt.emulation():
+        x, w, _ = _inputs(np.random.default_rng(10), 16, 64, 128, "bfloat16", bias=False)
+        try:
+            mm.wgmma.forward({"x": x, "weight": w}, {})
+        except KeyError as e:  # the emulator's launcher has no C type for a struct passed by value
+            if "TmaDescriptor" not in str(e):
+                raise
+            pytest.skip("the CPU emulator does not pass struct parameters (TMA descriptors) by value yet: "
+                        "backends/cupy_raw/_emulator.py needs E2's change (NOTES-E1-emulator.patch)")
+        # K-major / MN-major operands in all three products, 128 x 256 and 128 x 128 tiles, ragged
+        # edges, dW's split-K (N = 1024 over one tile); the GELU epilogue
+        _check_against_naive(mm.wgmma, "wgmma (emulated)", "bfloat16",
+                             [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264)],
+                             np.random.default_rng(7))
+        _check_against_naive(mm.wgmma, "wgmma (emulated)", "float16", [(64, 64, 256)], np.random.default_rng(8),
+                             biases=(True,))
+        x, w, b = _inputs(np.random.default_rng(9), 40, 64, 136, "bfloat16")
+        pre = np.full((40, 136), np.nan, dtype=x.dtype)
+        y = mm.wgmma.forward_gelu(x, w, b, pre=pre)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+        _close(pre, ref, "bfloat16", "forward", "emulated wgmma pre")
+        _close(y, _gelu(ref), "bfloat16", "forward", "emulated wgmma gelu")
+
+
+def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):
+    x, w, b = _inputs(np.random.default_rng(2), N, K, M, dtype)
+    y, saved = VARIANTS[variant].forward({"x": x, "weight": w, "bias": b}, {})
+    model.kernels.clear()
+    VARIANTS[variant].backward(saved, np.ones_like(y), {"weight": np.zeros_like(w, dtype=np.float32),
+                                                        "bias": np.zeros_like(b, dtype=np.float32)})
+    return [name for name, _ in model.kernels]
+
+
+def test_each_variant_runs_the_kernels_it_says(model):
+    # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k, db's
+    # row sums fused into dW's kernel (their slices added by colsum_finish)
+    assert _kernels_of(model, "wgmma", 4096, 768, 768) == ["gemm_wgmma", "gemm_wgmma", "splitk_finish",
+                                                           "colsum_finish"]
+    assert _kernels_of(model, "tiled", 4096, 768, 768)[:3] == ["gemm_mma", "gemm_mma", "splitk_finish"]
+    # K = 37: rows not 16-byte aligned, so no TMA: wgmma falls back to the element-wise gemm_mma
+    assert _kernels_of(model, "wgmma", 64, 37, 64)[:2] == ["gemm_mma", "gemm_mma"]
+    assert all(d["ALIGNED"] == 0 for name, d in model.kernels if name == "gemm_mma")
+    assert _kernels_of(model, "tiled", 64, 40, 64, "float32")[:2] == ["gemm_simt", "gemm_simt"]
+    assert _kernels_of(model, "cublaslt", 64, 40, 64) == ["colsum_partial", "colsum_finish"]
+
+
+def test_split_k_slices():
+    cfg = mm.CONFIGS[("wgmma", "dW")]
+    # attn_proj's dW at 16384 rows: 36 tiles of 128 x 128 on 264 slots; slices of whole 64-deep tiles
+    k_split = mm._split(cfg, 36, 16384, 132)
+    slices = rt.cdiv(16384, k_split)
+    assert k_split % 64 == 0 and 1 < slices <= cfg["split_k"]
+    assert 36 * slices / (264 * rt.cdiv(36 * slices, 264)) >= cfg["busy"]
+    assert mm._split(mm.CONFIGS[("wgmma", "forward")], 2304, 768, 132) == 768   # enough tiles: one slice
+    assert mm._split(cfg, 1, 100, 132) == 128                                    # never below 512 deep per slice
+
+
+def test_tensor_maps_refuse_what_tma_cannot_describe():
+    a = np.zeros((64, 40), dtype=np.float16)
+    with pytest.raises(ValueError, match="row stride"):
+        _tma.tiled_2d(np.zeros((64, 37), dtype=np.float16), 64, 37, 37, 64, 64)
+    with pytest.raises(ValueError, match="box"):
+        _tma.tiled_2d(a, 64, 40, 40, 128, 64)    # 256 bytes: wider than the 128-byte swizzle
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        _tma.tiled_2d(np.zeros(2600, dtype=np.float16)[1:2561].reshape(64, 40), 64, 40, 40, 64, 64)
+    with pytest.raises(ValueError, match="dtype"):
+        _tma.tiled_2d(np.zeros((64, 40), dtype=np.float64), 64, 40, 40, 64, 64)
+    assert _tma.tiled_2d(a, 64, 40, 40, 64, 64).data == bytes(128)  # recording: checked, not encoded
+
+
+def test_bad_inputs_are_refused_before_any_launch(model):
+    x, w, b = _inputs(np.random.default_rng(3), 4, 8, 6, "float16")
+    with pytest.raises(TypeError, match="weight"):
+        mm.tiled.forward({"x": x, "weight": w.astype(np.float32)}, {})
+    with pytest.raises(ValueError, match="K"):
+        mm.wgmma.forward({"x": x, "weight": w[:, :-1].copy()}, {})
+    with pytest.raises(ValueError, match="cublaslt"):
+        mm.cublaslt.forward_gelu(x, w, b)
+    y, saved = mm.tiled.forward({"x": x, "weight": w, "bias": b}, {})
+    with pytest.raises(TypeError, match="grads\\['weight'\\]"):
+        mm.tiled.backward(saved, np.ones_like(y), {"weight": np.zeros((6, 8), dtype=np.float64), "bias": b.copy()})
+    assert not model.kernels[1:]  # nothing launched after the forward
+
+
+# ---- 3. every module the launchers use compiles -------------------------------------------------
+#: GPT-2 124M's linear layers (out, in) and the awkward test shapes, each dtype
+_COMPILE_SHAPES = [(4096, 768, 2304), (4096, 768, 768), (4096, 768, 3072), (4096, 3072, 768), (1024, 768, 50304),
+                   (17, 36, 20), (64, 40, 64)]
+
+
+def _used_modules(model) -> dict:
+    modules = {}
+    for variant in ("tiled", "wgmma"):
+        for dtype in ("float32", "float16", "bfloat16"):
+            for N, K, M in _COMPILE_SHAPES:
+                x, w, b = _inputs(np.random.default_rng(4), N, K, M, dtype)
+                y, saved = VARIANTS[variant].forward({"x": x, "weight": w, "bias": b}, {})
+                VARIANTS[variant].backward(saved, y, {"weight": np.zeros(w.shape, np.float32),
+                                                      "bias": np.zeros(b.shape, np.float32)})
+                if N * K < 1e5:
+                    VARIANTS[variant].forward_gelu(x, w, b, pre=np.empty_like(y))
+    for name, defines in model.kernels:
+        key = tuple(sorted(defines.items()))
+        modules[key] = "sm_90a" if "GEMM_WGMMA" in defines else "sm_90"
+    return modules
+
+
+def _compiler_for(defines: dict) -> str | None:
+    """How a module is compiled here, or None to leave it out (fp16 differs from bf16 only in the
+    type named in the mma / wgmma instruction: one layout of it is enough). nvcc (with ptxas's
+    register and spill report) for the GEMMs' fast paths, NVRTC with RawModule's own options for
+    the rest; GEMM_WGMMA needs sm_90a."""
+    if defines["floatX"] == "__half":
+        return "nvrtc" if defines.get("A_KMAJOR", 1) and defines.get("B_KMAJOR", 1) else None
+    if "GEMM_WGMMA" in defines or ("GEMM_MMA" in defines and defines["ALIGNED"]):
+        return "nvcc"
+    return "nvrtc"
+
+
+@needs_nvcc
+def test_every_module_compiles_for_sm90(model):
+    modules = _used_modules(model)
+    groups = {k for key in modules for k, _ in key if k.startswith("GEMM_")}
+    assert groups == {"GEMM_SIMT", "GEMM_MMA", "GEMM_WGMMA", "GEMM_REDUCE"}
+    todo = [(dict(key), arch, _compiler_for(dict(key))) for key, arch in modules.items()]
+
+    def build(item):
+        defines, arch, compiler = item
+        return defines, rt.compile_check("matmul", defines, arch=arch, compiler=compiler)
+
+    # nvcc runs as a subprocess, two at a time; NVRTC in this thread (two NVRTC compiles in threads of
+    # one process have failed here to open libnvrtc-builtins)
+    with ThreadPoolExecutor(2) as pool:
+        by_nvcc = pool.map(build, [t for t in todo if t[2] == "nvcc"])
+        done = [build(t) for t in todo if t[2] == "nvrtc"]
+        for defines, resources in done + list(by_nvcc):
+            for kernel, res in resources.items():  # nvcc's ptxas report: the fast paths do not spill
+                # (but gemm_wgmma at WG_BN 256: 128 accumulators + the epilogue's pointers at 168
+                # registers, 8 bytes, in the epilogue: with it replaced by a plain store there are none)
+                allowed = 8 if defines.get("WG_BN") == 256 else 0
+                assert res.spill_bytes <= allowed, (kernel, defines, res)
