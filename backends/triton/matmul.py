@@ -48,10 +48,16 @@ float32 inputs are multiplied in IEEE float32 (input_precision="ieee"), as the f
 asks; a TF32 variant would be about 8x faster and 1e-3 accurate.
 
 `ACT=1` applies GPT-2's tanh GELU to the result in the epilogue (y = gelu(x @ W.T + b)) and can also
-write the pre-activation (`WRITE_PRE`), or with `PRE_GRAD` the GELU's derivative there instead:
-the forward of the fused op matmul_gelu (matmul_gelu.py). `SCALE_A` multiplies each tile of A
-elementwise by the same tile of a second array laid out as A (through pre_ptr) as it is loaded:
-matmul_gelu's backward GEMMs take A = dy * gelu'(pre) that way, so dpre is never written.
+write the pre-activation (`WRITE_PRE`), or with `PRE_GRAD` the GELU's derivative there instead, in
+pre's own 16-bit dtype (through C's descriptor type bit for bit, so that the two TMA stores share
+one staging buffer): the forward of the fused op matmul_gelu (matmul_gelu.py). With TMA stores the
+epilogue works on one column part (EPI_HALVES) at a time: saved, activated, stored. `SCALE_A`
+multiplies each tile of A elementwise by the same tile of a second array laid out as A (through
+pre_ptr) as it is loaded: matmul_gelu's backward GEMMs take A = dy * gelu'(pre) that way, so dpre
+is never written. `SOFTMAX_STATS` makes the epilogue write, per row and tile, the max of the
+tile's columns below n_valid and the sum of exp(C - max) over them (a (2, M, tiles_n) float32
+array), and store C minus that max: classifier_crossentropy's logits, whose loss then needs no
+pass over them (classifier_crossentropy.py).
 
 Launch configurations: `CONFIGS` per product and dtype (and for forwards of a few rows, a decoding
 step's), `SHAPE_CONFIGS` for the GPT-2 shapes that
@@ -67,13 +73,14 @@ from .gelu import gelu_grad
 
 
 @kernel
-def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, sam, sak, sbk, sbn,
+def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, stats_ptr, M, N, K, K_SPLIT, sam, sak, sbk, sbn,
+          n_valid,
           HAS_BIAS: tl.constexpr, ROWSUM: tl.constexpr, ACCUMULATE: tl.constexpr, ACT: tl.constexpr,
           WRITE_PRE: tl.constexpr,
           PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
           GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
           TMA_C: tl.constexpr, EPI_HALVES: tl.constexpr, FLATTEN: tl.constexpr, PRE_GRAD: tl.constexpr,
-          SCALE_A: tl.constexpr):
+          SCALE_A: tl.constexpr, SOFTMAX_STATS: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
@@ -96,6 +103,14 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
     if TMA_C:  # C (or the split-K partials, a (slices, M, N) float32 array) through TMA too
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[tl.cdiv(K, K_SPLIT), M, N], strides=[tl.cast(M, tl.int64) * N, N, 1],
                                            block_shape=[1, BLOCK_M, BLOCK_N // EPI_HALVES])
+        if WRITE_PRE:  # what ACT saves for the backward, laid out as C (one K slice), through C's own type
+            # bit for bit (pre may be float16 beside a bfloat16 C): Triton gives the TMA stores of one
+            # type one staging buffer, and a second one would leave room for only one program per SM
+            p_desc = tl.make_tensor_descriptor(pre_ptr.to(c_ptr.dtype), shape=[1, M, N],
+                                               strides=[tl.cast(M, tl.int64) * N, N, 1],
+                                               block_shape=[1, BLOCK_M, BLOCK_N // EPI_HALVES])
+        else:
+            p_desc = c_desc  # unused
     if ROWSUM:  # e0 (BLOCK_K, 16): column 0 ones, the rest zeros; A @ e0 puts A's row sums in column 0
         e0 = ((tl.arange(0, BLOCK_K)[:, None] >= 0) & (tl.arange(0, 16)[None, :] == 0)).to(a_ptr.dtype.element_ty)
 
@@ -151,36 +166,81 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, M, N, K, K_SPLIT, 
                 tl.store(rowsum_ptr + split * M + rm, tl.sum(acc_rows, axis=1), mask=mmask)
         cmask = mmask[:, None] & nmask[None, :]
         offs = rm.to(tl.int64)[:, None] * N + rn.to(tl.int64)[None, :]
+        m0 = tile_m * BLOCK_M
+        n0 = tile_n * BLOCK_N
         if HAS_BIAS:
             acc += tl.load(bias_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
-        if ACT == 1:
-            if WRITE_PRE:
-                if PRE_GRAD:  # gelu'(pre): what the backward multiplies dy by
-                    tl.store(pre_ptr + offs, gelu_grad(acc).to(pre_ptr.dtype.element_ty), mask=cmask)
-                else:
-                    tl.store(pre_ptr + offs, acc.to(pre_ptr.dtype.element_ty), mask=cmask)
-            u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-            acc = acc / (1.0 + tl.exp(-2.0 * u))  # x * sigmoid(2u) = GELU(x), tanh form
-        if TMA_C:
-            m0 = tile_m * BLOCK_M
-            n0 = tile_n * BLOCK_N
-            if EPI_HALVES == 2:  # two (BLOCK_M, BLOCK_N/2) stores: half the staging shared memory
+        if SOFTMAX_STATS:  # the classifier's logits: C gets them minus their row's max over this tile
+            acc = _softmax_stats(acc, stats_ptr, rm, rn, mmask, M, n_valid, tile_n, tl.cdiv(N, BLOCK_N))
+        if TMA_C:  # in column parts (EPI_HALVES), each activated, saved and stored before the next
+            if EPI_HALVES == 2:
                 acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-                if ACCUMULATE:
-                    acc0 += c_desc.load([0, m0, n0]).reshape(BLOCK_M, BLOCK_N // 2).to(tl.float32)
-                    acc1 += c_desc.load([0, m0, n0 + BLOCK_N // 2]).reshape(BLOCK_M, BLOCK_N // 2).to(tl.float32)
-                c_desc.store([split, m0, n0], acc0.to(c_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N // 2))
-                c_desc.store([split, m0, n0 + BLOCK_N // 2],
-                             acc1.to(c_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N // 2))
+                _finish_part(acc0, c_desc, p_desc, pre_ptr.dtype.element_ty, split, m0, n0, ACT, WRITE_PRE, PRE_GRAD,
+                             ACCUMULATE)
+                _finish_part(acc1, c_desc, p_desc, pre_ptr.dtype.element_ty, split, m0, n0 + BLOCK_N // 2, ACT,
+                             WRITE_PRE, PRE_GRAD, ACCUMULATE)
             else:
-                if ACCUMULATE:
-                    acc += c_desc.load([0, m0, n0]).reshape(BLOCK_M, BLOCK_N).to(tl.float32)
-                c_desc.store([split, m0, n0], acc.to(c_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N))
+                _finish_part(acc, c_desc, p_desc, pre_ptr.dtype.element_ty, split, m0, n0, ACT, WRITE_PRE, PRE_GRAD,
+                             ACCUMULATE)
         else:
+            if ACT == 1:
+                if WRITE_PRE:
+                    tl.store(pre_ptr + offs, _saved_for_backward(acc, PRE_GRAD).to(pre_ptr.dtype.element_ty),
+                             mask=cmask)
+                acc = _gelu(acc)
             c_ptrs = c_ptr + split.to(tl.int64) * M * N + offs
             if ACCUMULATE:
                 acc += tl.load(c_ptrs, mask=cmask, other=0.0).to(tl.float32)
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _gelu(x):
+    """GPT-2's tanh GELU of float32 x: x * sigmoid(2u) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return x / (1.0 + tl.exp(-2.0 * u))
+
+
+@triton.jit
+def _saved_for_backward(pre, PRE_GRAD: tl.constexpr):
+    """What ACT=1 keeps of the float32 pre-activation: pre itself, or with PRE_GRAD gelu'(pre)."""
+    if PRE_GRAD:
+        return gelu_grad(pre)
+    return pre
+
+
+@triton.jit
+def _finish_part(part, c_desc, p_desc, pre_dtype: tl.constexpr, split, m0, n0, ACT: tl.constexpr,
+                 WRITE_PRE: tl.constexpr, PRE_GRAD: tl.constexpr, ACCUMULATE: tl.constexpr):
+    """One (BLOCK_M, W) float32 column part of the result at [m0, n0]: with ACT, its saved
+    pre-activation (rounded to pre_dtype, stored through p_desc's type bit for bit) and the GELU;
+    then (added to C and) stored into C's K slice `split`."""
+    BLOCK_M: tl.constexpr = part.shape[0]
+    W: tl.constexpr = part.shape[1]
+    if ACT == 1:
+        if WRITE_PRE:
+            saved = _saved_for_backward(part, PRE_GRAD).to(pre_dtype).to(p_desc.dtype, bitcast=True)
+            p_desc.store([0, m0, n0], saved.reshape(1, BLOCK_M, W))
+        part = _gelu(part)
+    if ACCUMULATE:
+        part += c_desc.load([0, m0, n0]).reshape(BLOCK_M, W).to(tl.float32)
+    c_desc.store([split, m0, n0], part.to(c_desc.dtype).reshape(1, BLOCK_M, W))
+
+
+@triton.jit
+def _softmax_stats(acc, stats_ptr, rm, rn, mmask, M, n_valid, tile_n, tiles_n):
+    """For each row of the tile, over its columns below n_valid: the max m and sum(exp(acc - m)),
+    stored at stats[0, row, tile_n] and stats[1, row, tile_n] of a (2, M, tiles_n) float32 array
+    (m = -inf, sum 0, for a tile wholly in the padding); returns acc - m (acc where m is -inf)."""
+    valid = (rn < n_valid)[None, :]
+    m = tl.max(tl.where(valid, acc, float("-inf")), axis=1)
+    shift = tl.where(m == float("-inf"), 0.0, m)
+    acc -= shift[:, None]
+    s = tl.sum(tl.where(valid, tl.exp(acc), 0.0), axis=1)
+    at = stats_ptr + rm.to(tl.int64) * tiles_n + tile_n
+    tl.store(at, m, mask=mmask)
+    tl.store(at + tl.cast(M, tl.int64) * tiles_n, s, mask=mmask)
+    return acc
 
 
 @triton.jit
@@ -300,25 +360,33 @@ def _config(dtype: str, product: str, weight_shape: tuple, rows: int) -> dict:
     return CONFIGS[("32" if dtype == "float32" else "16", product)]
 
 
+def tile_shape(dtype: str, M: int, N: int, K: int, product="forward", weight_shape=(), config=None) -> tuple:
+    """(BLOCK_M, BLOCK_N, BLOCK_K) that `gemm` uses for these arguments: the configuration's tile,
+    shrunk to small problems (tests, T=1), never below tl.dot's 16."""
+    cfg = config or _config(dtype, product, weight_shape, M)
+    return tuple(min(cfg[k], max(16, next_pow2(n))) for k, n in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))
+
+
 def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, act=0, pre=None, rowsum=None,
-         product="forward", weight_shape=(), config=None, pre_grad=False, scale_a=None):
+         product="forward", weight_shape=(), config=None, pre_grad=False, scale_a=None, softmax_stats=None):
     """c (M,N) (+)= a @ b (+ bias), with a and b given by (pointer array, element strides); with
     `rowsum` (M,), also rowsum += a.sum(axis=1) (the bias gradient when a = dy.T).
     act=1: c = gelu(a @ b + bias), and `pre` (M,N), when given, gets a @ b + bias (with pre_grad:
-    gelu'(a @ b + bias)). `scale_a`, an array laid out as a (the same strides): a * scale_a
-    elementwise stands for a, in the product and the row sums.
+    gelu'(a @ b + bias)), rounded to pre's own dtype. `scale_a`, an array laid out as a (the same
+    strides, any float dtype): a * scale_a elementwise stands for a, in the product and the row sums.
+    softmax_stats=(stats, n_valid): c gets each row of each (BLOCK_M, BLOCK_N) tile minus its max m
+    over the tile's columns below n_valid, and stats, a (2, M, tiles_n) float32 array (tiles_n =
+    ceil(N / BLOCK_N), BLOCK_N from `tile_shape`), gets m and sum(exp(c - m)) per row and tile
+    (the classifier's logits, classifier_crossentropy.py).
     `product` and the linear's `weight_shape` (out, in) pick the launch configuration (CONFIGS,
     SHAPE_CONFIGS); `config` overrides it (the sweep, matmul_gelu's backward)."""
     dt = str(a.dtype)
     xp = xp_of(a)
     cfg = dict(config or _config(dt, product, weight_shape, M))
-    # small problems (tests, T=1): shrink the tile to the problem, never below tl.dot's 16
-    cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, next_pow2(M)))
-    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, next_pow2(N)))
-    cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, next_pow2(K)))
+    cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"] = tile_shape(dt, M, N, K, config=cfg)
     sms = _common.num_sms(xp)
     tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
-    k_split = _split(cfg, tiles, K, sms) if act == 0 else K
+    k_split = _split(cfg, tiles, K, sms) if act == 0 and softmax_stats is None else K
     splits = cdiv(K, k_split)
     ctas = cfg.pop("ctas_per_sm")
     cfg.pop("split_k")
@@ -333,13 +401,15 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     one = splits == 1
     out = c if one else xp.empty((splits, M, N), dtype="float32")
     allow_tma_c = cfg.pop("tma_c", True)
-    tma_c = tma and allow_tma_c and _tma_ok(xp, dt, (out, N, 1))
+    tma_c = tma and allow_tma_c and _tma_ok(xp, dt, (out, N, 1), *([(pre, N, 1)] if pre is not None else []))
     rows = xp.empty((splits, M), dtype="float32") if rowsum is not None else out
     second = pre if pre is not None else scale_a if scale_a is not None else c  # pre_ptr: what ACT writes, or A's scale
-    launch(_gemm, (programs,), a, b, out, bias if bias is not None else c, second, rows,
-           M, N, K, k_split, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
+    stats, n_valid = softmax_stats if softmax_stats is not None else (out, N)
+    launch(_gemm, (programs,), a, b, out, bias if bias is not None else c, second, rows, stats,
+           M, N, K, k_split, a_strides[0], a_strides[1], b_strides[0], b_strides[1], n_valid,
            HAS_BIAS=one and bias is not None, ROWSUM=rowsum is not None, ACCUMULATE=one and accumulate, ACT=act,
            WRITE_PRE=pre is not None, PRE_GRAD=pre_grad, SCALE_A=scale_a is not None,
+           SOFTMAX_STATS=softmax_stats is not None,
            PRECISION=_common.dot_precision(dt), TMA=tma, A_T=tma and a_t, B_T=tma and b_t, TMA_C=tma_c,
            EPI_HALVES=epi_halves if tma_c else 1, **cfg)
     if not one:
