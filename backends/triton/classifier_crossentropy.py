@@ -1,41 +1,48 @@
 """classifier_crossentropy, triton: the tied classifier and the loss, a chunk of rows at a time, so
-that only one chunk's logits ever exist (matmul.py's GEMM and crossentropy.py's two kernels; no
-kernel of its own).
+that only one chunk's logits ever exist (matmul.py's GEMM, crossentropy.py's backward kernel and
+one small kernel of its own).
 
-For each chunk of R rows (the last one shorter), in two reusable buffers, z (R, Vp) float32 and
-d (R, Vp) in x's dtype (for float32 x, d is z itself):
+For each chunk of R rows (the last one shorter), in one reusable (R, Vp) buffer z in x's dtype and
+a (2, R, tiles) float32 array of per-tile statistics (tiles = Vp / the GEMM's BLOCK_N, 197 at GPT-2):
 
-    z  = x[chunk] @ W.T                   the lm_head GEMM (matmul's tuned (50304, 768) forward tile),
-                                          its float32 accumulator stored as it is
-    losses[chunk], lse = ...              crossentropy's forward kernel on z (online logsumexp)
+    z, stats   = x[chunk] @ W.T             the lm_head GEMM (matmul's tuned (50304, 768) forward tile)
+                                            with `softmax_stats` in its epilogue: for each row of each
+                                            (BLOCK_M, BLOCK_N) tile, still in float32 registers, the
+                                            max m over its columns below n_valid and sum exp(z - m);
+                                            z is stored minus m, rounded to x's dtype
+    losses[chunk], lse                      `_losses` (one program per row): lse = M + log sum_j s_j
+                                            exp(m_j - M) over the row's tiles, M = max_j m_j; the
+                                            target's logit x[n] . W[t] recomputed as a float32 dot
+                                            product; loss = lse - that
   and, given dlosses (training):
-    d  = dlosses * (softmax(z) - onehot)  crossentropy's backward kernel (dlogits), rounded to x's dtype
-    dx[chunk]  = d @ W                    a dx GEMM: few output tiles over a deep K = Vp, so K is
-                                          cut into slices (split-K, summed in order)
-    dW_local  (+)= d.T @ x[chunk]         a dW GEMM into a float32 (Vp, C) buffer, the first chunk
-                                          writing it, the others accumulating
+    z := dlosses * (softmax - onehot)       crossentropy's backward kernel, in place, exp(z + m_j - lse)
+    dx[chunk]  = z @ W                      a dx GEMM (split-K where the chunk has few tiles, `_split`)
+    dW_local  (+)= z.T @ x[chunk]           a dW GEMM into a float32 (Vp, C) buffer, the first chunk
+                                            writing it, the others accumulating
 
 backward adds dW_local to grads["weight"] (one pass) and hands dx on.
 
-Why float32 logits. A logit's absolute rounding error becomes the relative error of its
-probability (softmax is exp), and that error grows with the logit: bf16 logits of |z| ~ 40 carry
-~0.08, an 8% error in p. Unfused, the logits are a (N, Vp) activation and must be 16-bit (llm.c and
-PyTorch's autocast round them too); here only a chunk exists, so it can stay float32: the loss and
-the softmax are then as exact as the GEMM, and the conformance suite's bf16 gradient tolerance holds
-(with bf16 logits, a float64 simulation of its cases failed 11 of 48 case-seeds, with float32 none).
-The price is bytes: the loss kernels read 4 bytes a logit instead of 2.
+Why the shifted logits. The logits are rounded to x's dtype (bf16) in memory, as the unfused path
+rounds them; a logit's absolute rounding error becomes the relative error of its probability
+(softmax is exp), so bf16 logits of |z| ~ 40 carry ~0.08, an 8% error in p: a float64 emulation of
+the conformance suite's bf16 cases (large-logits, V257, C768-V2048, padded-vocab) put the unfused
+composition past the bf16 gradient tolerance by 1.4-5x. Stored minus their tile's max, the logits
+that carry the probability (those near the max) are small numbers with small absolute errors, and
+the loss never touches the rounded values (lse and m come from the float32 accumulator, the target's
+logit from its own dot product). The same emulation puts every case at the float32-chunk error
+(worst 0.44 of the tolerance). The statistics cost one exp per logit in the GEMM's epilogue and
+remove crossentropy's forward pass over the logits.
 
-Memory beyond the inputs: z and d (R x Vp x 6 bytes for 16-bit x), dx (N, C), dW_local (Vp x C
-float32, 154 MB at GPT-2), against (N, Vp) logits and as many dlogits unfused (1.65 GB each at
-N = 16384 in bf16). Traffic against the unfused composition: each chunk re-reads W for two GEMMs
-(77 MB in bf16, from L2 in part); the float32 dW_local is read and written once per chunk (2 x 154
-MB) where one dW GEMM over all rows writes it once; dx's split-K slices add a small float32 partial
-per chunk; the float32 logits add 2 bytes a logit to the GEMM's store and the two loss kernels'
-reads. Bigger chunks amortise the W and dW_local traffic.
+Memory beyond the inputs: z (R x Vp in x's dtype) and the statistics (R x tiles x 8 bytes), dx
+(N, C), dW_local (Vp x C float32, 154 MB at GPT-2), against (N, Vp) logits and as many dlogits
+unfused (1.65 GB each at N = 16384 in bf16). Traffic against the unfused composition: each chunk
+re-reads W for two GEMMs (77 MB in bf16, from L2 in part); the float32 dW_local is read and written
+once per chunk (2 x 154 MB) where one dW GEMM over all rows writes it once; dx's split-K slices add
+a small float32 partial per chunk. Bigger chunks amortise the W and dW_local traffic.
 
-Rows per chunk: the largest power of two whose z and d fit in CONFIG["scratch_bytes"] (2048 rows at
-Vp = 50304: 618 MB for bf16 x, 412 MB for float32), at most N. Without dlosses only the first two
-steps run (z only).
+Rows per chunk: the largest power of two whose z and statistics fit in CONFIG["scratch_bytes"]
+(8192 rows at Vp = 50304 for 16-bit x: 837 MB; 4096 for float32), at most N. Without dlosses only
+the first two steps run.
 """
 
 from dataclasses import dataclass
@@ -43,13 +50,35 @@ from dataclasses import dataclass
 from euler_core.ops.classifier_crossentropy import SPEC
 
 from . import _common, _reduce, crossentropy, matmul
-from ._runtime import xp_of
+from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
 from .residual import copy_into
 
 OP = "classifier_crossentropy"
 
-#: the chunk's buffers (z and d) may take this many bytes; dx's K (= Vp) may be cut into this many slices
-CONFIG = {"scratch_bytes": 640 * 2 ** 20, "dx_split_k": 8}
+#: the chunk's buffers (z and its statistics) may take this many bytes; dx's K (= Vp) may be cut
+#: into this many slices
+CONFIG = {"scratch_bytes": 2 ** 30, "dx_split_k": 8}
+
+
+@kernel
+def _losses(stats_ptr, x_ptr, w_ptr, targets_ptr, losses_ptr, lse_ptr, R, tiles, C,
+            BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Row r: lse from its tiles' (max, sum) in stats (2, R, tiles), the target's logit as x[r] . W[t]
+    in float32, loss = lse - that (0 where the target is -1)."""
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, BLOCK_T)
+    m = tl.load(stats_ptr + row * tiles + j, mask=j < tiles, other=float("-inf"))
+    s = tl.load(stats_ptr + (R + row) * tiles + j, mask=j < tiles, other=0.0)
+    top = tl.max(m, axis=0)  # finite: every row has a column below n_valid
+    lse = top + tl.log(tl.sum(s * tl.exp(m - top), axis=0))
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    valid = target >= 0
+    c = tl.arange(0, BLOCK_C)
+    xr = tl.load(x_ptr + row * C + c, mask=c < C, other=0.0).to(tl.float32)
+    wr = tl.load(w_ptr + tl.where(valid, target, 0) * C + c, mask=c < C, other=0.0).to(tl.float32)
+    picked = tl.sum(xr * wr, axis=0)
+    tl.store(losses_ptr + row, tl.where(valid, lse - picked, 0.0).to(losses_ptr.dtype.element_ty))
+    tl.store(lse_ptr + row, lse)
 
 
 @dataclass
@@ -59,14 +88,20 @@ class Saved:
     dweight: object  # (Vp,C) float32
 
 
-def row_bytes(Vp: int, itemsize: int) -> int:
-    """Bytes of z and d per row of a chunk (d is z itself for float32 x)."""
-    return Vp * (4 + (itemsize if itemsize != 4 else 0))
+def _tiles(dtype: str, Vp: int, C: int) -> tuple:
+    """(BLOCK_N, tiles) of the logits GEMM: the statistics' tile width and count (whatever the rows)."""
+    block_n = matmul.tile_shape(dtype, 1, Vp, C, weight_shape=(Vp, C))[1]
+    return block_n, cdiv(Vp, block_n)
 
 
-def chunk_rows(N: int, Vp: int, itemsize: int, scratch_bytes: int) -> int:
-    """Rows per chunk: the largest power of two whose z and d fit, at least 1, at most N."""
-    fit = max(1, scratch_bytes // row_bytes(Vp, itemsize))
+def row_bytes(Vp: int, itemsize: int, tiles: int) -> int:
+    """Bytes of z and its statistics per row of a chunk."""
+    return Vp * itemsize + 2 * tiles * 4
+
+
+def chunk_rows(N: int, Vp: int, itemsize: int, tiles: int, scratch_bytes: int) -> int:
+    """Rows per chunk: the largest power of two whose z and statistics fit, at least 1, at most N."""
+    fit = max(1, scratch_bytes // row_bytes(Vp, itemsize, tiles))
     return min(N, 1 << (fit.bit_length() - 1))
 
 
@@ -77,33 +112,37 @@ def forward(inputs, attrs, out=None, config=None):
     cfg = {**CONFIG, **(config or {})}
     N, C = x.shape
     Vp = weight.shape[0]
+    dt = str(x.dtype)
     n_valid = attrs["n_valid"] or Vp
     xp = xp_of(x)
     targets = xp.ascontiguousarray(targets)  # often a view of a token window: copy (N ints)
     losses = _common.output(OP, xp, out, (N,), "float32")
-    R = chunk_rows(N, Vp, x.dtype.itemsize, cfg["scratch_bytes"])
-    z = xp.empty((R, Vp), dtype="float32")  # one chunk's logits
+    tile, tiles = _tiles(dt, Vp, C)
+    R = chunk_rows(N, Vp, x.dtype.itemsize, tiles, cfg["scratch_bytes"])
+    z = xp.empty((R, Vp), dtype=x.dtype)  # one chunk's shifted logits, then their gradient in place
+    stats = xp.empty((2 * R * tiles,), dtype="float32")
     lse = xp.empty((R,), dtype="float32")
     train = dlosses is not None
     if train:
-        d = z if str(x.dtype) == "float32" else xp.empty((R, Vp), dtype=x.dtype)  # its dlogits
         dx = xp.empty((N, C), dtype=x.dtype)
         dweight = xp.empty((Vp, C), dtype="float32")
-        dx_config = None if str(x.dtype) == "float32" else {**matmul.CONFIGS[("16", "dx")],
-                                                            "split_k": cfg["dx_split_k"]}
+        dx_config = None if dt == "float32" else {**matmul.CONFIGS[("16", "dx")], "split_k": cfg["dx_split_k"]}
     for r0 in range(0, N, R):
         n = min(R, N - r0)
         rows, zc = slice(r0, r0 + n), z[:n]
-        matmul.gemm(x[rows], weight, zc, (C, 1), (1, C), n, Vp, C, weight_shape=(Vp, C))        # z = x W^T
-        crossentropy.losses_into(zc, targets[rows], losses[rows], lse[:n], n_valid)
+        st = stats[:2 * n * tiles].reshape(2, n, tiles)
+        matmul.gemm(x[rows], weight, zc, (C, 1), (1, C), n, Vp, C, weight_shape=(Vp, C),
+                    softmax_stats=(st, n_valid))                                        # z - m, stats = x W^T
+        launch(_losses, (n,), st, x[rows], weight, targets[rows], losses[rows], lse[:n], n, tiles, C,
+               BLOCK_T=next_pow2(tiles), BLOCK_C=next_pow2(C))                          # losses, lse
         if not train:
             continue
-        dc = d[:n]
-        crossentropy.dlogits_into(zc, targets[rows], lse[:n], dlosses[rows], dc, n_valid)       # d = dlogits
-        matmul.gemm(dc, weight, dx[rows], (Vp, 1), (C, 1), n, C, Vp, product="dx", weight_shape=(Vp, C),
-                    config=dx_config)                                                            # dx = d W
-        matmul.gemm(dc, x[rows], dweight, (1, Vp), (C, 1), Vp, C, n, accumulate=r0 > 0, product="dW",
-                    weight_shape=(Vp, C))                                                        # dW (+)= d^T x
+        crossentropy.dlogits_into(zc, targets[rows], lse[:n], dlosses[rows], zc, n_valid,
+                                  tile_max=st[0], tile=tile)                            # z := dlogits
+        matmul.gemm(zc, weight, dx[rows], (Vp, 1), (C, 1), n, C, Vp, product="dx", weight_shape=(Vp, C),
+                    config=dx_config)                                                   # dx = d W
+        matmul.gemm(zc, x[rows], dweight, (1, Vp), (C, 1), Vp, C, n, accumulate=r0 > 0, product="dW",
+                    weight_shape=(Vp, C))                                               # dW (+)= d^T x
     return losses, (Saved(dlosses, dx, dweight) if train else Saved(None, None, None))
 
 

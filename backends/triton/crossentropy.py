@@ -70,7 +70,8 @@ def _ce_forward(logits_ptr, targets_ptr, losses_ptr, lse_ptr, V, n_valid, BLOCK_
 
 
 @kernel
-def _ce_backward(logits_ptr, targets_ptr, lse_ptr, dlosses_ptr, dlogits_ptr, V, n_valid, BLOCK_V: tl.constexpr):
+def _ce_backward(logits_ptr, targets_ptr, lse_ptr, dlosses_ptr, dlogits_ptr, tile_max_ptr, V, n_valid, tiles_n,
+                 BLOCK_V: tl.constexpr, TILE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
     target = tl.load(targets_ptr + row).to(tl.int64)
@@ -79,7 +80,10 @@ def _ce_backward(logits_ptr, targets_ptr, lse_ptr, dlosses_ptr, dlogits_ptr, V, 
     lse = tl.load(lse_ptr + row)
     real = cols < n_valid
     z = tl.load(logits_ptr + row * V + cols, mask=real, other=0.0).to(tl.float32)
-    p = tl.exp(z - lse)
+    if TILE:  # stored minus the max of their TILE-wide tile (the classifier's GEMM): z - lse = z + (max - lse)
+        p = tl.exp(z + (tl.load(tile_max_ptr + row * tiles_n + cols // TILE, mask=real, other=0.0) - lse))
+    else:
+        p = tl.exp(z - lse)
     d = dloss * (p - tl.where(cols == target, 1.0, 0.0))
     d = tl.where(real, d, 0.0)
     tl.store(dlogits_ptr + row * V + cols, d.to(dlogits_ptr.dtype.element_ty), mask=cols < V)
@@ -104,12 +108,16 @@ def losses_into(logits, targets, losses, lse, n_valid: int) -> None:
            STAGES=FORWARD_STAGES, num_warps=FORWARD_WARPS)
 
 
-def dlogits_into(logits, targets, lse, dlosses, dlogits, n_valid: int) -> None:
+def dlogits_into(logits, targets, lse, dlosses, dlogits, n_valid: int, tile_max=None, tile: int = 0) -> None:
     """dlogits (R, V) = dlosses * (softmax - onehot), 0 in the padding and on ignored rows. dlogits
-    may be logits itself: each element is read before it is written, by the same program."""
+    may be logits itself: each element is read before it is written, by the same program. With
+    `tile` > 0, logits are stored shifted: row r's columns [j tile, (j+1) tile) minus tile_max[r, j]
+    (a (R, ceil(V / tile)) float32 array), as classifier_crossentropy's GEMM writes them."""
     R, V = logits.shape
     block = _block(V, BACKWARD_BLOCK_V)
-    launch(_ce_backward, (R, cdiv(V, block)), logits, targets, lse, dlosses, dlogits, V, n_valid, BLOCK_V=block,
+    tiles = tile_max.shape[1] if tile else 1
+    launch(_ce_backward, (R, cdiv(V, block)), logits, targets, lse, dlosses, dlogits,
+           tile_max if tile else lse, V, n_valid, tiles, BLOCK_V=block, TILE=tile,
            num_warps=8 if block >= 2048 else 4)
 
 
