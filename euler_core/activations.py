@@ -84,8 +84,8 @@ def step_bytes(config, B: int, T: int, dtype: str, fused_classifier: bool, fused
     saved = L * N * (C * item + config.n_head * 4) + (2 * L + 1) * N * 8
     if fused_gelu:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena would keep pre
         saved += L * N * 4 * C * item
-    if fused_classifier:  # its float32 chunk of logits (<= 640 MiB), float32 dW and its dx (N,C)
-        saved += min(640 * 2**20, N * config.padded_vocab_size * 4) + config.padded_vocab_size * C * 4 + N * C * item
+    if fused_classifier:  # its chunk of logits in x's dtype (<= 1 GiB), float32 dW and its dx (N,C)
+        saved += min(2**30, N * config.padded_vocab_size * item) + config.padded_vocab_size * C * 4 + N * C * item
     return {"weights": weights, "arena": arena, "saved": saved, "total": int(1.1 * (weights + arena + saved))}
 
 

@@ -102,8 +102,8 @@ def test_every_kernel_is_recorded():
     names = {e["kernel"].__name__ for _, _, e in LAUNCHES}
     assert {"_attn_forward", "_attn_backward", "_gemm", "_colsum_partial",
             "_colsum_finish", "_ln_forward", "_ln_backward", "_gelu_forward", "_gelu_backward", "_add",
-            "_ce_forward", "_ce_backward", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_emb_dwte_pieces", "_radix_count", "_radix_scatter",
-            "_adamw", "_sumsq_partial", "_sumsq_finish", "_decode_partial",
+            "_ce_forward", "_ce_backward", "_losses", "_emb_forward", "_emb_dwpe", "_emb_dwte", "_emb_dwte_pieces",
+            "_radix_count", "_radix_scatter", "_adamw", "_sumsq_partial", "_sumsq_finish", "_decode_partial",
             "_decode_merge"} <= names
 
 

@@ -127,31 +127,63 @@ def test_numpy_arrays_need_the_interpreter():
         gelu.forward({"x": np.ones((4, 4), dtype=np.float32)}, {})
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("pre_grad", [False, True])
-def test_gemm_gelu_epilogue_writes_the_pre_activation_or_its_derivative(pre_grad):
+def test_gemm_gelu_epilogue_writes_the_pre_activation_or_its_derivative(pre_grad, dtype):
     """gemm(act=1): gelu(x @ W.T + b) in the epilogue, and `pre` gets x @ W.T + b itself, or with
-    pre_grad gelu' of it (what matmul_gelu saves for its backward)."""
+    pre_grad gelu' of it (what matmul_gelu saves for its backward). float16 rows of 64 and 48
+    elements are 16-byte aligned: both stores go through TMA descriptors, in column halves."""
     from backends.naive import gelu as naive_gelu
     from backends.triton import matmul
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((17, 36)).astype(np.float32)
-    w = (rng.standard_normal((20, 36)) / 6).astype(np.float32)
-    b = rng.standard_normal(20).astype(np.float32)
-    y, pre = (np.full((17, 20), np.nan, dtype=np.float32) for _ in range(2))
+    N, K, M = 17, 64, 48
+    x = rng.standard_normal((N, K)).astype(dtype)
+    w = (rng.standard_normal((M, K)) / 8).astype(dtype)
+    b = rng.standard_normal(M).astype(dtype)
+    y, pre = (np.full((N, M), np.nan, dtype=dtype) for _ in range(2))
+    cfg = dict(matmul.CONFIGS[("16", "forward")], BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, epi_halves=2)
+    args = (x, w, y, (K, 1), (1, K), N, M, K)
+    with _runtime.recording() as rec:
+        matmul.gemm(*args, bias=b, act=1, pre=pre, pre_grad=pre_grad, config=cfg)
+    assert rec[0]["constexprs"]["TMA_C"] == (dtype == "float16")
     with _runtime.interpreter():
-        matmul.gemm(x, w, y, (36, 1), (1, 36), 17, 20, 36, bias=b, act=1, pre=pre, pre_grad=pre_grad)
+        matmul.gemm(*args, bias=b, act=1, pre=pre, pre_grad=pre_grad, config=cfg)
     ref_pre = x.astype(np.float64) @ w.T.astype(np.float64) + b
     ones = np.ones_like(ref_pre)
     expected = naive_gelu.backward(naive_gelu.Saved(ref_pre), ones, {})["x"] if pre_grad else ref_pre
-    np.testing.assert_allclose(pre, expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(y, naive_gelu.forward({"x": ref_pre}, {})[0], rtol=1e-5, atol=1e-5)
+    tol = 1e-5 if dtype == "float32" else 2e-3
+    np.testing.assert_allclose(pre, expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(y, naive_gelu.forward({"x": ref_pre}, {})[0], rtol=tol, atol=tol)
+
+
+def test_gemm_softmax_stats_epilogue():
+    """gemm(softmax_stats=): per row and 32-column tile, the max over the columns below n_valid
+    and the sum of exp(z - max) there, and z stored minus that max; tiles 2 and 3 lie wholly in the
+    padding (max -inf, sum 0, z stored as it is). float16: through the TMA descriptors."""
+    from backends.triton import matmul
+    rng = np.random.default_rng(4)
+    N, K, V, n_valid = 20, 32, 128, 50
+    x = rng.standard_normal((N, K)).astype(np.float16)
+    w = (rng.standard_normal((V, K)) / 2).astype(np.float16)
+    z = np.full((N, V), np.nan, dtype=np.float16)
+    stats = np.full((2, N, 4), np.nan, dtype=np.float32)
+    cfg = dict(matmul.CONFIGS[("16", "forward")], BLOCK_M=16, BLOCK_N=32, BLOCK_K=16)
+    with _runtime.interpreter():
+        matmul.gemm(x, w, z, (K, 1), (1, K), N, V, K, config=cfg, softmax_stats=(stats, n_valid))
+    ref = (x.astype(np.float64) @ w.T.astype(np.float64)).reshape(N, 4, 32)
+    real = (np.arange(V) < n_valid).reshape(4, 32)
+    top = np.where(real, ref, -np.inf).max(axis=2)
+    np.testing.assert_allclose(stats[0], top, rtol=1e-3)
+    shift = np.where(np.isinf(top), 0.0, top)[:, :, None]
+    np.testing.assert_allclose(stats[1], np.where(real, np.exp(ref - shift), 0).sum(axis=2), rtol=1e-3)
+    np.testing.assert_allclose(z.reshape(N, 4, 32), ref - shift, rtol=2e-3, atol=2e-3)
 
 
 def test_classifier_crossentropy_in_several_chunks(monkeypatch):
     """With room for 4 rows of logits, the 17 rows of a case go through 5 chunks (the last one row):
     every case check still passes (chunk offsets, dW accumulated over chunks, the losses-only path)."""
     from backends.triton import classifier_crossentropy as cce
-    monkeypatch.setitem(cce.CONFIG, "scratch_bytes", 4 * cce.row_bytes(37, 4, 1))  # 4 rows of V = 37 float32 logits
+    monkeypatch.setitem(cce.CONFIG, "scratch_bytes", 4 * cce.row_bytes(37, 36, "float32"))  # 4 rows of V = 37 float32 logits
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((17, 36)).astype(np.float32), rng.standard_normal((37, 36)).astype(np.float32)
     dlosses = rng.standard_normal(17).astype(np.float32)

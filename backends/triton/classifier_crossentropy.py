@@ -94,14 +94,14 @@ def _tiles(dtype: str, Vp: int, C: int) -> tuple:
     return block_n, cdiv(Vp, block_n)
 
 
-def row_bytes(Vp: int, itemsize: int, tiles: int) -> int:
+def row_bytes(Vp: int, C: int, dtype: str) -> int:
     """Bytes of z and its statistics per row of a chunk."""
-    return Vp * itemsize + 2 * tiles * 4
+    return Vp * (4 if dtype == "float32" else 2) + 2 * _tiles(dtype, Vp, C)[1] * 4
 
 
-def chunk_rows(N: int, Vp: int, itemsize: int, tiles: int, scratch_bytes: int) -> int:
+def chunk_rows(N: int, Vp: int, C: int, dtype: str, scratch_bytes: int) -> int:
     """Rows per chunk: the largest power of two whose z and statistics fit, at least 1, at most N."""
-    fit = max(1, scratch_bytes // row_bytes(Vp, itemsize, tiles))
+    fit = max(1, scratch_bytes // row_bytes(Vp, C, dtype))
     return min(N, 1 << (fit.bit_length() - 1))
 
 
@@ -118,7 +118,7 @@ def forward(inputs, attrs, out=None, config=None):
     targets = xp.ascontiguousarray(targets)  # often a view of a token window: copy (N ints)
     losses = _common.output(OP, xp, out, (N,), "float32")
     tile, tiles = _tiles(dt, Vp, C)
-    R = chunk_rows(N, Vp, x.dtype.itemsize, tiles, cfg["scratch_bytes"])
+    R = chunk_rows(N, Vp, C, dt, cfg["scratch_bytes"])
     z = xp.empty((R, Vp), dtype=x.dtype)  # one chunk's shifted logits, then their gradient in place
     stats = xp.empty((2 * R * tiles,), dtype="float32")
     lse = xp.empty((R,), dtype="float32")

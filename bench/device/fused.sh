@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
 # The fused ops of issue 12 (layernorm_residual, matmul_gelu, classifier_crossentropy) on the H200,
-# triton backend, from the repo root, in 150 s:
+# triton backend, from the repo root, in about 75 s (at most 185):
 #   alone:              run(command="bash bench/device/fused.sh", timeout_s=200)
-#   as a round stage:   run(command="GIT_SHA=<sha> bash bench/device/round.sh fused:150", carry=[".h200"])
+#   as a round stage:   run(command="GIT_SHA=<sha> bash bench/device/round.sh fused:190", carry=[".h200"])
 #   on the CPU first:   SMOKE=1 PYTHON=.venv/bin/python bash bench/device/fused.sh
 #
 #   install      pip install -e . (no deps), unless bench/device/round.sh installed it   (~5 s, cap 40)
 #   conformance  euler conformance --backend triton --op OP --dtype DT for the three ops in float32,
 #                float16 and bfloat16: nine processes side by side (each compiles its own kernels);
-#                SMOKE: the naive backend                                                 (~30 s, cap 55)
+#                SMOKE: the naive backend                                                 (~25 s, cap 55)
 #   bench        bench/device/fused_bench.py: at N = 16384 and 32768 rows (B*T), C = 768, Vp = 50304,
 #                bf16 activations and float32 parameter gradients: each fused op checked against its
-#                unfused composition (both triton), then timed as CUDA-graph replays (10 calls in
-#                one graph of euler_core.graph.CapturedGraph, median of 5 replays), with its memory
-#                (arena buffers, pool bytes held from forward to backward, pool peak);
-#                classifier_crossentropy also at chunks of 1024, 2048 (the default), 4096 and 8192
-#                rows; SMOKE: the interpreter at tiny shapes                              (~60 s, cap 75)
+#                unfused composition (both triton; the classifier's fused and unfused results each
+#                against the composition in float64 on the GPU), then timed as CUDA-graph replays (10
+#                calls in one graph of euler_core.graph.CapturedGraph, median of 5 replays), with its
+#                memory (arena buffers, pool bytes held from forward to backward, pool peak); at
+#                N = 16384 also matmul_gelu under five other launch configurations and the
+#                classifier at chunks of 2048, 4096 and 16384 rows (8192, the default, is the
+#                main row); SMOKE: the interpreter at tiny shapes                          (~45 s, cap 90)
 #
 # What comes back: ONE file, $OUT/fused.tar.gz, holding fused/log.txt (everything printed),
 # fused/conformance/<op>-<dtype>.txt (the tables) and fused/results.json (one record per
-# measurement). stdout ends with the bench's summary table, then the conformance counts again:
-#   op, N, what (forward / backward / forward+backward / eval forward / chunk size), fused ms,
-#   unfused ms, speedup (unfused / fused), held MB fused/unfused, total MB (arena + peak), check
-#   ("agrees" = fused matches unfused within 2x the bf16 tolerance; otherwise the first difference),
-#   and GRAPH / TIMING notes when a replay differed from the eager run or a capture failed.
+# measurement). stdout ends with the bench's summary table, the classifier's two verdicts against
+# float64, then the conformance counts again:
+#   op, N, what (forward / backward / forward+backward / eval forward / chunk size / config), fused
+#   ms, unfused ms, speedup (unfused / fused), held MB fused/unfused, total MB (arena + peak), check
+#   ("agrees" = fused matches unfused, or for the classifier float64, within 2x the bf16 tolerance;
+#   otherwise the first difference), and GRAPH / TIMING notes when a replay differed from the eager
+#   run or a capture failed.
 set -uo pipefail
 OUT=${OUT:-/tmp/fused-out}
 DIR="$OUT/fused"
@@ -60,7 +64,7 @@ done > "$DIR/conformance-summary.txt"
 tee -a "$DIR/log.txt" < "$DIR/conformance-summary.txt"
 
 log "bench: fused vs unfused"
-OUT_DIR="$DIR" timeout 75 $PY bench/device/fused_bench.py 2>&1 | tee -a "$DIR/log.txt" | grep -v '^{' \
+OUT_DIR="$DIR" timeout 90 $PY bench/device/fused_bench.py 2>&1 | tee -a "$DIR/log.txt" | grep -v '^{' \
   || log "bench exited with an error (see log.txt)"
 
 echo "== conformance (again, for the last lines of the output)"

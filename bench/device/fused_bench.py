@@ -11,10 +11,13 @@ every output and activation gradient into a preallocated buffer:
     matmul_gelu              fused fwd / bwd   vs  matmul + gelu          /  gelu bwd + matmul bwd     (c_fc: 768 -> 3072)
     classifier_crossentropy  fused fwd+bwd     vs  matmul + crossentropy fwd, crossentropy bwd + matmul bwd (lm_head, tied)
                              fused eval fwd    vs  matmul + crossentropy fwd
-                             and the fused fwd+bwd at four chunk sizes (scratch budgets)
+                             and, at the first N, the fused fwd+bwd at other chunk sizes (scratch budgets)
+    matmul_gelu (first N)    fused fwd / bwd with other launch configurations (matmul_gelu_candidates)
 
 1. check: the fused outputs and gradients against the unfused ones (both bf16; conformance's bf16
-   tolerance doubled, 10 outliers per million allowed); a wrong op is reported and not timed.
+   tolerance doubled, 10 outliers per million allowed); the classifier's, fused and unfused each,
+   against the composition in float64 on the device (the unfused one rounds its logits to bf16 and
+   is the less accurate; its verdict is reported beside). A wrong op is reported and not timed.
 2. memory: each path's preallocated buffers (outputs and activation gradients: the model's arena),
    the CuPy pool bytes held from the forward to the backward (saved values), and the peak the pair
    needs beyond its inputs and arena (pool.total_bytes() growth after free_all_blocks); total =
@@ -43,7 +46,7 @@ REPS, ITERS = (2, 2) if SMOKE else (10, 5)
 NS = (48,) if SMOKE else (16384, 32768)
 C, VP, V, HIDDEN = (32, 96, 90, 128) if SMOKE else (768, 50304, 50257, 3072)
 DTYPE = "float16" if SMOKE else "bfloat16"   # the interpreter's bf16 arithmetic is wrong
-CHUNK_ROWS = (8, 16) if SMOKE else (1024, 2048, 4096, 8192)
+CHUNK_ROWS = (8, 16) if SMOKE else (2048, 4096, 8192, 16384)
 
 if SMOKE:
     xp = np
@@ -283,9 +286,48 @@ def bench_matmul_gelu(N, rng):
     graph = same_after_graph([y], eager)
     tu = time_it(unfused_fwd)
     s, s2 = fused_fwd(), unfused_fwd()
+    tub = time_it(lambda: unfused_bwd(s2))
     record("matmul_gelu", N, "forward", tf, tu, mem_f, mem_u, check, graph)
-    record("matmul_gelu", N, "backward", time_it(lambda: fused_bwd(s)), time_it(lambda: unfused_bwd(s2)),
-           mem_f, mem_u, check)
+    record("matmul_gelu", N, "backward", time_it(lambda: fused_bwd(s)), tub, mem_f, mem_u, check)
+    if N != NS[0]:
+        return
+    from backends.triton import matmul_gelu as module  # its launch configurations, swapped one at a time
+    for name, configs in matmul_gelu_candidates().items():
+        default = dict(module.CONFIGS)
+        module.CONFIGS.update(configs)
+        try:
+            s = fused_fwd()
+            fused_bwd(s)  # into gw, gb: accumulated, so only y and dx are compared
+            sync()
+            cand = agree([("y", y, y2, "forward"), ("dx", dx, dx2, "gradient")])
+            tf_c = time_it(fused_fwd) if not cand else float("nan")
+            tb_c = time_it(lambda: fused_bwd(s)) if not cand else float("nan")
+        finally:
+            module.CONFIGS.clear()
+            module.CONFIGS.update(default)
+        record("matmul_gelu", N, f"forward, {name}", tf_c, tu, mem_f, mem_u, cand)
+        record("matmul_gelu", N, f"backward, {name}", tb_c, tub, mem_f, mem_u, cand)
+
+
+def matmul_gelu_candidates() -> dict:
+    """Launch configurations of matmul_gelu (its CONFIGS entries) timed beside its defaults at the
+    first N: the forward with matmul's fused tile and K loops (FLATTEN: spills 152 bytes a thread)
+    or one 128 x 256 program per SM; the backward's dW on 128 x 128 tiles (no spills; the default
+    128 x 256 spills 472 bytes) and its dx without FLATTEN."""
+    if SMOKE:
+        return {"FLATTEN forward": {"forward": {**module_configs()["forward"], "FLATTEN": True}}}
+    from backends.triton import matmul as mm
+    c = module_configs()
+    return {"FLATTEN forward": {"forward": {**c["forward"], "FLATTEN": True}},
+            "128x256 forward": {"forward": mm._tile16(128, 256, 3)},
+            "dW 128x128 w8 s4": {"dW": mm._tile16(128, 128, 4, warps=8, split_k=16)},
+            "dW 128x128 w4 s4": {"dW": mm._tile16(128, 128, 4, warps=4, split_k=16)},
+            "dx no FLATTEN": {"dx": {**c["dx"], "FLATTEN": False}}}
+
+
+def module_configs() -> dict:
+    from backends.triton import matmul_gelu
+    return dict(matmul_gelu.CONFIGS)
 
 
 # ---- classifier_crossentropy ---------------------------------------------------------------------------
@@ -333,26 +375,36 @@ def bench_classifier(N, rng):
     unfused_bwd(s2)
     del s2
     sync()
-    check = agree([("losses", losses, losses2, "forward"), ("losses (eval)", losses3, losses2, "forward"),
-                   ("dx", dx, dx2, "gradient"), ("dweight", gw, gw2, "gradient")])
+    ref = classifier_reference(x, wte, targets, dlosses, V)
+    check = against_reference([("losses", losses, ref["losses"], "forward"),
+                               ("losses (eval)", losses3, ref["losses"], "forward"),
+                               ("dx", dx, ref["dx"], "gradient"), ("dweight", gw, ref["dweight"], "gradient")])
+    check_unfused = against_reference([("losses", losses2, ref["losses"], "forward"), ("dx", dx2, ref["dx"], "gradient"),
+                                       ("dweight", gw2, ref["dweight"], "gradient")])
+    del ref
     eager = [host(losses)]
     mem_f = memory(fused_fwd, fused_bwd, [losses, dx])
     mem_u = memory(unfused_fwd, unfused_bwd, [logits, losses2, dlogits, dx2])
     mem_fe, mem_ue = memory(fused_eval, None, [losses3]), memory(unfused_fwd, None, [logits, losses2])
+    notes = {"unfused_check": check_unfused or "agrees"}
     if check:
-        record("classifier_crossentropy", N, "forward+backward", float("nan"), None, mem_f, mem_u, check)
+        record("classifier_crossentropy", N, "forward+backward", float("nan"), None, mem_f, mem_u, check, **notes)
         return
     train_f = time_it(lambda: fused_bwd(fused_fwd()))
     graph = same_after_graph([losses], eager)
     train_u = time_it(lambda: unfused_bwd(unfused_fwd()))
     record("classifier_crossentropy", N, "forward+backward", train_f, train_u, mem_f, mem_u, check, graph,
-           chunk_rows=chunk_rows_default(N))
+           chunk_rows=chunk_rows_default(N), **notes)
     record("classifier_crossentropy", N, "eval forward", time_it(fused_eval), time_it(unfused_fwd),
            mem_fe, mem_ue, check)
+    if N != NS[0]:
+        return
     from backends.triton import classifier_crossentropy as module  # the chunk size is the module's config
     full = f.spec.fill_attrs(attrs)
     for rows in CHUNK_ROWS:
-        cfg = {"scratch_bytes": rows * module.row_bytes(VP, DT.itemsize)}
+        if rows > N or rows == chunk_rows_default(N):
+            continue
+        cfg = {"scratch_bytes": rows * module.row_bytes(VP, C, DTYPE)}
 
         def fwd(cfg=cfg):
             with interpreting():
@@ -367,6 +419,37 @@ def bench_classifier(N, rng):
                train_u, mem, mem_u, check, chunk_rows=rows)
 
 
+def classifier_reference(x, wte, targets, dlosses, n_valid) -> dict:
+    """The composition in float64 from the very bf16 inputs, on the device (one (N, Vp) float64
+    array, 6.6 GB at N = 16384): losses, dx = dlogits @ W, dweight = dlogits.T @ x, on the host."""
+    x64, w64 = x.astype(np.float64), wte.astype(np.float64)
+    N = x.shape[0]
+    z = x64 @ w64.T
+    z[:, n_valid:] = -np.inf
+    rows = xp.arange(N)
+    valid = targets >= 0
+    picked = z[rows, xp.where(valid, targets, 0)]
+    top = z.max(axis=1, keepdims=True)
+    z -= top
+    xp.exp(z, out=z)
+    total = z.sum(axis=1, keepdims=True)
+    losses = xp.where(valid, (top + xp.log(total))[:, 0] - picked, 0.0)
+    z /= total                                                           # softmax
+    z[rows[valid], targets[valid]] -= 1.0
+    z *= xp.where(valid, dlosses.astype(np.float64), 0.0)[:, None]        # dlogits
+    return {"losses": host(losses), "dx": host(z @ w64), "dweight": host(z.T @ x64)}
+
+
+def against_reference(pairs) -> str:
+    """'' when every (name, got, float64 reference, kind) agrees within the bench's tolerance."""
+    try:
+        for name, got, ref, kind in pairs:
+            compare(name, got, ref, TOL[kind], outliers_per_million=10.0)
+    except CheckFailed as e:
+        return str(e)
+    return ""
+
+
 def interpreting():
     """Triton's interpreter around a direct module call in SMOKE mode (the dispatcher's interpreted
     variants do that themselves); nothing on the GPU."""
@@ -379,14 +462,14 @@ def interpreting():
 
 def chunk_rows_default(N):
     from backends.triton.classifier_crossentropy import CONFIG, chunk_rows
-    return chunk_rows(N, VP, DT.itemsize, CONFIG["scratch_bytes"])
+    return chunk_rows(N, VP, C, DTYPE, CONFIG["scratch_bytes"])
 
 
 def summary():
     print()
     print("fused vs unfused (triton, bf16 activations, float32 parameter gradients); ms per call from CUDA-graph "
           "replays; MB: held = saved from forward to backward, total = arena buffers + pool peak")
-    print(f"{'op':<24} {'N':>6} {'what':<34} {'fused ms':>9} {'unfused ms':>10} {'speedup':>8} "
+    print(f"{'op':<24} {'N':>6} {'what':<38} {'fused ms':>9} {'unfused ms':>10} {'speedup':>8} "
           f"{'held MB f/u':>15} {'total MB f/u':>15}  check")
     for r in RECORDS:
         def mb(kind):
@@ -394,10 +477,13 @@ def summary():
             return "-" if f is None or u is None else f"{f:.0f}/{u:.0f}"
         un = "-" if r["unfused_ms"] is None else f"{r['unfused_ms']:.3f}"
         sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
-        print(f"{r['op']:<24} {r['N']:>6} {r['what']:<34} {r['fused_ms']:>9.3f} {un:>10} {sp:>8} "
+        print(f"{r['op']:<24} {r['N']:>6} {r['what']:<38} {r['fused_ms']:>9.3f} {un:>10} {sp:>8} "
               f"{mb('held_mb'):>15} {mb('total_mb'):>15}  {r['check'][:60]}"
               + ("" if r["graph_check"] == "bitwise" else f" GRAPH: {r['graph_check']}")
               + (f" TIMING: {r['timing_notes'][0]}" if r.get("timing_notes") else ""))
+    for r in RECORDS:
+        if "unfused_check" in r:
+            print(f"# {r['op']} N={r['N']} against float64: fused {r['check'][:150]}; unfused {r['unfused_check'][:150]}")
 
 
 def main():
