@@ -22,13 +22,13 @@ separate column sum would need dpre in memory).
 Why g is float16 for bfloat16 x. g is rounded once when saved and the product dout * g once more
 when it becomes the A operand; with g in bfloat16 (8 significant bits) the two roundings put a few
 elements of c_fc's dweight past the bf16 gradient tolerance (first H200 run: 3 of 2.4M elements at
-K768-M3072, 1.1x the bound; a float64 emulation of the conformance cases reproduced those very
-elements and put 24 of 40 seeds past it, worst 1.53x). g lies in [-0.17, 1.13], well inside
-float16's range, and float16's 11 bits make the first rounding negligible: worst 0.78x over the
-same 40 seeds, against 0.93x for the unfused composition (pre rounded to bf16, gelu' of it in
-float32). Same bytes as a bf16 g, and the backward multiplies instead of evaluating gelu'. The TMA
-store of g goes through the descriptor type of C (bf16) bit for bit, so that both stores share one
-staging buffer: a second one would not leave room for two programs per SM.
+K768-M3072, 1.1x the bound; a float64 emulation of the conformance cases, bench/fused_precision.py,
+reproduced those very elements and put 24 of 40 seeds past it, worst 1.53x). g lies in [-0.17,
+1.13], well inside float16's range, and float16's 11 bits make the first rounding negligible: worst
+0.78x over the same 40 seeds, against 0.93x for the unfused composition (pre rounded to bf16, gelu'
+of it in float32). Same bytes as a bf16 g, and the backward multiplies instead of evaluating gelu'.
+The TMA store of g goes through the descriptor type of C (bf16) bit for bit, so that both stores
+share one staging buffer: a second one would not leave room for two programs per SM.
 
 Launch configurations (CONFIGS, 16-bit x; float32 uses matmul's): the forward is matmul's tuned
 c_fc forward (two 128 x 128 programs of one warpgroup per SM, 3 stages) without the fused tile and K
