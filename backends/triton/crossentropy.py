@@ -24,9 +24,10 @@ Backward, one program per (row, chunk): dlogits = dloss * (exp(z - lse) - [v == 
 n_valid, 0 in the padded columns and on ignored rows: one read and one write of the logits. Naive
 materialises the (B,T,V) softmax in float64; this never holds more than a chunk.
 
-The classifier fused with the loss, classifier_crossentropy.py, runs these two kernels on one chunk
-of rows at a time (`losses_into`, `dlogits_into`); this variant is the loss alone, as the spec
-defines it.
+The classifier fused with the loss, classifier_crossentropy.py, runs the backward kernel on one
+chunk of rows at a time (`dlogits_into`), on logits its GEMM stored minus each tile's row max (`TILE`:
+the max is added back as each logit is read); its loss comes from that GEMM's epilogue instead of
+the forward kernel. This variant is the loss alone, as the spec defines it.
 """
 
 from dataclasses import dataclass

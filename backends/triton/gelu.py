@@ -17,13 +17,24 @@ BLOCK = 1024
 
 
 @triton.jit
-def gelu_grad(x):
-    """d gelu / dx at x (float32): s + 2 x s (1 - s) du/dx with s = sigmoid(2u); also used by the
-    GEMM epilogue of matmul_gelu (matmul.py), which saves it for the backward."""
+def gelu_gate(x):
+    """s = sigmoid(2u) at float32 x, u = sqrt(2/pi) (x + 0.044715 x^3): gelu(x) = x * s."""
     u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    s = 1.0 / (1.0 + tl.exp(-2.0 * u))
+    return 1.0 / (1.0 + tl.exp(-2.0 * u))
+
+
+@triton.jit
+def gelu_grad_gated(x, s):
+    """d gelu / dx at x given its gate s = gelu_gate(x): s + 2 x s (1 - s) du/dx. The GEMM epilogue
+    of matmul_gelu (matmul.py) computes s once for both the output x * s and this, which it saves."""
     du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
     return s + 2.0 * x * s * (1.0 - s) * du
+
+
+@triton.jit
+def gelu_grad(x):
+    """d gelu / dx at float32 x."""
+    return gelu_grad_gated(x, gelu_gate(x))
 
 
 @kernel

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 from . import _common, _reduce
 from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
-from .gelu import gelu_grad
+from .gelu import gelu_gate, gelu_grad_gated
 
 
 @kernel
@@ -184,10 +184,9 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, stats_ptr, M, N, K
                              ACCUMULATE)
         else:
             if ACT == 1:
+                acc, saved = _activated(acc, PRE_GRAD)
                 if WRITE_PRE:
-                    tl.store(pre_ptr + offs, _saved_for_backward(acc, PRE_GRAD).to(pre_ptr.dtype.element_ty),
-                             mask=cmask)
-                acc = _gelu(acc)
+                    tl.store(pre_ptr + offs, saved.to(pre_ptr.dtype.element_ty), mask=cmask)
             c_ptrs = c_ptr + split.to(tl.int64) * M * N + offs
             if ACCUMULATE:
                 acc += tl.load(c_ptrs, mask=cmask, other=0.0).to(tl.float32)
@@ -195,18 +194,13 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, stats_ptr, M, N, K
 
 
 @triton.jit
-def _gelu(x):
-    """GPT-2's tanh GELU of float32 x: x * sigmoid(2u) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)."""
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    return x / (1.0 + tl.exp(-2.0 * u))
-
-
-@triton.jit
-def _saved_for_backward(pre, PRE_GRAD: tl.constexpr):
-    """What ACT=1 keeps of the float32 pre-activation: pre itself, or with PRE_GRAD gelu'(pre)."""
+def _activated(pre, PRE_GRAD: tl.constexpr):
+    """(gelu(pre), what ACT=1 keeps of the float32 pre-activation: pre itself, or with PRE_GRAD
+    gelu'(pre)); one exp for both (gelu.py's gate)."""
+    s = gelu_gate(pre)
     if PRE_GRAD:
-        return gelu_grad(pre)
-    return pre
+        return pre * s, gelu_grad_gated(pre, s)
+    return pre * s, pre
 
 
 @triton.jit
@@ -218,10 +212,9 @@ def _finish_part(part, c_desc, p_desc, pre_dtype: tl.constexpr, split, m0, n0, A
     BLOCK_M: tl.constexpr = part.shape[0]
     W: tl.constexpr = part.shape[1]
     if ACT == 1:
+        part, saved = _activated(part, PRE_GRAD)
         if WRITE_PRE:
-            saved = _saved_for_backward(part, PRE_GRAD).to(pre_dtype).to(p_desc.dtype, bitcast=True)
-            p_desc.store([0, m0, n0], saved.reshape(1, BLOCK_M, W))
-        part = _gelu(part)
+            p_desc.store([0, m0, n0], saved.to(pre_dtype).to(p_desc.dtype, bitcast=True).reshape(1, BLOCK_M, W))
     if ACCUMULATE:
         part += c_desc.load([0, m0, n0]).reshape(BLOCK_M, W).to(tl.float32)
     c_desc.store([split, m0, n0], part.to(c_desc.dtype).reshape(1, BLOCK_M, W))

@@ -30,13 +30,13 @@ of it in float32). Same bytes as a bf16 g, and the backward multiplies instead o
 The TMA store of g goes through the descriptor type of C (bf16) bit for bit, so that both stores
 share one staging buffer: a second one would not leave room for two programs per SM.
 
-Launch configurations (CONFIGS, 16-bit x; float32 uses matmul's): the forward is matmul's tuned
-c_fc forward (two 128 x 128 programs of one warpgroup per SM, 3 stages) without the fused tile and K
-loops: fused (FLATTEN), the GELU epilogue needs 255 registers and spills 152 bytes a thread;
-unfused, 229 and none (ptxas for sm_90). The backward keeps matmul's tuned dx (128 x 256, 3 stages)
-and dW (128 x 256, split-K) tiles; dW at 3 stages, not 4: a stage is two 128 x 64 A tiles and one
-64 x 256 B tile, 64 KB, and 4 of them would not fit in the 227 KB of shared memory an sm_90 block
-may have (3: 192 KB).
+Launch configurations (CONFIGS, 16-bit x; float32 uses matmul's): the forward is matmul's tuned c_fc
+forward (two 128 x 128 programs of one warpgroup per SM, 3 stages, tile and K loops fused): with the
+GELU and its derivative from one exp, 255 registers and no spills (ptxas for sm_90; with an exp
+each, 152 bytes a thread spilled). The backward keeps matmul's tuned dx (128 x 256, 3 stages) and dW
+(128 x 256, split-K) tiles; dW at 3 stages, not 4: a stage is two 128 x 64 A tiles and one 64 x 256
+B tile, 64 KB, and 4 of them would not fit in the 227 KB of shared memory an sm_90 block may have
+(3: 192 KB).
 
 Not fused: the GELU's derivative of the *next* use, i.e. dout itself comes from the following
 linear's dx GEMM as a separate op (llm.c folds dgelu into that GEMM's epilogue; across two ops of
@@ -52,7 +52,7 @@ OP = "matmul_gelu"
 
 #: 16-bit launch configurations (see above; float32 uses matmul's CONFIGS)
 CONFIGS = {
-    "forward": {**matmul.CONFIGS[("16", "forward")], "FLATTEN": False},
+    "forward": matmul.CONFIGS[("16", "forward")],
     "dx": matmul.CONFIGS[("16", "dx")],
     "dW": {**matmul.CONFIGS[("16", "dW")], "num_stages": 3},
 }
