@@ -89,21 +89,27 @@ class Saved:
     dweight: object  # (Vp,C) float32
 
 
-def _tiles(dtype: str, Vp: int, C: int) -> tuple:
-    """(BLOCK_N, tiles) of the logits GEMM: the statistics' tile width and count (whatever the rows)."""
-    block_n = matmul.tile_shape(dtype, 1, Vp, C, weight_shape=(Vp, C))[1]
-    return block_n, cdiv(Vp, block_n)
+def _logits_config(dtype: str, R: int, Vp: int, C: int) -> tuple:
+    """(launch configuration, BLOCK_N, tiles) of the logits GEMM for chunks of R rows: one
+    configuration for every chunk (a shorter last one included), so one tile width for the
+    statistics."""
+    cfg = matmul.launch_config(dtype, "forward", (Vp, C), R)
+    block_n = matmul.tile_shape(dtype, R, Vp, C, config=cfg)[1]
+    return cfg, block_n, cdiv(Vp, block_n)
 
 
-def row_bytes(Vp: int, C: int, dtype: str) -> int:
-    """Bytes of z and its statistics per row of a chunk."""
-    return Vp * (4 if dtype == "float32" else 2) + 2 * _tiles(dtype, Vp, C)[1] * 4
+def row_bytes(Vp: int, C: int, dtype: str, R: int) -> int:
+    """Bytes of z and its statistics per row of a chunk of R rows."""
+    return Vp * (4 if dtype == "float32" else 2) + 2 * _logits_config(dtype, R, Vp, C)[2] * 4
 
 
 def chunk_rows(N: int, Vp: int, C: int, dtype: str, scratch_bytes: int) -> int:
     """Rows per chunk: the largest power of two whose z and statistics fit, at least 1, at most N."""
-    fit = max(1, scratch_bytes // row_bytes(Vp, C, dtype))
-    return min(N, 1 << (fit.bit_length() - 1))
+    fit = max(1, scratch_bytes // row_bytes(Vp, C, dtype, N))
+    R = min(N, 1 << (fit.bit_length() - 1))
+    while R > 1 and R * row_bytes(Vp, C, dtype, R) > scratch_bytes:  # a few-row chunk's narrower tiles
+        R //= 2
+    return R
 
 
 def forward(inputs, attrs, out=None, config=None):
@@ -118,8 +124,8 @@ def forward(inputs, attrs, out=None, config=None):
     xp = xp_of(x)
     targets = xp.ascontiguousarray(targets)  # often a view of a token window: copy (N ints)
     losses = _common.output(OP, xp, out, (N,), "float32")
-    tile, tiles = _tiles(dt, Vp, C)
     R = chunk_rows(N, Vp, C, dt, cfg["scratch_bytes"])
+    logits_config, tile, tiles = _logits_config(dt, R, Vp, C)
     z = xp.empty((R, Vp), dtype=x.dtype)  # one chunk's shifted logits, then their gradient in place
     stats = xp.empty((2 * R * tiles,), dtype="float32")
     lse = xp.empty((R,), dtype="float32")
@@ -132,7 +138,7 @@ def forward(inputs, attrs, out=None, config=None):
         n = min(R, N - r0)
         rows, zc = slice(r0, r0 + n), z[:n]
         st = stats[:2 * n * tiles].reshape(2, n, tiles)
-        matmul.gemm(x[rows], weight, zc, (C, 1), (1, C), n, Vp, C, weight_shape=(Vp, C),
+        matmul.gemm(x[rows], weight, zc, (C, 1), (1, C), n, Vp, C, config=logits_config,
                     softmax_stats=(st, n_valid))                                        # z - m, stats = x W^T
         launch(_losses, (n,), st, x[rows], weight, targets[rows], losses[rows], lse[:n], n, tiles, C,
                BLOCK_T=next_pow2(tiles), BLOCK_C=next_pow2(C))                          # losses, lse

@@ -345,6 +345,12 @@ def _tma_ok(xp, dtype: str, *operands) -> bool:
 _SCRATCH: list = []
 
 
+def launch_config(dtype: str, product: str, weight_shape: tuple, rows: int) -> dict:
+    """The launch configuration `gemm` takes for `product` of a linear of `weight_shape` (out, in)
+    over `rows` rows, unless given one (CONFIGS, SHAPE_CONFIGS)."""
+    return _config(dtype, product, weight_shape, rows)
+
+
 def _config(dtype: str, product: str, weight_shape: tuple, rows: int) -> dict:
     if product == "forward" and rows <= FEW_ROWS:
         return CONFIGS[("32" if dtype == "float32" else "16", "few_rows")]

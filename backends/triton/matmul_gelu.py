@@ -30,13 +30,14 @@ of it in float32). Same bytes as a bf16 g, and the backward multiplies instead o
 The TMA store of g goes through the descriptor type of C (bf16) bit for bit, so that both stores
 share one staging buffer: a second one would not leave room for two programs per SM.
 
-Launch configurations (CONFIGS, 16-bit x; float32 uses matmul's): the forward is matmul's tuned c_fc
-forward (two 128 x 128 programs of one warpgroup per SM, 3 stages, tile and K loops fused): with the
-GELU and its derivative from one exp, 255 registers and no spills (ptxas for sm_90; with an exp
-each, 152 bytes a thread spilled). The backward keeps matmul's tuned dx (128 x 256, 3 stages) and dW
-(128 x 256, split-K) tiles; dW at 3 stages, not 4: a stage is two 128 x 64 A tiles and one 64 x 256
-B tile, 64 KB, and 4 of them would not fit in the 227 KB of shared memory an sm_90 block may have
-(3: 192 KB).
+Launch configurations: the forward takes matmul's own (for c_fc the tuned forward, two 128 x 128
+programs of one warpgroup per SM, 3 stages, tile and K loops fused; with the GELU and its derivative
+from one exp, 255 registers and no spills (ptxas for sm_90; with an exp each, 152 bytes a thread
+spilled); a decoding step's few rows take matmul's few-row tiles). The backward (BACKWARD_CONFIGS,
+16-bit x; float32 uses matmul's CONFIGS) keeps matmul's tuned dx (128 x 256, 3 stages) and dW (128 x
+256, split-K) tiles; dW at 3 stages, not 4: a stage is two 128 x 64 A tiles and one 64 x 256 B tile,
+64 KB, and 4 of them would not fit in the 227 KB of shared memory an sm_90 block may have (3: 192
+KB).
 
 Not fused: the GELU's derivative of the *next* use, i.e. dout itself comes from the following
 linear's dx GEMM as a separate op (llm.c folds dgelu into that GEMM's epilogue; across two ops of
@@ -50,9 +51,8 @@ from ._runtime import xp_of
 
 OP = "matmul_gelu"
 
-#: 16-bit launch configurations (see above; float32 uses matmul's CONFIGS)
-CONFIGS = {
-    "forward": matmul.CONFIGS[("16", "forward")],
+#: 16-bit launch configurations of the backward GEMMs with SCALE_A (see above)
+BACKWARD_CONFIGS = {
     "dx": matmul.CONFIGS[("16", "dx")],
     "dW": {**matmul.CONFIGS[("16", "dW")], "num_stages": 3},
 }
@@ -75,7 +75,7 @@ def forward(inputs, attrs, out=None):
     y = _common.output(OP, xp, out, (N, M), x.dtype)
     dgelu = xp.empty((N, M), dtype=saved_dtype(str(x.dtype)))
     matmul.gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=dgelu, pre_grad=True,
-                config=_config(str(x.dtype), "forward"))             # y = gelu(x @ W.T + b), dgelu = gelu'(...)
+                weight_shape=(M, K))                                 # y = gelu(x @ W.T + b), dgelu = gelu'(...)
     return y, Saved(x, weight, dgelu, bias is not None)
 
 
@@ -85,7 +85,7 @@ def saved_dtype(dtype: str) -> str:
 
 
 def _config(dtype: str, product: str):
-    return matmul.CONFIGS[("32", product)] if dtype == "float32" else CONFIGS[product]
+    return None if dtype == "float32" else BACKWARD_CONFIGS[product]
 
 
 def backward(saved, dout, grads):

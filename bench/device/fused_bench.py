@@ -291,10 +291,10 @@ def bench_matmul_gelu(N, rng):
     record("matmul_gelu", N, "backward", time_it(lambda: fused_bwd(s)), tub, mem_f, mem_u, check)
     if N != NS[0]:
         return
-    from backends.triton import matmul_gelu as module  # its launch configurations, swapped one at a time
-    for name, configs in matmul_gelu_candidates().items():
-        default = dict(module.CONFIGS)
-        module.CONFIGS.update(configs)
+    for name, swaps in matmul_gelu_candidates().items():  # launch configurations, swapped in one at a time
+        defaults = [(table, key, table[key]) for table, key, _ in swaps]
+        for table, key, value in swaps:
+            table[key] = value
         try:
             s = fused_fwd()
             fused_bwd(s)  # into gw, gb: accumulated, so only y and dx are compared
@@ -303,31 +303,28 @@ def bench_matmul_gelu(N, rng):
             tf_c = time_it(fused_fwd) if not cand else float("nan")
             tb_c = time_it(lambda: fused_bwd(s)) if not cand else float("nan")
         finally:
-            module.CONFIGS.clear()
-            module.CONFIGS.update(default)
+            for table, key, value in defaults:
+                table[key] = value
         record("matmul_gelu", N, f"forward, {name}", tf_c, tu, mem_f, mem_u, cand)
         record("matmul_gelu", N, f"backward, {name}", tb_c, tub, mem_f, mem_u, cand)
 
 
 def matmul_gelu_candidates() -> dict:
-    """Launch configurations of matmul_gelu (its CONFIGS entries) timed beside its defaults at the
-    first N: the forward with its tile and K loops apart (no FLATTEN) or one 128 x 256 program per
-    SM; the backward's dW on 128 x 128 tiles (no spills; the default 128 x 256 spills 472 bytes)
-    and its dx without FLATTEN."""
-    if SMOKE:
-        return {"forward no FLATTEN": {"forward": {**module_configs()["forward"], "FLATTEN": False}}}
+    """Launch configurations timed beside matmul_gelu's defaults at the first N, as (table, key,
+    config) swaps: the forward (matmul's own c_fc forward config) with its tile and K loops apart
+    (no FLATTEN) or as one 128 x 256 program per SM; the backward's dW on 128 x 128 tiles (no
+    spills; the default 128 x 256 spills 472 bytes) and its dx without FLATTEN."""
     from backends.triton import matmul as mm
-    c = module_configs()
-    return {"forward no FLATTEN": {"forward": {**c["forward"], "FLATTEN": False}},
-            "128x256 forward": {"forward": mm._tile16(128, 256, 3)},
-            "dW 128x128 w8 s4": {"dW": mm._tile16(128, 128, 4, warps=8, split_k=16)},
-            "dW 128x128 w4 s4": {"dW": mm._tile16(128, 128, 4, warps=4, split_k=16)},
-            "dx no FLATTEN": {"dx": {**c["dx"], "FLATTEN": False}}}
-
-
-def module_configs() -> dict:
-    from backends.triton import matmul_gelu
-    return dict(matmul_gelu.CONFIGS)
+    from backends.triton import matmul_gelu as mg
+    fwd, bwd = mm.CONFIGS, mg.BACKWARD_CONFIGS
+    no_flatten = {"forward no FLATTEN": [(fwd, ("16", "forward"), {**fwd[("16", "forward")], "FLATTEN": False})]}
+    if SMOKE:
+        return no_flatten
+    return {**no_flatten,
+            "forward 128x256": [(fwd, ("16", "forward"), mm._tile16(128, 256, 3))],
+            "dW 128x128 w8 s4": [(bwd, "dW", mm._tile16(128, 128, 4, warps=8, split_k=16))],
+            "dW 128x128 w4 s4": [(bwd, "dW", mm._tile16(128, 128, 4, warps=4, split_k=16))],
+            "dx no FLATTEN": [(bwd, "dx", {**bwd["dx"], "FLATTEN": False})]}
 
 
 # ---- classifier_crossentropy ---------------------------------------------------------------------------
@@ -404,7 +401,7 @@ def bench_classifier(N, rng):
     for rows in CHUNK_ROWS:
         if rows > N or rows == chunk_rows_default(N):
             continue
-        cfg = {"scratch_bytes": rows * module.row_bytes(VP, C, DTYPE)}
+        cfg = {"scratch_bytes": rows * module.row_bytes(VP, C, DTYPE, rows)}
 
         def fwd(cfg=cfg):
             with interpreting():
