@@ -6,18 +6,22 @@
 #            pytest tests/test_generate_gpu.py: greedy tokens cached == uncached == CPU float64,
 #              batched == each prompt alone, CUDA graph == Python launches (greedy and sampled),
 #              the cache on the GPU
-#            FINAL=1 also: euler train --backend triton (small preset, 150 steps) and then the bf16
-#              test: a bfloat16 model's first 32 greedy tokens == float32's on that checkpoint
+#            FINAL=1 also (the part "bf16"): euler train --backend triton (the default 0.9M model, 2000
+#              steps: trained far enough that its greedy choices are not near-ties; 150 steps left
+#              the top two logits of "\n" runs within bf16 rounding) and then the bf16 test: a
+#              bfloat16 model's first 32 greedy tokens == float32's on that checkpoint
 #   bench    euler bench generate --backend triton, GPT-2 124M, a 448-token prompt, 64 new tokens,
 #            greedy, batch 1 and 64, beside Hugging Face transformers' generate
 #              ours and eager Hugging Face (dynamic cache)                     (~45 s, cap 55)
 #              compiled Hugging Face alone (static cache + torch.compile
 #              reduce-overhead: compiles per batch size, batch 1 first)        (~50 s, cap 55)
-#            FINAL=1 also GPT-2 350M (gpt2-medium) beside eager                (~35 s, cap 35)
+#            FINAL=1 also GPT-2 350M (gpt2-medium) beside eager                (~50 s, cap 65)
 #            bf16 when the model takes dtype=bfloat16 (main's 16-bit models), float32 otherwise
-# Round 1 (default): at most 150 s of caps plus the install; FINAL=1: at most 220 s.
+# Round 1 (default): at most 150 s of caps plus the install; FINAL=1: at most 250 s.
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh generate:170")
-#   run(command="GIT_SHA=<sha> FINAL=1 bash bench/device/round.sh generate:230")
+#   run(command="GIT_SHA=<sha> FINAL=1 bash bench/device/round.sh generate:260")
+# PARTS picks what runs (default: check 124m 124m-compiled, plus bf16 350m with FINAL=1), e.g. a re-run of
+# the last two alone: PARTS="bf16 350m" bash bench/device/round.sh generate:140
 # (alone: bash bench/device/generate.sh installs the checkout first when round.sh has not)
 # On the CPU, DRY=1 runs every stage's logic at tiny shapes (numba, the micro preset; Hugging Face
 # with HF_PYTHON=... when given) to catch mistakes before device time is spent:
@@ -41,7 +45,7 @@ if [[ -n ${DRY:-} ]]; then
 else
   PY=python3; EULER=euler
   BACKEND=triton; PRESET=gpt2; BIG=gpt2-medium; BATCHES=1,64; PROMPT=448; NEW=64; REPEATS=3
-  HF=python3; TRAIN_STEPS=150; CONF_BACKEND=triton
+  HF=python3; TRAIN_STEPS=2000; CONF_BACKEND=triton
   log "env"
   {
     echo "git_sha: ${GIT_SHA:-unknown}"
@@ -59,23 +63,30 @@ if $PY -c "from euler_core.model import GPT; from euler_core.config import prese
    && [[ -z ${DRY:-} ]]; then DTYPE=bfloat16; else DTYPE=float32; fi
 log "dtype for the bench: $DTYPE"
 
-log "check: conformance, GPU tests${FINAL:+, training a checkpoint}"
-CHECK_CAP=$([[ -n ${FINAL:-} ]] && echo 55 || echo 40)
-timeout $CHECK_CAP $EULER conformance --backend $CONF_BACKEND --op attention_cached > "$DIR/conformance.txt" 2>&1 &
-if [[ -z ${DRY:-} ]]; then
-  timeout $CHECK_CAP $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py -k "not 16_bit" > "$DIR/pytest.txt" 2>&1 &
-else
-  timeout $CHECK_CAP $PY -m pytest -q -p no:cacheprovider tests/test_generate.py -k "batched" > "$DIR/pytest.txt" 2>&1 &
+PARTS=${PARTS:-check 124m 124m-compiled${FINAL:+ bf16 350m}}
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+log "parts: $PARTS"
+CHECK_CAP=$(has bf16 && echo 55 || echo 40)
+touch "$DIR/pytest.txt"
+if has check; then
+  timeout $CHECK_CAP $EULER conformance --backend $CONF_BACKEND --op attention_cached > "$DIR/conformance.txt" 2>&1 &
+  if [[ -z ${DRY:-} ]]; then
+    timeout $CHECK_CAP $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py -k "not 16_bit" > "$DIR/pytest.txt" 2>&1 &
+  else
+    timeout $CHECK_CAP $PY -m pytest -q -p no:cacheprovider tests/test_generate.py -k "batched" > "$DIR/pytest.txt" 2>&1 &
+  fi
 fi
-if [[ -n ${FINAL:-} ]]; then
+if has bf16; then
   timeout $CHECK_CAP $EULER train --backend $BACKEND --steps $TRAIN_STEPS --eval-every $TRAIN_STEPS --eval-batches 2 \
     --checkpoint-every $TRAIN_STEPS \
     --sample-tokens 16 --no-progress --out "$DIR/ckpt" > "$DIR/train.log" 2>&1 &
 fi
 wait
-tail -3 "$DIR/conformance.txt" | tee -a "$DIR/log.txt"
-tail -3 "$DIR/pytest.txt" | tee -a "$DIR/log.txt"
-if [[ -n ${FINAL:-} ]]; then
+if has check; then
+  tail -3 "$DIR/conformance.txt" | tee -a "$DIR/log.txt"
+  tail -3 "$DIR/pytest.txt" | tee -a "$DIR/log.txt"
+fi
+if has bf16; then
   tail -2 "$DIR/train.log" | tee -a "$DIR/log.txt"
   if [[ -z ${DRY:-} ]]; then
     EULER_TRAINED_CHECKPOINT="$DIR/ckpt" timeout 20 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py \
@@ -92,16 +103,16 @@ bench() {  # name cap presets hf-modes [more options]
     --prompt-len $PROMPT --new-tokens $NEW --repeats $REPEATS ${HF:+--hf-python "$HF" --hf-modes "$modes"} "$@" \
     --out "$DIR/bench-$name" >> "$DIR/log.txt" 2>&1 || log "bench $name ended with status $?"
 }
-bench 124m 55 $PRESET eager
-if [[ -n $HF ]]; then bench 124m-compiled 55 $PRESET compiled --hf-only; fi
-if [[ -n ${FINAL:-} ]]; then bench 350m 35 $BIG eager; fi
+if has 124m; then bench 124m 55 $PRESET eager; fi
+if [[ -n $HF ]] && has 124m-compiled; then bench 124m-compiled 55 $PRESET compiled --hf-only; fi
+if has 350m; then bench 350m 65 $BIG eager; fi
 
 tar czf "$OUT/generate.tar.gz" -C "$OUT" generate && rm -rf "$DIR"
 echo
 echo "==================== summary ===================="
 SUM=$(mktemp -d)
 tar xzf "$OUT/generate.tar.gz" -C "$SUM"
-echo "conformance (attention_cached, $CONF_BACKEND): $(grep -E 'passed, .* failed' $SUM/generate/conformance.txt || echo 'no result')"
+echo "conformance (attention_cached, $CONF_BACKEND): $(grep -sE 'passed, .* failed' $SUM/generate/conformance.txt || echo 'not run')"
 echo "pytest: $(grep -E 'passed|failed|error' $SUM/generate/pytest.txt | tail -2 | tr '\n' ' ')"
 # 124M: ours beside both Hugging Face modes in one table (two record folders); then 350M
 $PY -c "
