@@ -9,10 +9,13 @@ Selection strings (CLI and Python API alike):
     auto, auto,attention=naive, attention=auto  per op, the fastest variant that passed on this
                                                 device in the latest `euler bench ops` records
     triton,matmul_gelu=none                     a fused op left out: the model composes its primitives
-    (ops nobody named come from the default backend, or from naive when there is no default)
+    (ops nobody named come from the default backend; with no default, from the backend named first:
+    `attention=triton,matmul=cupy_raw` runs the other ops on triton, the same GPU; `naive,attention=numba`
+    keeps the rest on naive)
 
-When the default backend offers no variant of an op, that op falls back to naive and the selection
-says so (`Kernels.notes`). An override that names a backend without the op is an error.
+When that backend offers no usable variant of an op (none at all, or none that runs here with the
+dtype), the op falls back to naive and the selection says so (`Kernels.notes`). An override that
+names a backend without the op is an error.
 """
 
 from __future__ import annotations
@@ -221,13 +224,28 @@ class Kernels:
                                          f"backends that do: {', '.join(offering)}")
                 variant = self._first_usable(backend.variants_of(op), op, dtype)
             return self._usable(variant, dtype)
-        backend_name = sel.default or FALLBACK_BACKEND
-        backend = self._backend(backend_name)
-        candidates = backend.variants_of(op)
+        if sel.default is not None:
+            backend_name = sel.default
+            candidates = self._backend(backend_name).variants_of(op)
+        else:  # the rest from the first backend named; naive where it offers nothing usable here
+            backend_name = self._first_named_backend(sel)
+            candidates = [v for v in self._backend(backend_name).variants_of(op)
+                          if v.unavailable_reason() is None and (dtype is None or dtype in v.dtypes)]
         if not candidates:
-            self.notes.append(f"{op}: backend {backend_name} has no variant; falling back to {FALLBACK_BACKEND}")
+            if backend_name != FALLBACK_BACKEND:
+                self.notes.append(f"{op}: backend {backend_name} has no usable variant; "
+                                  f"falling back to {FALLBACK_BACKEND}")
             candidates = self._backend(FALLBACK_BACKEND).variants_of(op)
         return self._usable(self._first_usable(candidates, op, dtype), dtype)
+
+    @staticmethod
+    def _first_named_backend(sel: Selection) -> str:
+        """The backend of the first override that names one (not auto or none), else naive."""
+        for choice in sel.overrides.values():
+            name = choice.partition(":")[0]
+            if name not in (AUTO, COMPOSE):
+                return name
+        return FALLBACK_BACKEND
 
     def _resolve_fused(self, op: str, sel: Selection, dtype: str | None) -> Variant | None:
         """A fused op (one that replaces several primitives) is used only where it cannot change what

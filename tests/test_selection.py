@@ -52,7 +52,7 @@ def test_default_backend_falls_back_per_op_and_says_so(registry):
     k = Kernels("extra,layernorm=naive,matmul=naive", dtype="float32", registry=registry)
     assert k.variants["gelu"].qualname == "extra:first"
     assert k.variants["attention"].qualname == "naive:reference"
-    assert any("attention: backend extra has no variant; falling back to naive" in n for n in k.notes)
+    assert any("attention: backend extra has no usable variant; falling back to naive" in n for n in k.notes)
 
 
 def test_named_variant_and_overrides(registry):
@@ -108,3 +108,27 @@ def test_dispatcher_rejects_wrong_dtype_for_variant(registry):
     x = np.ones((2, 3), dtype=np.float32)
     with pytest.raises(TypeError, match="does not take dtype float32"):
         k["matmul"].forward({"x": x, "weight": np.ones((4, 3), dtype=np.float32)})
+
+
+def test_ops_nobody_named_come_from_the_first_named_backend(registry):
+    # no default backend: the rest from the backend named first, where it has a usable variant
+    k = Kernels("attention=numba,matmul=naive", dtype="float32", registry=registry)
+    assert k.variants["attention"].backend == "numba" and k.variants["matmul"].backend == "naive"
+    assert k.variants["layernorm"].backend == "numba" and k.variants["adamw"].backend == "numba"
+    # a default backend named first keeps the rest there
+    k = Kernels("naive,attention=numba", dtype="float32", registry=registry)
+    assert k.variants["layernorm"].backend == "naive"
+    # where the first-named backend offers nothing (attention) or nothing usable here (a GPU-only
+    # layernorm on a machine without one; a float64-only matmul at float32): naive, and a note
+    k = Kernels("gelu=extra,residual=naive", dtype="float32", registry=registry)
+    assert k.variants["gelu"].qualname == "extra:first"
+    assert k.variants["attention"].backend == "naive"
+    assert k.variants["matmul"].qualname == "extra:plain"
+    try:
+        import cupy  # noqa: F401
+        has_gpu = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        has_gpu = False
+    if not has_gpu:
+        assert k.variants["layernorm"].backend == "naive"
+        assert any("layernorm: backend extra has no usable variant; falling back to naive" in n for n in k.notes)
