@@ -106,8 +106,10 @@ if has bench; then
   log "bench: torch, triton, cupy_raw; gpt2 and gpt2-b32; bfloat16"
   $PY -m pip install -q --no-deps --no-build-isolation -e bench/euler-torch-reference >> "$DIR/log.txt" 2>&1 \
     || log "pip install bench/euler-torch-reference failed"
-  timeout 200 euler bench ops --backend torch,triton,cupy_raw --baseline torch --shapes gpt2,gpt2-b32 \
-    --dtype bfloat16 --min-time 0.2 --no-cache --out "$DIR/bench" >> "$DIR/log.txt" 2>&1 || log "bench ops failed"
+  # the suite ran in round 1 (the at-shape check still runs before each timing); the bench's own cap
+  # leaves the stage time to pack what it measured (a 200 s cap with the suite did not finish both shapes)
+  timeout ${BENCH_CAP:-300} euler bench ops --backend torch,triton,cupy_raw --baseline torch --shapes gpt2,gpt2-b32 \
+    --dtype bfloat16 --min-time 0.2 --no-cache --no-conformance --out "$DIR/bench" >> "$DIR/log.txt" 2>&1 || log "bench ops failed"
   euler bench report "$DIR/bench" --out /tmp/cupy_raw-bench-report --no-plots > /dev/null 2>&1 \
     && sed -n '/^## Speedup summary/,$p' /tmp/cupy_raw-bench-report/report.md > "$DIR/bench_summary.md"
   if [[ -f bench/device/cupy_raw_matmul.py ]]; then

@@ -8,6 +8,7 @@
 #          20: with --backend cupy_raw, then --backend attention=triton,matmul=cupy_raw    (~40 s each, cap 90)
 #   bench  `euler bench train` at B=16: triton (the default), cupy_raw, and
 #          attention=triton,matmul=cupy_raw side by side, beside torch.compile            (~120 s, cap 150)
+# SELECTIONS, BENCH_SELECTIONS (space-separated) and REFS ("" for none) narrow a re-run.
 # DRY=1 runs the same on the CPU with naive at the micro preset (PY=.venv/bin/python DRY=1 OUT=/tmp/x bash ...).
 #
 # Comes back: ONE file, $OUT/cupy_raw_train.tar.gz = cupy_raw_train/{log.txt, loss-*.log, bench/{records.jsonl,
@@ -23,10 +24,11 @@ if [[ -n ${DRY:-} ]]; then
   SELECTIONS=(naive numba) BENCH=(--backend naive --backend numba) PRESET=micro
   DATA=(--tokenizer bytes) B=2 T=64 STEPS=6 EVERY=3 BS=2 REFS=""
 else
-  SELECTIONS=(cupy_raw attention=triton,matmul=cupy_raw)
-  BENCH=(--backend triton --backend cupy_raw --backend attention=triton,matmul=cupy_raw) PRESET=gpt2
+  read -ra SELECTIONS <<< "${SELECTIONS:-cupy_raw attention=triton,matmul=cupy_raw}"   # SELECTIONS="..." picks
+  BENCH=(); for sel in ${BENCH_SELECTIONS:-triton cupy_raw attention=triton,matmul=cupy_raw}; do BENCH+=(--backend "$sel"); done
+  PRESET=gpt2
   DATA=(--train-data ".h200/pydocs/pydocs_train_*.bin" --val-data ".h200/pydocs/pydocs_val_*.bin" --tokenizer gpt2)
-  B=16 T=1024 STEPS=60 EVERY=20 BS=16 REFS=compile
+  B=16 T=1024 STEPS=60 EVERY=20 BS=16 REFS=${REFS-compile}
 fi
 
 for sel in "${SELECTIONS[@]}"; do
