@@ -53,6 +53,9 @@ else
   # beside the default selection: every fused op on (the opt-in classifier saves the full logits' memory)
   EXTRA=(--backend "triton,matmul_gelu=triton,classifier_crossentropy=triton")
 fi
+# a narrower re-run: TRAIN_BS=32 TRAIN_REFS=compile TRAIN_EXTRA="triton,classifier_crossentropy=triton" QUALITY=0
+BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS}
+if [[ -n ${TRAIN_EXTRA:-} ]]; then EXTRA=(); for sel in $TRAIN_EXTRA; do EXTRA+=(--backend "$sel"); done; fi
 if [[ -z ${DRY:-} ]]; then
   if compgen -G ".h200/pydocs/pydocs_train_*.bin" > /dev/null; then QDATA=(--data ".h200/pydocs/pydocs_train_*.bin")
   else QDATA=(--tokenizer gpt2); fi   # the embedded corpus, GPT-2's BPE from EULER_GPT2_RANKS
@@ -75,11 +78,13 @@ timeout "$TT" "$PY" -m euler_core.cli bench train --backend "$BACKEND" "${EXTRA[
 echo "train exit ${PIPESTATUS[0]}" | tee -a "$D/log.txt"
 
 
+if [[ ${QUALITY:-1} != 0 ]]; then
 log "quality: $BACKEND vs torch eager, $PRESET, B=$QB, $QSTEPS steps (ours at most ${QBUDGET}s), ${QDATA[*]}"
 timeout "$QT" "$PY" -m euler_core.cli bench quality --backend "$BACKEND" --reference eager --preset "$PRESET" \
   --batch-size "$QB" --steps "$QSTEPS" --warmup "$QWARM" --lr "$QLR" --budget "$QBUDGET" "${QDATA[@]}" \
   --kernel-cache "$KC" --out "$D/quality" 2>&1 | tee -a "$D/log.txt"
 echo "quality exit ${PIPESTATUS[0]}" | tee -a "$D/log.txt"
+fi
 
 log "done"
 tar czf "$OUT/train.tar.gz" -C "$OUT" train && rm -rf "$D"
