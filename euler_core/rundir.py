@@ -54,8 +54,9 @@ def run_lock(run_dir: Path, command: str = "euler"):
             holder = _describe_holder(path)
             raise RunBusyError(f"{run_dir} is in use by another process ({holder}); wait for it to finish, "
                                "or choose another --out") from None
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join([command, *sys.argv[1:]]),
-              "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        args = " ".join(sys.argv[1:])  # what this process was started with (a prepare's inputs can be thousands)
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+              "args": args if len(args) <= 300 else args[:300] + " ...", "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         yield run_dir
