@@ -3,6 +3,8 @@
 # the round driver. Run from the repository root:
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh cupy_raw_train:280", carry=[".h200"])
 #
+#   model  `euler conformance --check model_step` with each selection (loss and every gradient against
+#          float64 naive, float32/bfloat16/float16)                                        (~10 s each, cap 60)
 #   loss   `euler train --preset gpt2 --tokenizer gpt2` on .h200/pydocs (Python's documentation as
 #          GPT-2 tokens, bench/device/train_data.sh), B=16, T=1024, 60 steps, the validation loss every
 #          20: with --backend cupy_raw, then --backend attention=triton,matmul=cupy_raw    (~40 s each, cap 90)
@@ -11,7 +13,7 @@
 # SELECTIONS, BENCH_SELECTIONS (space-separated) and REFS ("" for none) narrow a re-run.
 # DRY=1 runs the same on the CPU with naive at the micro preset (PY=.venv/bin/python DRY=1 OUT=/tmp/x bash ...).
 #
-# Comes back: ONE file, $OUT/cupy_raw_train.tar.gz = cupy_raw_train/{log.txt, loss-*.log, bench/{records.jsonl,
+# Comes back: ONE file, $OUT/cupy_raw_train.tar.gz = cupy_raw_train/{log.txt, model-*.txt, loss-*.log, bench/{records.jsonl,
 # run.json, train.md}}. The summary printed last: the validation losses and the throughput table.
 set -uo pipefail
 OUT=${OUT:-/tmp/cupy_raw_train-out}; D=$OUT/cupy_raw_train; mkdir -p "$D"
@@ -33,6 +35,9 @@ fi
 
 for sel in "${SELECTIONS[@]}"; do
   name=${sel//[=,]/-}
+  log "conformance: the model step with --backend $sel against float64 naive, every dtype"
+  timeout 60 "$PY" -m euler_core.cli conformance --backend "$sel" --check model_step > "$D/model-$name.txt" 2>&1
+  tail -4 "$D/model-$name.txt" | tee -a "$D/log.txt"
   log "loss: --backend $sel, $PRESET, B=$B T=$T, $STEPS steps"
   timeout 90 "$PY" -m euler_core.cli train --backend "$sel" --preset "$PRESET" "${DATA[@]}" --batch-size $B \
     --seq-len $T --steps $STEPS --warmup 10 --lr 6e-4 --eval-every $EVERY --eval-batches 4 --checkpoint-every 0 \
