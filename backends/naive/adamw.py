@@ -2,17 +2,14 @@
 
 import numpy as np
 
-from euler_core.ops.adamw import clip_factor, host_value
+from euler_core.ops.adamw import host_grad_scale, host_value
 
 
 def forward(inputs, attrs, out=None):
     param, m, v = inputs["param"], inputs["m"], inputs["v"]
-    scale = attrs["grad_scale"]
-    if inputs.get("grad_sumsq") is not None:
-        sumsq = float(inputs["grad_sumsq"][0])
-        if not np.isfinite(np.sqrt(sumsq)):
-            return None, None  # a NaN or Inf in the gradient: skip the step, change nothing
-        scale *= clip_factor(sumsq, attrs["max_norm"])
+    scale = host_grad_scale(inputs, attrs)
+    if scale is None:
+        return None, None  # a NaN or Inf in the gradient: skip the step, change nothing
     g = inputs["grad"].astype(param.dtype) * scale
     beta1, beta2 = attrs["beta1"], attrs["beta2"]
     lr, t = host_value(attrs["lr"]), host_value(attrs["step"])

@@ -9,7 +9,7 @@ factor) are cast to the parameter's dtype so float32 stays float32.
 import numpy as np
 from numba import prange
 
-from euler_core.ops.adamw import clip_factor, host_value
+from euler_core.ops.adamw import host_grad_scale, host_value
 
 from ._jit import pjit, scalar
 
@@ -27,12 +27,9 @@ def _update(p, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, gs, one):
 
 def forward(inputs, attrs, out=None):
     param, m, v = inputs["param"], inputs["m"], inputs["v"]
-    scale = attrs["grad_scale"]
-    if inputs.get("grad_sumsq") is not None:
-        sumsq = float(inputs["grad_sumsq"][0])
-        if not np.isfinite(np.sqrt(sumsq)):
-            return None, None  # a NaN or Inf in the gradient: skip the step, change nothing
-        scale *= clip_factor(sumsq, attrs["max_norm"])
+    scale = host_grad_scale(inputs, attrs)
+    if scale is None:
+        return None, None  # a NaN or Inf in the gradient: skip the step, change nothing
     dt = param.dtype
     grad = np.ascontiguousarray(inputs["grad"], dtype=dt)
     b1, b2, t = attrs["beta1"], attrs["beta2"], host_value(attrs["step"])

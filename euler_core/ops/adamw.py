@@ -122,6 +122,18 @@ class AdamWSpec(OpSpec):
                 {"lr": 1e-3, "weight_decay": 0.1, "step": 3})
 
 
+def host_grad_scale(inputs: dict, attrs: dict) -> float | None:
+    """A CPU variant's factor on the gradient: grad_scale, times the clipping factor when grad_sumsq
+    is given; None when the gradient holds a NaN or Inf (the step is skipped, nothing changes)."""
+    scale = attrs["grad_scale"]
+    if inputs.get("grad_sumsq") is not None:
+        sumsq = float(inputs["grad_sumsq"][0])
+        if not np.isfinite(np.sqrt(sumsq)):
+            return None
+        scale *= clip_factor(sumsq, attrs["max_norm"])
+    return scale
+
+
 def clip_factor(grad_sumsq: float, max_norm: float) -> float:
     """min(1, max_norm / sqrt(grad_sumsq)) (1 when max_norm is 0): the clipping of the gradient."""
     if max_norm <= 0:
