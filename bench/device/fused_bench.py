@@ -314,17 +314,19 @@ def matmul_gelu_candidates() -> dict:
     config) swaps: the forward (matmul's own c_fc forward config) with its tile and K loops apart
     (no FLATTEN) or as one 128 x 256 program per SM; the backward's dW on 128 x 128 tiles (no
     spills; the default 128 x 256 spills 472 bytes) and its dx without FLATTEN."""
+    from dataclasses import replace
+
     from backends.triton import matmul as mm
     from backends.triton import matmul_gelu as mg
-    fwd, bwd = mm.CONFIGS, mg.BACKWARD_CONFIGS
-    no_flatten = {"forward no FLATTEN": [(fwd, ("16", "forward"), {**fwd[("16", "forward")], "FLATTEN": False})]}
+    fwd, bwd, forward = mm.CONFIGS, mg.BACKWARD_CONFIGS, ("16", "forward", mm.ANY)
+    no_flatten = {"forward no FLATTEN": [(fwd, forward, replace(fwd[forward], flatten=False))]}
     if SMOKE:
         return no_flatten
     return {**no_flatten,
-            "forward 128x256": [(fwd, ("16", "forward"), mm._tile16(128, 256, 3))],
-            "dW 128x128 w8 s4": [(bwd, "dW", mm._tile16(128, 128, 4, warps=8, split_k=16))],
-            "dW 128x128 w4 s4": [(bwd, "dW", mm._tile16(128, 128, 4, warps=4, split_k=16))],
-            "dx no FLATTEN": [(bwd, "dx", {**bwd["dx"], "FLATTEN": False})]}
+            "forward 128x256": [(fwd, forward, mm.GemmConfig(128, 256, 64, num_stages=3))],
+            "dW 128x128 w8 s4": [(bwd, "dW", mm.GemmConfig(128, 128, 64, num_warps=8, num_stages=4, split_k=16))],
+            "dW 128x128 w4 s4": [(bwd, "dW", mm.GemmConfig(128, 128, 64, num_warps=4, num_stages=4, split_k=16))],
+            "dx no FLATTEN": [(bwd, "dx", replace(bwd["dx"], flatten=False))]}
 
 
 # ---- classifier_crossentropy ---------------------------------------------------------------------------
@@ -401,11 +403,12 @@ def bench_classifier(N, rng):
     for rows in CHUNK_ROWS:
         if rows > N or rows == chunk_rows_default(N):
             continue
-        cfg = {"scratch_bytes": rows * module.row_bytes(VP, C, DTYPE, rows)}
+        cfg = module.ChunkConfig(scratch_bytes=rows * module.row_bytes(VP, C, DTYPE, rows),
+                                 dx_split_k=module.CONFIG.dx_split_k)
 
         def fwd(cfg=cfg):
             with interpreting():
-                return module.forward(train_inputs, full, losses, config=cfg)[1]
+                return module.forward_with(cfg, train_inputs, full, losses)[1]
 
         def bwd(saved):
             with interpreting():
