@@ -190,7 +190,8 @@ def test_classifier_crossentropy_in_several_chunks(monkeypatch):
     """With room for 4 rows of logits, the 17 rows of a case go through 5 chunks (the last one row):
     every case check still passes (chunk offsets, dW accumulated over chunks, the losses-only path)."""
     from backends.triton import classifier_crossentropy as cce
-    monkeypatch.setattr(cce, "CONFIG", replace(cce.CONFIG, scratch_bytes=4 * cce.row_bytes(37, 36, "float32", 4)))  # 4 rows of V = 37 float32 logits
+    four_rows = 4 * cce.row_bytes(37, 36, "float32", 4)  # 4 rows of V = 37 float32 logits
+    monkeypatch.setattr(cce, "CONFIG", replace(cce.CONFIG, scratch_bytes=four_rows))
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((17, 36)).astype(np.float32), rng.standard_normal((37, 36)).astype(np.float32)
     dlosses = rng.standard_normal(17).astype(np.float32)

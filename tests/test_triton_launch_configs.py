@@ -128,7 +128,8 @@ def record(op: str, dims: dict, dtype: str, backward: bool) -> list[str]:
             if spec.grad_input:
                 dout = inputs[spec.grad_input]
             else:
-                dout = tuple(np.zeros(o.shape, o.dtype) for o in out) if spec.outputs else np.zeros(out.shape, out.dtype)
+                dout = tuple(np.zeros(o.shape, o.dtype) for o in out) if spec.outputs else \
+                    np.zeros(out.shape, out.dtype)
             grad_dt = _np_dtype(param_grad_dtype(dtype))  # float32 for 16-bit inputs (mixed precision)
             impl.backward(saved, dout, {p: np.zeros(inputs[p].shape, grad_dt) for p in spec.params if p in inputs})
     return [_describe(e) for e in rec]

@@ -60,10 +60,12 @@ def compare(now: dict, committed: dict, prefix: str) -> tuple[list[str], list[tu
         cell = (f"{r['p50_s'] * 1e6:9.1f} {committed[key]['p50_s'] * 1e6:9.1f} {ratio:6.3f}"
                 + (f" ({base.split(':')[-1]} {bratio:5.3f})" if bratio else "") + (" SLOWER" if flagged else ""))
         rows.setdefault((op, shape, shape_set, variant, dtype), {})[direction] = cell
-    lines = [f"{'op/shape (set) variant':44s} {'direction: now us, committed us, now/committed (baseline now/committed)'}"]
+    lines = [f"{'op/shape (set) variant':44s} direction: now us, committed us, now/committed "
+             "(baseline now/committed)"]
     for (op, shape, shape_set, variant, dtype), cells in rows.items():
+        ordered = sorted(cells.items(), key=lambda kv: kv[0] != "forward")  # forward first
         lines.append(f"{op + '/' + shape + ' (' + shape_set + ') ' + variant:44s} "
-                     + " | ".join(f"{SHORT.get(d, d)} {c}" for d, c in sorted(cells.items(), key=lambda kv: kv[0] != "forward")))
+                     + " | ".join(f"{SHORT.get(d, d)} {c}" for d, c in ordered))
     return lines, results
 
 
