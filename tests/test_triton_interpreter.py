@@ -12,6 +12,8 @@ float32 parameter gradients of 16-bit inputs are right); the embedding backward'
 sort at awkward sizes; and a static guard against calls that break a CUDA-graph capture.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -146,7 +148,7 @@ def test_gemm_gelu_epilogue_writes_the_pre_activation_or_its_derivative(pre_grad
     w = (rng.standard_normal((M, K)) / 8).astype(dtype)
     b = rng.standard_normal(M).astype(dtype)
     y, pre = np.full((N, M), np.nan, dtype=dtype), np.full((N, M), np.nan, dtype=_np_dtype(pre_dtype))
-    cfg = dict(matmul.CONFIGS[("16", "forward")], BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, epi_halves=2)
+    cfg = replace(matmul.CONFIGS[("16", "forward", matmul.ANY)], block_m=16, block_n=32, block_k=32, epi_halves=2)
     args = (x, w, y, (K, 1), (1, K), N, M, K)
     with _runtime.recording() as rec:
         matmul.gemm(*args, bias=b, act=1, pre=pre, pre_grad=pre_grad, config=cfg)
@@ -172,7 +174,7 @@ def test_gemm_softmax_stats_epilogue():
     w = (rng.standard_normal((V, K)) / 2).astype(np.float16)
     z = np.full((N, V), np.nan, dtype=np.float16)
     stats = np.full((2, N, 4), np.nan, dtype=np.float32)
-    cfg = dict(matmul.CONFIGS[("16", "forward")], BLOCK_M=16, BLOCK_N=32, BLOCK_K=16)
+    cfg = replace(matmul.CONFIGS[("16", "forward", matmul.ANY)], block_m=16, block_n=32, block_k=16)
     with _runtime.interpreter():
         matmul.gemm(x, w, z, (K, 1), (1, K), N, V, K, config=cfg, softmax_stats=(stats, n_valid))
     ref = (x.astype(np.float64) @ w.T.astype(np.float64)).reshape(N, 4, 32)
@@ -188,7 +190,8 @@ def test_classifier_crossentropy_in_several_chunks(monkeypatch):
     """With room for 4 rows of logits, the 17 rows of a case go through 5 chunks (the last one row):
     every case check still passes (chunk offsets, dW accumulated over chunks, the losses-only path)."""
     from backends.triton import classifier_crossentropy as cce
-    monkeypatch.setitem(cce.CONFIG, "scratch_bytes", 4 * cce.row_bytes(37, 36, "float32", 4))  # 4 rows of V = 37 float32 logits
+    four_rows = 4 * cce.row_bytes(37, 36, "float32", 4)  # 4 rows of V = 37 float32 logits
+    monkeypatch.setattr(cce, "CONFIG", replace(cce.CONFIG, scratch_bytes=four_rows))
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((17, 36)).astype(np.float32), rng.standard_normal((37, 36)).astype(np.float32)
     dlosses = rng.standard_normal(17).astype(np.float32)
@@ -214,8 +217,8 @@ def test_dw_split_k_with_the_bias_gradient(fused, grad_dtype):
     x, dy = rng.standard_normal((N, K)).astype(np.float16), rng.standard_normal((N, M)).astype(np.float16)
     g0, db0 = rng.standard_normal((M, K)).astype(grad_dtype), rng.standard_normal(M).astype(grad_dtype)
     dw, db = g0.copy(), db0.copy()
-    cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3, GROUP_M=2, FLATTEN=True,
-               ctas_per_sm=1, epi_halves=2, split_k=8, busy=0.9)
+    cfg = matmul.GemmConfig(64, 64, 32, num_warps=4, num_stages=3, group_m=2, flatten=True, ctas_per_sm=1,
+                            epi_halves=2, split_k=8, busy=0.9)
     with _runtime.recording() as rec:
         matmul.gemm(dy, x, dw, (1, M), (K, 1), M, K, N, accumulate=True, rowsum=db, config=cfg)
     assert rec[0]["grid"] == (6,) and rec[0]["constexprs"]["TMA_C"]   # 3 tiles x 2 slices

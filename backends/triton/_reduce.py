@@ -13,10 +13,24 @@ Split-K (matmul.py): `_splitk_finish` adds the S float32 slices of a (S, M, N) p
 order, then the bias and the previous C when accumulating, and rounds once to C's dtype.
 """
 
+from dataclasses import dataclass
+
 from ._runtime import cdiv, dependent_launch, gdc_wait, kernel, launch, tl, xp_of
 
-GROUPS = 128     # at most this many row groups (H200 sweep: 128 beat 64, 256 and 512 by 2-35%)
-BLOCK_C = 128    # columns per program of _colsum_partial
+
+@dataclass(frozen=True)
+class ColsumConfig:
+    """The launch configuration of `_colsum_partial`."""
+    groups: int      # at most this many row groups (programs down the rows)
+    block_r: int     # rows a step
+    block_c: int     # columns a program
+    num_warps: int
+
+
+#: 128 row groups of 32-row steps over 128 columns, 4 warps: on the H200 at 16384 rows (reports/
+#: triton-h200/notes-matmul.md, round 2, "colsum"): fc 43.6 us (torch 43.1), qkv 34.2 us (38.9),
+#: attn_proj 12.1 us (27.9); 256 groups 55.1 / 43.6 / 16.7 us, 64 groups of 64 x 256 44.8 / 40.0 / 12.7.
+COLSUM = ColsumConfig(groups=128, block_r=32, block_c=128, num_warps=4)
 # _colsum_finish: 16 columns a program, 256 partial rows a step, 8 warps (H200, layernorm's sweep:
 # 3.5 / 4.4 / 6.1 us for 264 / 528 / 1056 partial rows, against 4.1 / 6.0 / 9.5 us at 32 x 128 x 4)
 FINISH_C, FINISH_G, FINISH_WARPS = 16, 256, 8
@@ -62,21 +76,21 @@ def _colsum_finish(partial_ptr, out_ptr, out2_ptr, G, M, BLOCK_G: tl.constexpr, 
         tl.store(out2_ptr + cols, acc.to(out2_ptr.dtype.element_ty), mask=cmask)
 
 
-def groups_for(N: int, groups: int = GROUPS) -> tuple[int, int]:
+def groups_for(N: int, groups: int) -> tuple[int, int]:
     """(G, ROWS): N rows cut into G <= groups groups of ROWS rows."""
     G = max(1, min(groups, N))
     rows = cdiv(N, G)
     return cdiv(N, rows), rows
 
 
-def colsum_into(x, out, xp, config=None):
-    """out (M,) += x (N,M).sum(axis=0), accumulated in float32 in a fixed order. `config` (the
-    sweep): groups, BLOCK_R, BLOCK_C, num_warps."""
-    cfg = {"groups": GROUPS, "BLOCK_R": 32, "BLOCK_C": BLOCK_C, "num_warps": 4, **(config or {})}
+def colsum_into(x, out, xp, config: ColsumConfig = COLSUM):
+    """out (M,) += x (N,M).sum(axis=0), accumulated in float32 in a fixed order, with the partial
+    sums launched at `config` (bench/tune/matmul_sweep.py passes its candidates)."""
     N, M = x.shape
-    G, rows = groups_for(N, cfg.pop("groups"))
+    G, rows = groups_for(N, config.groups)
     partial = xp.empty((G, M), dtype="float32")
-    launch(_colsum_partial, (cdiv(M, cfg["BLOCK_C"]), G), x, partial, N, M, rows, **cfg)
+    launch(_colsum_partial, (cdiv(M, config.block_c), G), x, partial, N, M, rows, BLOCK_R=config.block_r,
+           BLOCK_C=config.block_c, num_warps=config.num_warps)
     finish_into(partial, out)
     return out
 

@@ -1,16 +1,20 @@
-"""attention, triton: FlashAttention-2 style causal attention, forward and backward, straight from
-the fused qkv (B,T,3C) and into y (B,T,C): no T x T matrix is ever written to memory.
+"""attention, triton: causal attention by FlashAttention-2 (T. Dao, "FlashAttention-2: Faster
+Attention with Better Parallelism and Work Partitioning", 2023, arXiv:2307.08691), forward and
+backward, straight from the fused qkv (B,T,3C) and into y (B,T,C): no T x T matrix is ever written
+to memory.
 
-Forward (one program per BLOCK_M queries of one (batch, head)): Q stays in registers; K and V
-blocks stream through shared memory; the softmax is computed online: a running row max m and row
-sum l, the accumulator rescaled by exp(m_old - m_new) whenever the max grows. Key blocks entirely
-below the diagonal run without a mask; only the diagonal blocks pay for one. Scores are kept in
-base 2: the raw dot is scaled by scale * log2(e) inside the exponent's argument (one FMA per score),
-exp2 instead of exp. Programs are launched heaviest first (the last query blocks see the most keys)
-so that the light first blocks fill the tail of the launch. Saved for the backward: L = m +
-log2(l) per row (B,NH,T) float32, the logsumexp (4 bytes a row instead of T*4), and the output.
+Forward (the paper's Algorithm 1; one program per BLOCK_M queries of one (batch, head)): Q stays in
+registers; K and V blocks stream through shared memory; the softmax is computed online: a running
+row max m and row sum l, the accumulator rescaled by exp(m_old - m_new) whenever the max grows and
+divided by l once at the end. Key blocks entirely below the diagonal run without a mask; only the
+diagonal blocks pay for one. Scores are kept in base 2: the raw dot is scaled by scale * log2(e)
+inside the exponent's argument (one FMA per score), exp2 instead of exp. Programs are launched
+heaviest first (the last query blocks see the most keys) so that the light first blocks fill the
+tail of the launch. Saved for the backward: L = m + log2(l) per row (B,NH,T) float32, the
+logsumexp (4 bytes a row instead of T*4), and the output.
 
-Backward (FlashAttention-2's split, written out), one kernel, one program per BLOCK rows j of a head:
+Backward (the paper's Algorithm 2, with P recomputed from L), one kernel, one program per BLOCK
+rows j of a head:
       delta of queries block j = rowsum(dy * o), o = y + res; stored, then published (a flag)
       dQ of queries block j: walks the keys at or before them (the diagonal steps masked),
         dQ += (P * (dY V^T - delta)) K          P = exp2(Q K^T * s - L), recomputed from L
@@ -18,13 +22,13 @@ Backward (FlashAttention-2's split, written out), one kernel, one program per BL
       dK, dV of keys block j: walks the queries at or after them (the diagonal steps masked),
         P^T = exp2(K Q^T * s - L)               dV += P^T dY;
         dS^T = P^T * (V dY^T - delta)           dK += dS^T Q
-Key block j has T/BLOCK - j query blocks to walk and query block j has j + 1 key blocks, so every
-program does the same work: one launch with no causal tail. dQ is not accumulated across programs
-with atomics: every gradient element is written by exactly one program, so results are bitwise
-repeatable (conformance asks that), at the price of computing Q K^T and dY V^T twice. The dK/dV
+Where the paper's backward parallelises over key blocks only and adds each dQ contribution with
+atomics, here program j also owns query block j's dQ: every gradient element is written by exactly
+one program, so results are bitwise repeatable (conformance asks that), at the price of computing
+Q K^T and dY V^T twice. Key block j has T/BLOCK - j query blocks to walk and query block j has
+j + 1 key blocks, so every program does the same work: one launch with no causal tail. The dK/dV
 walk takes BLOCK_M1 queries a step and the dQ walk BLOCK_N2 keys a step; steps smaller than BLOCK
-keep the two (BLOCK, BLOCK_D) float32 accumulators and the step's score tiles in registers at once
-(on the H200, heads of 64, BLOCK = steps = 64 won the sweep).
+keep the two (BLOCK, BLOCK_D) float32 accumulators and the step's score tiles in registers at once.
 The delta pass needs no launch (and no pass over y, res and dy of its own): each program computes
 its own block's delta first and publishes it (the delta stores, a CTA barrier, then an atomic
 exchange of the block's flag with release semantics). Before its dK/dV walk it reads the flags of
@@ -33,23 +37,27 @@ itself (the same code on the same inputs, so a second writer stores the same bit
 Nothing ever waits, so no launch order has to be assumed for progress. In practice the fallback
 never runs: the grid puts the last block of a head first (program_id 0), later blocks start first,
 and the dQ walk comes before the flag reads, so by then the later blocks' deltas are long
-published. (Spinning on the flags instead would deadlock if the hardware ever started a later
-program before an earlier one's block; a ticket from an atomic counter taken at the start avoids
-that too, but cost 5 us at B=16 and 17 us at B=32 on the H200: every program waited on it first.)
+published. (Waiting on the flags, or on a ticket from an atomic counter, was measured too:
+reports/triton-h200/notes-attention.md, "After round r3".)
 
 Saved: fp16/bf16 outputs are rounded; delta from the rounded y is off by ~|dy||y| 2^-9, which dS =
-P (dP - delta) turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (seen on
-the GPU at T257, bf16; a NumPy model of the rounding fails the HS64 case too). So the forward also writes the rounding residual res = o - y in the input
-dtype (2 bytes an element, not a float32 copy of o): y + res restores o to ~16 bits. The backward
-reads the caller's y, which must not be overwritten in between (the model never does).
+P (dP - delta) turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (seen
+on the GPU at T257, bf16; a NumPy model of the rounding fails the HS64 case too). So the forward
+also writes the rounding residual res = o - y in the input dtype (2 bytes an element, not a float32
+copy of o): y + res restores o to ~16 bits. The backward reads the caller's y, which must not be
+overwritten in between (the model never does).
 
 Any T (T=1, ragged T: loads are masked, rows past T carry L = +inf so they contribute nothing) and
 any head size HS <= 128 (the head dimension is padded to a power of two >= 16 in registers, masked
 in memory; HS is a compile-time constant, so the mask vanishes when HS is a power of two); HS > 128
 is refused. float32 inputs use IEEE float32 dots (exact contract); fp16 and bf16 use the tensor
 cores with float32 accumulation, P and dS rounded to the input dtype before their products, as
-FlashAttention does. Tile sizes: TILES, one table, from the H200 sweep (reports/triton-h200/
-notes-attention.md, bench/attention_h200.py).
+FlashAttention does. Launch configurations: TILES, one `Tiles` per dtype class and head size.
+
+Not done: attention without the causal mask, dropout, grouped or multi-query heads, rows of
+different lengths (attention_cached.py has those for decoding), and the overlap of softmax and
+tensor-core work that FlashAttention-3 gets from Hopper's warp specialisation (Triton 3.6 does not
+schedule it for sm_90; the forward stays at ~0.91x cuDNN's, notes-attention.md).
 """
 
 import math
@@ -267,15 +275,15 @@ class Tiles:
             raise ValueError(f"attention tiles: steps larger than their blocks: {self}")
 
 
-#: (dtype class, padded head size) -> tiles. "16bit": fp16/bf16 on the tensor cores; heads up to 64
-#: take the H200 sweep's fastest (reports/triton-h200/notes-attention.md): 64-row blocks everywhere,
-#: 4 warps. 128-row ones lost by 6-12% (measured, not profiled; likely: a 128-query forward block
-#: masks more of its diagonal and gives the causal tail 8 programs a head instead of 16; 128-row
-#: backward blocks hold two (128, 64) float32 accumulators, which spill at 4 warps (ptxas: 216 bytes
-#: of stack) and halve occupancy at 8). The backward, with its dQ walk before its dK/dV walk, takes
-#: 3 stages: 2 made it 0.401 ms instead of 0.298 at B=16 (ptxas: no spills either way; not profiled).
-#: Heads of 128 keep tiles checked at HS=128 but not swept (3 backward stages, as for 64).
-#: "float32": IEEE dots, small tiles for registers.
+#: (dtype class, padded head size) -> tiles. "16bit": fp16/bf16 on the tensor cores. Heads up to
+#: 64 take the H200's fastest at GPT-2's shape (reports/triton-h200/notes-attention.md: bf16,
+#: T=1024, B=16 / 32): 64-row blocks everywhere, 4 warps; forward 0.0966 / 0.1855 ms against
+#: 0.1025 / 0.1936 for the best 128-row block (128 x 64, 8 warps). 128-row backward blocks hold two
+#: (128, 64) float32 accumulators, which spill at 4 warps (ptxas: 216 bytes of stack) and halve
+#: occupancy at 8 (0.3320 ms at B=16 against 0.3127). The backward, with its dQ walk before its
+#: dK/dV walk, takes 3 stages: 297.6 us at B=16 against 400.9 us with 2 ("Second pass"). Heads of
+#: 128 keep tiles checked at HS=128 but not swept (3 backward stages, as for 64). "float32": IEEE
+#: dots, small tiles for the registers; not swept.
 TILES = {
     ("16bit", 16): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 3),
     ("16bit", 32): Tiles(64, 64, 4, 3, 64, 64, 64, 4, 3),
@@ -288,10 +296,10 @@ TILES = {
 }
 
 
-def tiles(dtype: str, T: int, HS: int) -> Tiles:
-    """TILES' entry for this dtype and head size, shrunk for short sequences (T=1, tests), never
-    below 16."""
-    t = TILES[("float32" if dtype == "float32" else "16bit", max(16, next_pow2(HS)))]
+def tiles(dtype: str, T: int, HS: int, chosen: Tiles | None = None) -> Tiles:
+    """TILES' entry for this dtype and head size (or `chosen`), shrunk for short sequences (T=1,
+    tests), never below 16."""
+    t = chosen or TILES[("float32" if dtype == "float32" else "16bit", max(16, next_pow2(HS)))]
     cap = max(16, next_pow2(T))
     return replace(t, fwd_m=min(t.fwd_m, cap), fwd_n=min(t.fwd_n, cap), bwd=min(t.bwd, cap),
                    bwd_m1=min(t.bwd_m1, cap), bwd_n2=min(t.bwd_n2, cap))
@@ -318,26 +326,37 @@ def _check(qkv, n_head):
 
 
 def forward(inputs, attrs, out=None):
+    return forward_tiled(None, inputs, attrs, out)
+
+
+def backward(saved, dout, grads):
+    return backward_tiled(None, saved, dout, grads)
+
+
+def forward_tiled(chosen: Tiles | None, inputs, attrs, out=None):
+    """The op's forward at the launch configuration `chosen` (None: TILES'), shrunk as `tiles` does:
+    the tile sweep (bench/tune/attention_tiles.py) runs its candidates through this."""
     qkv, n_head = inputs["qkv"], attrs["n_head"]
     dt, B, T, C, HS = _check(qkv, n_head)
     xp = xp_of(qkv)
     y = _common.output("attention", xp, out, (B, T, C), qkv.dtype)
     lse = xp.empty((B, n_head, T), dtype="float32")
     res = None if dt == "float32" else xp.empty((B, T, C), dtype=qkv.dtype)
-    t = tiles(dt, T, HS)
+    t = tiles(dt, T, HS, chosen)
     launch(_attn_forward, (cdiv(T, t.fwd_m), B * n_head), qkv, y, y if res is None else res, lse, T, LOG2E / math.sqrt(HS), C=C,
            NH=n_head, HS=HS, BLOCK_M=t.fwd_m, BLOCK_N=t.fwd_n, BLOCK_D=max(16, next_pow2(HS)),
            PRECISION=_common.dot_precision(dt), SAVE_RES=res is not None, num_warps=t.fwd_warps, num_stages=t.fwd_stages)
     return y, Saved(qkv, y, res, lse, n_head)
 
 
-def backward(saved, dout, grads):
+def backward_tiled(chosen: Tiles | None, saved, dout, grads):
+    """The op's backward at the launch configuration `chosen` (None: TILES'), as forward_tiled."""
     qkv, n_head = saved.qkv, saved.n_head
     dt, B, T, C, HS = _check(qkv, n_head)
     _common.check_contiguous("attention", dout=dout)
     xp = xp_of(qkv)
     dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
-    t = tiles(dt, T, HS)
+    t = tiles(dt, T, HS, chosen)
     nblk = cdiv(T, t.bwd)
     # delta: a row of whole blocks per head, so no cache line holds a published block and one still
     # being written (a stale line in an SM's L1 would outlive the flag); flags: one per block, zeroed

@@ -34,7 +34,8 @@ from ._runtime import cdiv, kernel, launch, next_pow2, tl, xp_of
 
 MAX_HS = 128
 LOG2E = 1.4426950408889634
-#: keys per inner step, programs per SM the split count aims at, the largest query block
+#: Launch configuration (chosen from the arithmetic above, not swept): keys per inner step, programs
+#: per SM the split count aims at, the largest query block
 BLOCK_N = 64
 PROGRAMS_PER_SM = 2
 MAX_BLOCK_M = 64

@@ -41,12 +41,17 @@ re-reads W for two GEMMs (77 MB in bf16, from L2 in part); the float32 dW_local 
 once per chunk (2 x 154 MB) where one dW GEMM over all rows writes it once; dx's split-K slices add
 a small float32 partial per chunk. Bigger chunks amortise the W and dW_local traffic.
 
-Rows per chunk: the largest power of two whose z and statistics fit in CONFIG["scratch_bytes"]
+Rows per chunk: the largest power of two whose z and statistics fit in CONFIG.scratch_bytes
 (8192 rows at Vp = 50304 for 16-bit x: 837 MB; 4096 for float32), at most N. Without dlosses only
-the first two steps run.
+the first two steps run. `forward_with` runs the op at another ChunkConfig (bench/device/
+fused_bench.py times other chunk sizes with it).
+
+Not done here: the GEMMs' launch configurations are matmul's (its lm_head forward, dx and dW
+entries), not tuned for a chunk; the logits of an evaluation are never kept (the op's output is
+the loss); W must be the tied (Vp, C) embedding in x's dtype.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from euler_core.ops.classifier_crossentropy import SPEC
 
@@ -56,9 +61,18 @@ from .residual import copy_into
 
 OP = "classifier_crossentropy"
 
-#: the chunk's buffers (z and its statistics) may take this many bytes; dx's K (= Vp) may be cut
-#: into this many slices
-CONFIG = {"scratch_bytes": 2 ** 30, "dx_split_k": 8}
+
+@dataclass(frozen=True)
+class ChunkConfig:
+    """How the rows are cut into chunks, and the dx GEMM's K slices."""
+    scratch_bytes: int  # the chunk's buffers (z and its statistics) may take this many bytes
+    dx_split_k: int     # the dx GEMM's K (= Vp) may be cut into this many slices (16-bit x)
+
+
+#: 1 GiB of scratch: 8192-row chunks at GPT-2's vocabulary (837 MB); bigger chunks amortise the W
+#: and dW_local traffic paid once per chunk (above). Not swept: bench/device/fused_bench.py times
+#: other chunk sizes beside it.
+CONFIG = ChunkConfig(scratch_bytes=2 ** 30, dx_split_k=8)
 
 
 @kernel
@@ -112,11 +126,15 @@ def chunk_rows(N: int, Vp: int, C: int, dtype: str, scratch_bytes: int) -> int:
     return R
 
 
-def forward(inputs, attrs, out=None, config=None):
+def forward(inputs, attrs, out=None):
+    return forward_with(CONFIG, inputs, attrs, out)
+
+
+def forward_with(cfg: ChunkConfig, inputs, attrs, out=None):
+    """The op's forward with the chunks of `cfg` (`forward` is this with CONFIG)."""
     x, weight, targets, dlosses = inputs["x"], inputs["weight"], inputs["targets"], inputs.get("dlosses")
     matmul.check_operands(x, weight, None, op=OP)
     _common.check_contiguous(OP, dlosses=dlosses)
-    cfg = {**CONFIG, **(config or {})}
     N, C = x.shape
     Vp = weight.shape[0]
     dt = str(x.dtype)
@@ -124,7 +142,7 @@ def forward(inputs, attrs, out=None, config=None):
     xp = xp_of(x)
     targets = xp.ascontiguousarray(targets)  # often a view of a token window: copy (N ints)
     losses = _common.output(OP, xp, out, (N,), "float32")
-    R = chunk_rows(N, Vp, C, dt, cfg["scratch_bytes"])
+    R = chunk_rows(N, Vp, C, dt, cfg.scratch_bytes)
     logits_config, tile, tiles = _logits_config(dt, R, Vp, C)
     z = xp.empty((R, Vp), dtype=x.dtype)  # one chunk's shifted logits, then their gradient in place
     stats = xp.empty((2 * R * tiles,), dtype="float32")
@@ -133,7 +151,8 @@ def forward(inputs, attrs, out=None, config=None):
     if train:
         dx = xp.empty((N, C), dtype=x.dtype)
         dweight = xp.empty((Vp, C), dtype="float32")
-        dx_config = None if dt == "float32" else {**matmul.CONFIGS[("16", "dx")], "split_k": cfg["dx_split_k"]}
+        dx_config = None if dt == "float32" else replace(matmul.CONFIGS[("16", "dx", matmul.ANY)],
+                                                         split_k=cfg.dx_split_k)
     for r0 in range(0, N, R):
         n = min(R, N - r0)
         rows, zc = slice(r0, r0 + n), z[:n]

@@ -11,14 +11,11 @@ exp, of minus the distance between them, whichever is larger:
 At the end the lanes are merged: M = max m, S = sum s exp(m - M); loss = M + log(S) - z[target],
 0 where the target is -1. Saved: the logsumexp (N,) float32.
 
-What made it fast (reports/triton-h200/crossentropy-sweep.json, H200, B*T = 16384 rows of 50304):
-the chunks wholly below n_valid are read unmasked, and only the last one with a mask. GPT-2's
-n_valid = 50257 is odd, so a mask `cols < n_valid` on every chunk kept Triton from proving that 8
-neighbouring lanes agree on it, and each lane loaded its own 2 bytes: 589 us, 66% of the copy
-bandwidth. Unmasked, the loads are 16 bytes a lane; with 2048-wide chunks on 4 warps (16 logits a
-lane: the loads of several programs in flight on each SM while others do the exps) and the loop's
-loads pipelined two deep (`tl.range(num_stages=2)`, asynchronous copies), 457 us, 85%. Wider chunks
-were slower (4096: 502 us, 8192: 622 us), as was reducing each chunk across the block first (60%).
+The chunks wholly below n_valid are read unmasked, and only the last one with a mask: GPT-2's
+n_valid = 50257 is odd, so a mask `cols < n_valid` on every chunk would keep Triton from proving
+that 8 neighbouring lanes agree on it, and each lane would load its own 2 bytes instead of 16 (589
+against 457 us at 16384 rows on the H200, reports/triton-h200/crossentropy-sweep.json). The loop's
+loads are pipelined (`tl.range(num_stages=FORWARD_STAGES)`, asynchronous copies).
 
 Backward, one program per (row, chunk): dlogits = dloss * (exp(z - lse) - [v == target]) for v <
 n_valid, 0 in the padded columns and on ignored rows: one read and one write of the logits. Naive
@@ -28,6 +25,11 @@ The classifier fused with the loss, classifier_crossentropy.py, runs the backwar
 chunk of rows at a time (`dlogits_into`), on logits its GEMM stored minus each tile's row max (`TILE`:
 the max is added back as each logit is read); its loss comes from that GEMM's epilogue instead of
 the forward kernel. This variant is the loss alone, as the spec defines it.
+
+Not done: the logits' gradient is not fused into the classifier's GEMM here (that is
+classifier_crossentropy), label smoothing and z-loss are not offered, and a row is one program, so
+vocabularies are walked serially within it (fine at GPT-2's 16384+ rows; a few rows of a huge
+vocabulary would leave SMs idle).
 """
 
 from dataclasses import dataclass
@@ -35,7 +37,12 @@ from dataclasses import dataclass
 from . import _common
 from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
 
-#: chunk widths (a power of two at most; smaller vocabularies take the next power of two above V)
+#: Launch configuration. Chunk widths (at most; smaller vocabularies take the next power of two
+#: above V). The forward's 2048-wide chunks on 4 warps (16 logits a lane: the loads of several
+#: programs in flight on each SM while others do the exps), loads two deep: 457 us at 16384 rows of
+#: 50304, 85% of the H200's copy bandwidth; 4096-wide 502 us, 8192-wide 622 us, a cross-block
+#: reduction of each chunk 60% (reports/triton-h200/crossentropy-sweep.json). The backward: 4096-wide
+#: chunks, 8 warps (4 below 2048), not swept.
 FORWARD_BLOCK_V, BACKWARD_BLOCK_V = 2048, 4096
 FORWARD_WARPS, FORWARD_STAGES = 4, 2
 

@@ -21,8 +21,15 @@ lets it start as soon as its own programs have started (gdc_launch_dependents), 
 GPU for the backward's end before reading the partials, so its launch latency hides behind the
 backward's work (H200 sweep: 29.4 -> 26.2 us at 16384 rows, 46.9 -> 43.8 us at 32768).
 
-Launch configurations in CONFIG (from the H200 sweeps, reports/triton-h200/notes-layernorm.md).
-Rows up to MAX_C = 16384 channels (a row must fit in one program's registers); wider is refused.
+Launch configurations: CONFIG, one entry per direction, for every C (ROWS and the warps follow
+from C); the measurements behind it are in reports/triton-h200/notes-layernorm.md, the designs that
+lost in bench/tune/layernorm_sweep.py. `normalize` and `normalize_backward` take another
+configuration through their `config` argument.
+
+Not done: rows wider than MAX_C = 16384 channels (a row must fit in one program's registers) are
+refused, not split across programs; the statistics are not computed in one pass (Welford), since
+the row is in registers anyway; dweight and dbias are not accumulated with atomics (the partials
+keep them bitwise repeatable).
 
 The same two kernels serve the fused `layernorm_residual` (layernorm_residual.py), each with one
 switch: the forward's RESIDUAL loads a and b instead of x, writes x = a + b (rounded to the storage
@@ -38,25 +45,34 @@ from ._runtime import cdiv, dependent_launch, gdc_launch_dependents, kernel, lau
 
 MAX_C = 16384
 
-#: elements of a (ROWS, BLOCK_C) block per program (ROWS shrinks as rows grow) and warps, forward
-#: and backward; the backward's programs per SM (G = that x SMs, at most one per block) and its
-#: pipeline depth. At C = 768 (4 rows a block), on the H200 (`euler bench ops`, reports/triton-h200):
-#: forward 83% of the copy bandwidth at N = 16384 and 32768, backward 68% and 81% (with the
-#: dependent finish launch; its main kernel alone is 23 us of the 26 at N = 16384).
-CONFIG = {"forward": dict(elems=4096, num_warps=4),
-          "backward": dict(elems=4096, num_warps=4, per_sm=3, stages=3)}
+@dataclass(frozen=True)
+class RowsConfig:
+    """A launch configuration of either kernel: (ROWS, BLOCK_C) blocks of about `elems` elements
+    (ROWS = elems // BLOCK_C, at least 1), at least `num_warps` warps (more for wide rows); the
+    backward also has `per_sm` programs per SM (G = that x SMs, at most one per block) and a
+    pipeline of `stages` blocks (1 where they would not fit in PIPELINE_BYTES)."""
+    elems: int
+    num_warps: int
+    per_sm: int = 0   # backward only
+    stages: int = 1   # backward only
+
+
+#: At C = 768 (4 rows a block, 4 warps; the backward 3 programs per SM and 3 stages), on the H200
+#: (`euler bench ops`, reports/triton-h200/notes-layernorm.md, "Adopted after the sweeps"): forward
+#: 83% of the copy bandwidth at N = 16384 and 32768, backward 68% and 81% (with the dependent
+#: finish launch; its main kernel alone is 23 us of the 26 at N = 16384).
+CONFIG = {"forward": RowsConfig(elems=4096, num_warps=4),
+          "backward": RowsConfig(elems=4096, num_warps=4, per_sm=3, stages=3)}
 
 #: shared memory the backward's pipeline may take per program (x and dout blocks, per stage)
 PIPELINE_BYTES = 100 * 1024
 
 
-def _launch_config(C: int, direction: str, config=None) -> dict:
-    cfg = dict(config or CONFIG[direction])
+def _blocks(C: int, cfg: RowsConfig) -> dict:
+    """BLOCK_C, ROWS and num_warps for rows of C channels."""
     block_c = max(16, next_pow2(C))
-    cfg["BLOCK_C"] = block_c
-    cfg["ROWS"] = max(1, cfg.pop("elems") // block_c)
-    cfg["num_warps"] = max(cfg["num_warps"], 4 if block_c <= 1024 else 8 if block_c <= 4096 else 16)
-    return cfg
+    return {"BLOCK_C": block_c, "ROWS": max(1, cfg.elems // block_c),
+            "num_warps": max(cfg.num_warps, 4 if block_c <= 1024 else 8 if block_c <= 4096 else 16)}
 
 
 @kernel
@@ -134,54 +150,56 @@ class Saved:
     rstd: object    # (N,) float32
 
 
-def forward(inputs, attrs, out=None, config=None):
+def forward(inputs, attrs, out=None):
     x, w, b = inputs["x"], inputs["weight"], inputs["bias"]
     _common.check_float("layernorm", "x", x)
     _common.check_contiguous("layernorm", x=x, weight=w, bias=b)
     y = _common.output("layernorm", xp_of(x), out, x.shape, x.dtype)
-    return y, normalize(x, w, b, y, attrs["eps"], config=config)
+    return y, normalize(x, w, b, y, attrs["eps"])
 
 
-def normalize(x, weight, bias, y, eps, residual=None, config=None, op="layernorm") -> Saved:
+def normalize(x, weight, bias, y, eps, residual=None, op="layernorm", config: RowsConfig | None = None) -> Saved:
     """y (N,C) = layernorm(x); returns the Saved of the backward. With residual = (a, b), x is an
-    output: first x = a + b is written into it (layernorm_residual)."""
+    output: first x = a + b is written into it (layernorm_residual). `config` replaces
+    CONFIG["forward"]."""
     N, C = x.shape
     if C > MAX_C:
         raise ValueError(f"{op}: the triton variant takes rows of at most {MAX_C} channels, got C={C}")
     xp = xp_of(x)
     mean = xp.empty((N,), dtype="float32")
     rstd = xp.empty((N,), dtype="float32")
-    cfg = _launch_config(C, "forward", config)
+    blocks = _blocks(C, config or CONFIG["forward"])
     a, r = residual if residual is not None else (x, x)
-    launch(_ln_forward, (cdiv(N, cfg["ROWS"]),), x, weight, bias, y, mean, rstd, N, C, float(eps), a, r,
-           RESIDUAL=residual is not None, **cfg)
+    launch(_ln_forward, (cdiv(N, blocks["ROWS"]),), x, weight, bias, y, mean, rstd, N, C, float(eps), a, r,
+           RESIDUAL=residual is not None, **blocks)
     return Saved(x, weight, mean, rstd)
 
 
-def backward(saved, dout, grads, config=None):
+def backward(saved, dout, grads):
     _common.check_contiguous("layernorm", dout=dout)
     dx = _common.grad_buffer("layernorm", grads, "x", saved.x, xp_of(saved.x))
-    dw, db = normalize_backward(saved, dout, dx, grads, config=config)
+    dw, db = normalize_backward(saved, dout, dx, grads)
     return {"x": dx, "weight": dw, "bias": db}
 
 
-def normalize_backward(saved, dout, dx, grads, dresidual=None, config=None, op="layernorm"):
+def normalize_backward(saved, dout, dx, grads, dresidual=None, op="layernorm", config: RowsConfig | None = None):
     """dx (N,C) = layernorm's input gradient (+ dresidual, layernorm_residual's stream gradient);
-    grads["weight"], grads["bias"] (C) += their gradients, and returned."""
+    grads["weight"], grads["bias"] (C) += their gradients, and returned. `config` replaces
+    CONFIG["backward"]."""
     x = saved.x
     N, C = x.shape
     xp = xp_of(x)
     dw = _common.param_grad(op, grads, "weight", (C,), x.dtype)  # float32 for 16-bit x: mixed precision
     db = _common.param_grad(op, grads, "bias", (C,), x.dtype)
-    cfg = _launch_config(C, "backward", config)
-    groups = max(1, min(cfg.pop("per_sm") * _common.num_sms(xp), cdiv(N, cfg["ROWS"])))  # any G is correct
+    cfg = config or CONFIG["backward"]
+    blocks = _blocks(C, cfg)
+    groups = max(1, min(cfg.per_sm * _common.num_sms(xp), cdiv(N, blocks["ROWS"])))  # any G is correct
     arrays = 2 if dresidual is None else 3  # blocks of x and dout (and dresidual) in flight per stage
-    stage_bytes = arrays * cfg["ROWS"] * cfg["BLOCK_C"] * x.dtype.itemsize
-    stages = cfg.pop("stages", 1)
-    cfg["STAGES"] = stages if stages * stage_bytes <= PIPELINE_BYTES else 1
+    stage_bytes = arrays * blocks["ROWS"] * blocks["BLOCK_C"] * x.dtype.itemsize
+    stages = cfg.stages if cfg.stages * stage_bytes <= PIPELINE_BYTES else 1
     partial = xp.empty((groups, 2 * C), dtype="float32")
     launch(_ln_backward, (groups,), x, saved.weight, dout, saved.mean, saved.rstd, dx, partial, N, C,
-           dx if dresidual is None else dresidual, EARLY_FINISH=dependent_launch(xp), DRESIDUAL=dresidual is not None,
-           **cfg)
+           dx if dresidual is None else dresidual, STAGES=stages, EARLY_FINISH=dependent_launch(xp),
+           DRESIDUAL=dresidual is not None, **blocks)
     _reduce.finish_into(partial, dw, db)
     return dw, db

@@ -11,8 +11,8 @@ both backward products are the same code with the operands' strides swapped:
 Tiling. A work item is one BLOCK_M x BLOCK_N tile of C and one slice of K (SPLIT_K slices, see
 below); the kernel walks K in BLOCK_K steps keeping the float32 accumulator in registers, and
 Triton pipelines the loads (num_stages) and issues wgmma for fp16/bf16 on sm_90. The grid is
-persistent: at most `ctas_per_sm` programs per SM, each walking the work items p, p + P, ... With
-FLATTEN, Triton fuses that loop and the K loop into one software pipeline, which loads the next
+persistent: at most the configuration's `ctas_per_sm` programs per SM, each walking the work items
+p, p + P, ... With FLATTEN, Triton fuses that loop and the K loop into one software pipeline, which loads the next
 tile while the epilogue of the last one runs (with K = 768, twelve BLOCK_K steps a tile, the
 epilogue is not negligible). It fuses them only if the K loop's trip count is the same for every
 work item: `k_steps` BLOCK_K steps, the last K slice reading zeros past K (TMA zero-fills; the
@@ -27,10 +27,12 @@ directly (16-bit operands may be either major); B likewise as (K, N), or (N, K) 
 W (`B_T`). The descriptors zero-fill out-of-range rows and columns, so no masks. C is stored
 (and, when accumulating, first loaded) through a descriptor as well (`TMA_C`): the accumulator is
 staged in shared memory and written by the copy engine, asynchronously, while the next tile starts;
-`EPI_HALVES=2` stages it in two column halves (half the shared memory, room for a deeper pipeline).
+a configuration's `epi_halves=2` stages it in two column halves (half the shared memory, room for a
+deeper pipeline).
 The descriptor is 3-D, (K slices, M, N), so that split-K's float32 slices (below) go the same way.
-Anything else (float32, unaligned rows, the small test shapes, or `tma_c=False`) uses plain masked
-pointer loads and stores in the same loop.
+Anything else (float32, unaligned rows, the small test shapes) uses plain masked pointer loads and
+stores in the same loop, and C alone takes plain stores where the configuration says `tma_store=False`
+(no shared memory left for its staging: the dW and few-row entries).
 
 Split-K. dW's output is small (768 x 768 for the attention projection: 18 tiles of 128 x 256 for
 132 SMs) while its depth is the batch (16384 rows). With SPLIT_K > 1 each slice of K writes its own
@@ -59,13 +61,20 @@ tile's columns below n_valid and the sum of exp(C - max) over them (a (2, M, til
 array), and store C minus that max: classifier_crossentropy's logits, whose loss then needs no
 pass over them (classifier_crossentropy.py).
 
-Launch configurations: `CONFIGS` per product and dtype (and for forwards of a few rows, a decoding
-step's), `SHAPE_CONFIGS` for the GPT-2 shapes that
-differ (below), from the sweeps in bench/tune/matmul_sweep.py (reports/triton-h200/notes-matmul.md;
-the first one, notes-matmul-layernorm.md, ran bench/matmul_layernorm_h200.py, removed since: git 14fee12).
+Launch configurations: one table, `CONFIGS` (a `GemmConfig` per dtype class, product and, where a
+GPT-2 linear measured better with its own, weight shape), chosen by `launch_config`; a forward of
+at most FEW_ROWS rows (a decoding step) has its own entry. Each entry cites the H200 measurement it
+rests on (reports/triton-h200/notes-matmul.md); the candidates that lost are in that note and in
+bench/tune/matmul_sweep.py, which runs `gemm` with a given `GemmConfig` (the `config` argument).
+
+What this variant does not do: TF32 (float32 stays IEEE), FP8, stream-K (a small output such as
+attn_proj's dW relies on split-K and still leaves SMs idle in the last wave), warp-specialised
+producer/consumer partitions (Triton 3.6 does not build them for sm_90), or strided rows on the TMA
+path (operands must have contiguous rows, as every op of this contract passes them; anything else
+takes the masked pointer loads).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import _common, _reduce
 from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
@@ -242,78 +251,101 @@ def _scaled(a, scale):
     return (a.to(tl.float32) * scale.to(tl.float32)).to(a.dtype)
 
 
-def _tile16(bm, bn, stages, warps=8, ctas_per_sm=1, epi_halves=2, split_k=1, busy=0.8, group_m=8, flatten=True,
-            **switches):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, num_warps=warps, num_stages=stages, GROUP_M=group_m,
-                FLATTEN=flatten, ctas_per_sm=ctas_per_sm, epi_halves=epi_halves, split_k=split_k, busy=busy,
-                **switches)
+@dataclass(frozen=True)
+class GemmConfig:
+    """One launch configuration of `_gemm`: its tile (shrunk to small problems by `tile_shape`),
+    warps and pipeline stages, and how the work is spread over the SMs."""
+    block_m: int
+    block_n: int
+    block_k: int = 64
+    num_warps: int = 8
+    num_stages: int = 3
+    group_m: int = 8                # tile rows walked together (programs running at once share B in L2)
+    flatten: bool = True            # the tile loop and the K loop one software pipeline (FLATTEN)
+    ctas_per_sm: int | None = 1     # programs per SM of the persistent grid (None: one per work item)
+    split_k: int = 1                # the most K slices a product is cut into (`_split`)
+    busy: float = 0.8               # the wave occupancy that is enough when choosing the slices
+    epi_halves: int = 2             # C staged for its TMA store in this many column parts
+    tma_store: bool = True          # C through TMA where the operands allow it (False: plain stores)
 
 
-#: Launch configurations, from the H200 sweeps at GPT-2 124M's shapes (bench/tune/matmul_sweep.py,
-#: reports/triton-h200/notes-matmul.md). "forward" is y = x @ W.T, "dx" is dy @ W, "dW" is
-#: dy.T @ x. ctas_per_sm caps the persistent grid (None: one program per tile); split_k is the most
-#: K slices a product may be cut into and busy the wave occupancy that is enough (see `_split`);
-#: epi_halves=2 stores C in two column halves; flatten=False keeps the tile loop and the K loop
-#: apart (each tile then fills and drains its own pipeline); tma_c=False stores C with plain stores.
-CONFIGS = {
-    # two 128 x 128 programs of one warpgroup per SM: one's epilogue overlaps the other's main loop
-    # (K = 768 is only 12 BLOCK_K steps a tile); tile rows in groups of 4. Round 2: attn_proj, fc,
-    # qkv 0.94-1.00x cuBLAS (one 128 x 256 program: 0.91-0.96x)
-    ("16", "forward"): _tile16(128, 128, 3, warps=4, ctas_per_sm=2, group_m=4),
-    ("16", "dx"): _tile16(128, 256, 3),   # 0.93-1.00x (0.86-0.98x before the loops were fused)
-    # split-K where the output has few tiles; 4 stages leave no shared memory for the fused loop's
-    # staging of C (or of the float32 slices), so the loops stay apart and C is stored directly
-    ("16", "dW"): _tile16(128, 256, 4, split_k=16, flatten=False, tma_c=False),
-    ("32", "forward"): dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3, GROUP_M=8,
-                            FLATTEN=False, ctas_per_sm=None, split_k=1, busy=0.8),
-}
-CONFIGS[("32", "dx")] = CONFIGS[("32", "dW")] = CONFIGS[("32", "forward")]
-#: forwards of at most FEW_ROWS rows (a decoding step: one row per sequence) are bound by reading W
-#: once, and the training tiles spread W over few SMs (fc_proj at one row: 3 programs of 128 x 256
-#: for 132 SMs): narrow tiles, one program each, K cut into slices of at least 512 (fc_proj: 12
-#: tiles x 6 slices). A first choice from that arithmetic, not swept; conformance checks it (its
-#: one-row cases take it).
+def _tile16(bm, bn, stages, **fields) -> GemmConfig:
+    """A 16-bit configuration: BLOCK_K 64 (one 128-byte row of bf16 per TMA box), 8 warps unless given."""
+    return GemmConfig(bm, bn, 64, num_stages=stages, **fields)
+
+
+#: forwards of at most this many rows take the few-row entry (a decoding step: one row per sequence)
 FEW_ROWS = 64
-CONFIGS[("16", "few_rows")] = _tile16(64, 64, 4, warps=4, ctas_per_sm=None, split_k=8, epi_halves=1, flatten=False,
-                                      tma_c=False)
-CONFIGS[("32", "few_rows")] = dict(CONFIGS[("32", "forward")], split_k=8)
 
-#: fp16/bf16 exceptions by (product, weight shape (out, in)) where the sweep found another config
-#: better by more than 3% (GPU time against cuBLAS at 16384 / 32768 rows)
-SHAPE_CONFIGS = {
-    # fc_proj (K = 3072): one 128 x 256 program per SM, 0.97x / 0.98x (two 128 x 128: 0.92x / 0.93x)
-    ("forward", 768, 3072): _tile16(128, 256, 3),
-    # lm_head: 128 x 256, tile rows in groups of 32 (W, 77 MB, is read from DRAM once per group):
-    # 1.04x / 0.99x (two 128 x 128: 1.00x / 0.94x)
-    ("forward", 50304, 768): _tile16(128, 256, 3, group_m=32),
-    # qkv: 128 x 128 makes 108 tiles, no split: 0.93x (0.88x with 128 x 256, split in 2; swept with a
-    # bf16 dW). Mixed precision accumulates into a float32 dW: C staged in two halves (64 KB for its
-    # load and store, not 128 KB: with 4 stages that would need 256 KB of shared memory, past 227)
-    ("dW", 2304, 768): _tile16(128, 128, 4, warps=4, epi_halves=2),
-    # attn_proj: 18 tiles of 128 x 256 cut into 7 slices (126 of 132 SMs busy), not 6 (108): 0.90x
-    ("dW", 768, 768): dict(CONFIGS[("16", "dW")], busy=0.9),
+#: The launch configurations: (dtype class, product, weight shape (out, in) or ANY) -> GemmConfig.
+#: "16" is fp16/bf16, "32" float32; products: "forward" y = x @ W.T, "dx" dy @ W, "dW" dy.T @ x,
+#: "few_rows" a forward of at most FEW_ROWS rows. `launch_config` takes the few-row entry, else the
+#: weight shape's, else the product's ANY. Ratios are cuBLAS time / ours on the H200 at 16384 /
+#: 32768 rows, bf16 (reports/triton-h200/notes-matmul.md, "Final defaults" and round 2's tables).
+ANY = None
+_DW = _tile16(128, 256, 4, split_k=16, flatten=False, tma_store=False)
+_FLOAT32 = GemmConfig(64, 64, 32, num_warps=4, num_stages=3, flatten=False, ctas_per_sm=None, epi_halves=1)
+CONFIGS = {
+    # Two 128 x 128 programs of one warpgroup per SM: one's epilogue overlaps the other's main loop
+    # (K = 768 is only 12 BLOCK_K steps a tile), tile rows in groups of 4: qkv 0.99x / 1.00x,
+    # attn_proj 0.94x / 0.96x, fc 0.98x / 0.98x (one 128 x 256 program per SM: 0.91-0.96x).
+    ("16", "forward", ANY): _tile16(128, 128, 3, num_warps=4, ctas_per_sm=2, group_m=4),
+    # fc_proj (K = 3072, a long K loop to hide the epilogue): one 128 x 256 program per SM, 0.97x /
+    # 0.98x (two 128 x 128: 0.92x / 0.93x).
+    ("16", "forward", (768, 3072)): _tile16(128, 256, 3),
+    # lm_head: 128 x 256, tile rows in groups of 32, so that W (77 MB) is read from DRAM about once
+    # per group: 1.04x / 0.99x (two 128 x 128: 1.00x / 0.94x).
+    ("16", "forward", (50304, 768)): _tile16(128, 256, 3, group_m=32),
+    # dx: one 128 x 256 program per SM, the loops fused: 0.93-1.00x.
+    ("16", "dx", ANY): _tile16(128, 256, 3),
+    # dW: the output has few tiles (72 of 128 x 256 for fc on 132 SMs), so K (the rows) is cut into
+    # slices (`_split`). 4 stages leave no shared memory for the fused loop's staging of C or of the
+    # float32 slices, so the loops stay apart and C takes plain stores: with db fused (ROWSUM), fc's
+    # backward 0.96x / 0.94x (the fused-loop 3-stage one: 0.86x / 0.83x).
+    ("16", "dW", ANY): _DW,
+    # qkv: 128 x 128 makes 108 tiles and needs no split; the float32 dW of mixed precision is staged
+    # in two halves (64 KB for its load and store; 128 KB with 4 stages would pass the 227 KB of
+    # shared memory): backward 0.94x / 1.00x with db separate (128 x 256 split in 2: 0.89x / 0.91x).
+    ("16", "dW", (2304, 768)): _tile16(128, 128, 4, num_warps=4, epi_halves=2),
+    # attn_proj: 18 tiles of 128 x 256 cut into 7 slices (126 of 132 SMs busy) rather than 6 (108):
+    # backward 1.24x / 1.19x.
+    ("16", "dW", (768, 768)): replace(_DW, busy=0.9),
+    # A decoding step reads W once and the training tiles spread it over few SMs (fc_proj at one row:
+    # 3 programs of 128 x 256 for 132 SMs): narrow tiles, one program each, K cut into slices of at
+    # least 512 (fc_proj: 12 tiles x 6 slices). Chosen from that arithmetic, not swept; the
+    # conformance suite's one-row cases run it.
+    ("16", "few_rows", ANY): _tile16(64, 64, 4, num_warps=4, ctas_per_sm=None, split_k=8, epi_halves=1,
+                                     flatten=False, tma_store=False),
+    # float32 (IEEE dots, no TMA): small tiles for the registers, one program per tile; not swept.
+    ("32", "forward", ANY): _FLOAT32,
+    ("32", "dx", ANY): _FLOAT32,
+    ("32", "dW", ANY): _FLOAT32,
+    ("32", "few_rows", ANY): replace(_FLOAT32, split_k=8),
 }
 
 #: weight shapes (out, in) whose bias gradient is a separate column sum (`_reduce.colsum_into`)
 #: rather than fused into the dW kernel (`gemm(rowsum=)`). The fused row sum is one more wgmma
 #: per K step (A @ e0, 16 columns): ~30 us on fc's dW, against 44 us for reading dy (100 MB) again;
-#: it loses where dy is narrow (fc_proj: 12 us) or the dW tile is 128 x 128 on one warpgroup (qkv).
-#: Round 2, whole backward: fc 0.96x / 0.94x fused (0.88x / 0.90x separate), attn_proj 1.24x / 1.19x
-#: (1.10x / 1.08x); fc_proj 0.95x / 0.95x separate (0.93x / 0.90x fused), qkv 0.94x / 1.00x (0.60x).
+#: it loses where dy is narrow (fc_proj) or the dW tile is 128 x 128 on one warpgroup (qkv). Whole
+#: backward (notes-matmul.md, round 2): fc 0.96x / 0.94x fused (0.88x / 0.90x separate), attn_proj
+#: 1.24x / 1.19x (1.10x / 1.08x); fc_proj 0.95x / 0.95x separate (0.93x / 0.90x fused), qkv 0.94x /
+#: 1.00x separate (0.60x fused).
 DB_SEPARATE = {(2304, 768), (768, 3072)}
 
-def _split(cfg: dict, tiles: int, K: int, sms: int) -> int:
+
+def _split(cfg: GemmConfig, block_k: int, tiles: int, K: int, sms: int) -> int:
     """K slice length. The persistent grid runs `slots` = SMs x ctas_per_sm work items at a time;
     tiles x S items fill ceil(tiles x S / slots) waves, so a small output (72 tiles on 132 SMs)
     leaves SMs idle. S is the fewest slices (at most split_k, each at least 512 deep) whose waves are
-    at least `busy` (80%) busy, or the busiest; one slice whenever the tiles alone get there (every forward
-    and dx product at GPT-2 shapes). Each extra slice costs a float32 (M, N) partial write and read."""
-    steps = cdiv(K, cfg["BLOCK_K"])
-    slots = sms * (cfg["ctas_per_sm"] or sms)
-    most = max(1, min(cfg["split_k"], steps * cfg["BLOCK_K"] // 512))
+    at least `busy` (80%) busy, or the busiest; one slice whenever the tiles alone get there (every
+    forward and dx product at GPT-2 shapes). Each extra slice costs a float32 (M, N) partial write
+    and read."""
+    steps = cdiv(K, block_k)
+    slots = sms * (cfg.ctas_per_sm or sms)
+    most = max(1, min(cfg.split_k, steps * block_k // 512))
     busy = [tiles * s / (slots * cdiv(tiles * s, slots)) for s in range(1, most + 1)]
-    splits = next((s for s, b in enumerate(busy, 1) if b >= cfg["busy"]), busy.index(max(busy)) + 1)
-    return cdiv(steps, splits) * cfg["BLOCK_K"]
+    splits = next((s for s, b in enumerate(busy, 1) if b >= cfg.busy), busy.index(max(busy)) + 1)
+    return cdiv(steps, splits) * block_k
 
 
 class _Scratch:
@@ -345,25 +377,20 @@ def _tma_ok(xp, dtype: str, *operands) -> bool:
 _SCRATCH: list = []
 
 
-def launch_config(dtype: str, product: str, weight_shape: tuple, rows: int) -> dict:
-    """The launch configuration `gemm` takes for `product` of a linear of `weight_shape` (out, in)
-    over `rows` rows, unless given one (CONFIGS, SHAPE_CONFIGS)."""
-    return _config(dtype, product, weight_shape, rows)
-
-
-def _config(dtype: str, product: str, weight_shape: tuple, rows: int) -> dict:
+def launch_config(dtype: str, product: str, weight_shape: tuple, rows: int) -> GemmConfig:
+    """The entry of CONFIGS that `gemm` takes for `product` ("forward", "dx" or "dW") of a linear of
+    `weight_shape` (out, in) over `rows` rows, unless it is given one."""
+    kind = "32" if dtype == "float32" else "16"
     if product == "forward" and rows <= FEW_ROWS:
-        return CONFIGS[("32" if dtype == "float32" else "16", "few_rows")]
-    if dtype != "float32" and (product, *weight_shape) in SHAPE_CONFIGS:
-        return SHAPE_CONFIGS[(product, *weight_shape)]
-    return CONFIGS[("32" if dtype == "float32" else "16", product)]
+        product = "few_rows"
+    return CONFIGS.get((kind, product, tuple(weight_shape)), CONFIGS[(kind, product, ANY)])
 
 
 def tile_shape(dtype: str, M: int, N: int, K: int, product="forward", weight_shape=(), config=None) -> tuple:
     """(BLOCK_M, BLOCK_N, BLOCK_K) that `gemm` uses for these arguments: the configuration's tile,
     shrunk to small problems (tests, T=1), never below tl.dot's 16."""
-    cfg = config or _config(dtype, product, weight_shape, M)
-    return tuple(min(cfg[k], max(16, next_pow2(n))) for k, n in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))
+    cfg = config or launch_config(dtype, product, weight_shape, M)
+    return tuple(min(b, max(16, next_pow2(n))) for b, n in ((cfg.block_m, M), (cfg.block_n, N), (cfg.block_k, K)))
 
 
 def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, act=0, pre=None, rowsum=None,
@@ -377,30 +404,25 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     over the tile's columns below n_valid, and stats, a (2, M, tiles_n) float32 array (tiles_n =
     ceil(N / BLOCK_N), BLOCK_N from `tile_shape`), gets m and sum(exp(c - m)) per row and tile
     (the classifier's logits, classifier_crossentropy.py).
-    `product` and the linear's `weight_shape` (out, in) pick the launch configuration (CONFIGS,
-    SHAPE_CONFIGS); `config` overrides it (the sweep, matmul_gelu's backward)."""
+    `product` and the linear's `weight_shape` (out, in) pick the launch configuration
+    (`launch_config`); `config`, a GemmConfig, replaces that choice (matmul_gelu's backward, the
+    classifier's logits, bench/tune/matmul_sweep.py's candidates)."""
     dt = str(a.dtype)
     xp = xp_of(a)
-    cfg = dict(config or _config(dt, product, weight_shape, M))
-    cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"] = tile_shape(dt, M, N, K, config=cfg)
+    cfg = config or launch_config(dt, product, weight_shape, M)
+    block_m, block_n, block_k = tile_shape(dt, M, N, K, config=cfg)
     sms = _common.num_sms(xp)
-    tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
-    k_split = _split(cfg, tiles, K, sms) if act == 0 and softmax_stats is None else K
+    tiles = cdiv(M, block_m) * cdiv(N, block_n)
+    k_split = _split(cfg, block_k, tiles, K, sms) if act == 0 and softmax_stats is None else K
     splits = cdiv(K, k_split)
-    ctas = cfg.pop("ctas_per_sm")
-    cfg.pop("split_k")
-    cfg.pop("busy")
-    allow_tma = cfg.pop("tma", True)  # the sweep's switches: pointer loads (stores) where TMA would do
-    programs = tiles * splits if ctas is None else min(tiles * splits, ctas * sms)
-    epi_halves = cfg.pop("epi_halves", 1)
+    programs = tiles * splits if cfg.ctas_per_sm is None else min(tiles * splits, cfg.ctas_per_sm * sms)
     a_t, b_t = a_strides[0] == 1 and a_strides[1] != 1, b_strides[0] == 1 and b_strides[1] != 1
     a_layout = a_strides[::-1] if a_t else a_strides
-    tma = allow_tma and _tma_ok(xp, dt, (a, *a_layout), (b, *(b_strides[::-1] if b_t else b_strides)),
-                                *([(scale_a, *a_layout)] if scale_a is not None else []))
+    tma = _tma_ok(xp, dt, (a, *a_layout), (b, *(b_strides[::-1] if b_t else b_strides)),
+                  *([(scale_a, *a_layout)] if scale_a is not None else []))
     one = splits == 1
     out = c if one else xp.empty((splits, M, N), dtype="float32")
-    allow_tma_c = cfg.pop("tma_c", True)
-    tma_c = tma and allow_tma_c and _tma_ok(xp, dt, (out, N, 1), *([(pre, N, 1)] if pre is not None else []))
+    tma_c = tma and cfg.tma_store and _tma_ok(xp, dt, (out, N, 1), *([(pre, N, 1)] if pre is not None else []))
     rows = xp.empty((splits, M), dtype="float32") if rowsum is not None else out
     second = pre if pre is not None else scale_a if scale_a is not None else c  # pre_ptr: what ACT writes, or A's scale
     stats, n_valid = softmax_stats if softmax_stats is not None else (out, N)
@@ -409,8 +431,10 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
            HAS_BIAS=one and bias is not None, ROWSUM=rowsum is not None, ACCUMULATE=one and accumulate, ACT=act,
            WRITE_PRE=pre is not None, PRE_GRAD=pre_grad, SCALE_A=scale_a is not None,
            SOFTMAX_STATS=softmax_stats is not None,
-           PRECISION=_common.dot_precision(dt), TMA=tma, A_T=tma and a_t, B_T=tma and b_t, TMA_C=tma_c,
-           EPI_HALVES=epi_halves if tma_c else 1, **cfg)
+           PRECISION=_common.dot_precision(dt), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+           GROUP_M=cfg.group_m, TMA=tma, A_T=tma and a_t, B_T=tma and b_t, TMA_C=tma_c,
+           EPI_HALVES=cfg.epi_halves if tma_c else 1, FLATTEN=cfg.flatten,
+           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if not one:
         _reduce.splitk_finish_into(out, c, bias, accumulate)
     if rowsum is not None:

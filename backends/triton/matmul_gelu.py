@@ -44,7 +44,7 @@ linear's dx GEMM as a separate op (llm.c folds dgelu into that GEMM's epilogue; 
 this contract it would need a fused MLP op).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import _common, matmul
 from ._runtime import xp_of
@@ -53,8 +53,8 @@ OP = "matmul_gelu"
 
 #: 16-bit launch configurations of the backward GEMMs with SCALE_A (see above)
 BACKWARD_CONFIGS = {
-    "dx": matmul.CONFIGS[("16", "dx")],
-    "dW": {**matmul.CONFIGS[("16", "dW")], "num_stages": 3},
+    "dx": matmul.CONFIGS[("16", "dx", matmul.ANY)],
+    "dW": replace(matmul.CONFIGS[("16", "dW", matmul.ANY)], num_stages=3),
 }
 
 

@@ -4,7 +4,8 @@ This module imports neither triton nor cupy (entry points are loaded at start-up
 names its implementation by string, imported the first time it is used.
 
     embedding     gather   gather forward; deterministic scatter-add backward (sort, one writer per row)
-    layernorm     rows     one program per row; dweight/dbias from per-group partials, no atomics
+    layernorm     rows     a block of rows per program (4 at C=768), each row in registers; dweight/dbias
+                           from per-program partials, no atomics
     matmul        tiled    tensor-core GEMM, bias in the epilogue; fp32 inputs in IEEE fp32
     attention     flash    FlashAttention-2: online softmax, logsumexp saved, no T x T in memory
     attention_cached  split  flash-decoding: the cache cut into splits across the SMs, partials merged

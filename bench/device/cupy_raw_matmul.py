@@ -58,8 +58,11 @@ def impl(variant):
 
 
 class Tally:
-    def __init__(self, stage):
-        self.stage, self.ok, self.fail = stage, 0, 0
+    """Counts and prints a stage's results; the summary is the script's last line (cupy_raw_ops.py
+    uses it too)."""
+
+    def __init__(self, stage, what="matmul"):
+        self.what, self.stage, self.ok, self.fail = what, stage, 0, 0
 
     def add(self, good: bool, line: str):
         self.ok += good
@@ -67,7 +70,7 @@ class Tally:
         print(("ok   " if good else "FAIL ") + line, flush=True)
 
     def summary(self) -> str:
-        return f"matmul {self.stage}: {self.ok} ok, {self.fail} FAIL"
+        return f"{self.what} {self.stage}: {self.ok} ok, {self.fail} FAIL"
 
 
 def _inputs(xp, rng, N, K, M, dtype, bias=True):

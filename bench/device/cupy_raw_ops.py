@@ -34,21 +34,9 @@ from backends.cupy_raw import _common
 from backends.cupy_raw import _runtime as rt
 from backends.cupy_raw import (adamw, attention, attention_cached, crossentropy, embedding, gelu, layernorm,
                                residual, sumsq)
+from cupy_raw_matmul import Tally  # beside this script
 
 DTYPES = ("float32", "float16", "bfloat16")
-
-
-class Tally:
-    def __init__(self, stage):
-        self.stage, self.ok, self.fail = stage, 0, 0
-
-    def add(self, good: bool, line: str):
-        self.ok += good
-        self.fail += not good
-        print(("ok   " if good else "FAIL ") + line, flush=True)
-
-    def summary(self) -> str:
-        return f"ops {self.stage}: {self.ok} ok, {self.fail} FAIL"
 
 
 # ---- float64 references (forward) -------------------------------------------------------------
@@ -340,7 +328,7 @@ def main(argv=None) -> int:
     failed = 0
     summaries = []
     for stage in args.stages:
-        tally = Tally(stage)
+        tally = Tally(stage, "ops")
         if stage == "capture" and args.emulate:
             print("capture needs a GPU: skipped under --emulate")
             continue

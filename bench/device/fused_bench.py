@@ -32,11 +32,13 @@ Records go to fused/results.json; the summary table is printed last.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -292,21 +294,30 @@ def bench_matmul_gelu(N, rng):
     if N != NS[0]:
         return
     for name, swaps in matmul_gelu_candidates().items():  # launch configurations, swapped in one at a time
-        defaults = [(table, key, table[key]) for table, key, _ in swaps]
-        for table, key, value in swaps:
-            table[key] = value
-        try:
+        with configs_swapped(swaps):
             s = fused_fwd()
             fused_bwd(s)  # into gw, gb: accumulated, so only y and dx are compared
             sync()
             cand = agree([("y", y, y2, "forward"), ("dx", dx, dx2, "gradient")])
             tf_c = time_it(fused_fwd) if not cand else float("nan")
             tb_c = time_it(lambda: fused_bwd(s)) if not cand else float("nan")
-        finally:
-            for table, key, value in defaults:
-                table[key] = value
         record("matmul_gelu", N, f"forward, {name}", tf_c, tu, mem_f, mem_u, cand)
         record("matmul_gelu", N, f"backward, {name}", tb_c, tub, mem_f, mem_u, cand)
+
+
+@contextlib.contextmanager
+def configs_swapped(swaps):
+    """Inside the block, each (table, key, config) of `swaps` is in its product table (matmul.CONFIGS,
+    matmul_gelu.BACKWARD_CONFIGS) in place of the product's own entry, which is put back after: a
+    candidate then runs through the op's own calls, as the model makes them."""
+    defaults = [(table, key, table[key]) for table, key, _ in swaps]
+    for table, key, value in swaps:
+        table[key] = value
+    try:
+        yield
+    finally:
+        for table, key, value in defaults:
+            table[key] = value
 
 
 def matmul_gelu_candidates() -> dict:
@@ -316,15 +327,15 @@ def matmul_gelu_candidates() -> dict:
     spills; the default 128 x 256 spills 472 bytes) and its dx without FLATTEN."""
     from backends.triton import matmul as mm
     from backends.triton import matmul_gelu as mg
-    fwd, bwd = mm.CONFIGS, mg.BACKWARD_CONFIGS
-    no_flatten = {"forward no FLATTEN": [(fwd, ("16", "forward"), {**fwd[("16", "forward")], "FLATTEN": False})]}
+    fwd, bwd, forward = mm.CONFIGS, mg.BACKWARD_CONFIGS, ("16", "forward", mm.ANY)
+    no_flatten = {"forward no FLATTEN": [(fwd, forward, replace(fwd[forward], flatten=False))]}
     if SMOKE:
         return no_flatten
     return {**no_flatten,
-            "forward 128x256": [(fwd, ("16", "forward"), mm._tile16(128, 256, 3))],
-            "dW 128x128 w8 s4": [(bwd, "dW", mm._tile16(128, 128, 4, warps=8, split_k=16))],
-            "dW 128x128 w4 s4": [(bwd, "dW", mm._tile16(128, 128, 4, warps=4, split_k=16))],
-            "dx no FLATTEN": [(bwd, "dx", {**bwd["dx"], "FLATTEN": False})]}
+            "forward 128x256": [(fwd, forward, mm.GemmConfig(128, 256, 64, num_stages=3))],
+            "dW 128x128 w8 s4": [(bwd, "dW", mm.GemmConfig(128, 128, 64, num_warps=8, num_stages=4, split_k=16))],
+            "dW 128x128 w4 s4": [(bwd, "dW", mm.GemmConfig(128, 128, 64, num_warps=4, num_stages=4, split_k=16))],
+            "dx no FLATTEN": [(bwd, "dx", replace(bwd["dx"], flatten=False))]}
 
 
 # ---- classifier_crossentropy ---------------------------------------------------------------------------
@@ -401,11 +412,11 @@ def bench_classifier(N, rng):
     for rows in CHUNK_ROWS:
         if rows > N or rows == chunk_rows_default(N):
             continue
-        cfg = {"scratch_bytes": rows * module.row_bytes(VP, C, DTYPE, rows)}
+        cfg = replace(module.CONFIG, scratch_bytes=rows * module.row_bytes(VP, C, DTYPE, rows))
 
         def fwd(cfg=cfg):
             with interpreting():
-                return module.forward(train_inputs, full, losses, config=cfg)[1]
+                return module.forward_with(cfg, train_inputs, full, losses)[1]
 
         def bwd(saved):
             with interpreting():
@@ -450,7 +461,6 @@ def against_reference(pairs) -> str:
 def interpreting():
     """Triton's interpreter around a direct module call in SMOKE mode (the dispatcher's interpreted
     variants do that themselves); nothing on the GPU."""
-    import contextlib
     if SMOKE:
         from backends.triton import _runtime
         return _runtime.interpreter()
@@ -459,7 +469,7 @@ def interpreting():
 
 def chunk_rows_default(N):
     from backends.triton.classifier_crossentropy import CONFIG, chunk_rows
-    return chunk_rows(N, VP, C, DTYPE, CONFIG["scratch_bytes"])
+    return chunk_rows(N, VP, C, DTYPE, CONFIG.scratch_bytes)
 
 
 def summary():

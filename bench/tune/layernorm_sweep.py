@@ -17,7 +17,7 @@ after all its programs arrive at a counter ("fused"; "coop": a cooperative launc
 Every candidate is first checked (random inputs, outputs poisoned with NaN, dweight/dbias pre-filled,
 twice) against a float64 reference; then GPU-timed with euler_core.bench.timing (batches queued
 behind its spin kernel, 4 rotating input sets, more than the L2). Beside them, in the same process:
-the product's layernorm, PyTorch's F.layer_norm (bf16) forward and backward, and kernels moving the
+the product's layernorm at its configuration and at neighbours of it (PRODUCT_FWD, PRODUCT_BWD), PyTorch's F.layer_norm (bf16) forward and backward, and kernels moving the
 same bytes as an achievable bound: cudaMemcpy (cupy copyto) and a Triton copy for the forward, a
 Triton c = a + b (2 reads, 1 write) for the backward. Round 1 (an earlier version of this file, in
 git history) swept persistent forward grids, one-row-per-warp layouts and the finish's parameters.
@@ -345,6 +345,22 @@ def _bwd_candidates():
 FWD = _fwd_candidates()
 BWD = _bwd_candidates()
 
+#: the product's own kernels at its configuration (None: layernorm.CONFIG) and at neighbours of it,
+#: through layernorm.normalize / normalize_backward(config=): fewer or more rows a block; fewer or
+#: more programs per SM, a shallower pipeline
+PRODUCT_FWD = {"product": None, "product-rows2": layernorm.RowsConfig(elems=2048, num_warps=4),
+               "product-rows8w8": layernorm.RowsConfig(elems=8192, num_warps=8)}
+PRODUCT_BWD = {"product": None, "product-g2": layernorm.RowsConfig(elems=4096, num_warps=4, per_sm=2, stages=3),
+               "product-g4s2": layernorm.RowsConfig(elems=4096, num_warps=4, per_sm=4, stages=2)}
+
+
+def product_fwd_call(x, w, b, y, cfg):
+    return layernorm.normalize(x, w, b, y, EPS, config=cfg)
+
+
+def product_bwd_call(saved, dy, dx, gw, gb, cfg):
+    layernorm.normalize_backward(saved, dy, dx, {"weight": gw, "bias": gb}, config=cfg)
+
 
 # ---- compiling for sm_90 (here: a check; on the device: all candidates at once, in parallel) -----------
 def _record_all(N=16384):
@@ -368,10 +384,14 @@ def _record_all(N=16384):
             launch(k, (N * C // 4096,), *([x.reshape(-1)] * (2 if k is _copy_bound else 3)), N * C, BLOCK=4096,
                    num_warps=4)
         entries += [(k.__name__, e) for e in rec]
-    with _runtime.recording() as rec:  # the product's own launches
-        y, saved = layernorm.forward({"x": x, "weight": w, "bias": w}, {"eps": EPS})
-        layernorm.backward(layernorm.Saved(x, w, st, st), x, {"x": x, "weight": w, "bias": w.copy()})
-    entries += [("product", e) for e in rec]
+    for name, cfg in PRODUCT_FWD.items():  # the product's own launches
+        with _runtime.recording() as rec:
+            product_fwd_call(x, w, w, x, cfg)
+        entries += [("fwd " + name, e) for e in rec]
+    for name, cfg in PRODUCT_BWD.items():
+        with _runtime.recording() as rec:
+            product_bwd_call(layernorm.Saved(x, w, st, st), x, x, w, w.copy(), cfg)
+        entries += [("bwd " + name, e) for e in rec]
     seen, out = set(), []
     for name, e in entries:
         key = (e["kernel"].__name__, str(e["signature"]), str(sorted(e["constexprs"].items())), str(e["attrs"]),
@@ -449,6 +469,21 @@ def check_cpu():
                 dx = np.full_like(x, np.nan)
                 gw, gb = np.ones(C, np.float32), np.ones(C, np.float32)
                 bwd_call(x, w, dy, mr.astype(np.float32), sr.astype(np.float32), dx, gw, gb, cfg, np)
+                e = max(np.abs(dx - dxr).max() / np.abs(dxr).max(), np.abs(gw - 1 - (dy * xh).sum(0)).max() / N,
+                        np.abs(gb - 1 - dy.sum(0)).max() / N)
+                print(f"bwd {name}: err {e:.2e}", flush=True)
+                assert e < 1e-4, name
+            for name, cfg in PRODUCT_FWD.items():
+                y = np.full_like(x, np.nan)
+                saved = product_fwd_call(x, w, b, y, cfg)
+                e = max(np.abs(y - yr).max(), np.abs(saved.mean - mr).max(), np.abs(saved.rstd - sr).max() / sr.max())
+                print(f"fwd {name}: err {e:.2e}", flush=True)
+                assert e < 1e-4, name
+            saved = layernorm.Saved(x, w, mr.astype(np.float32), sr.astype(np.float32))
+            for name, cfg in PRODUCT_BWD.items():
+                dx = np.full_like(x, np.nan)
+                gw, gb = np.ones(C, np.float32), np.ones(C, np.float32)
+                product_bwd_call(saved, dy, dx, gw, gb, cfg)
                 e = max(np.abs(dx - dxr).max() / np.abs(dxr).max(), np.abs(gw - 1 - (dy * xh).sum(0)).max() / N,
                         np.abs(gb - 1 - dy.sum(0)).max() / N)
                 print(f"bwd {name}: err {e:.2e}", flush=True)
@@ -627,19 +662,20 @@ def run(out_path, budget_s, dry=False):
             del txs, tys, tdys
             torch.cuda.empty_cache()
 
-        def product_fwd(i):
-            layernorm.forward({"x": xs[i], "weight": w, "bias": b}, {"eps": EPS}, out=ys[i])
-
-        # product's forward writes its own mean/rstd arrays: check y only
-        poison(ys[0])
-        product_fwd(0)
-        err = relerr(ys[0], y64)
-        us = t(product_fwd, S)
-        rec(N=N, direction="forward", impl="product", bytes=fbytes, us=round(us[0] * 1e6, 2), err=err)
-        err = check_bwd(lambda i: layernorm.backward(saves[i], dys[i], {"x": dxs[i], "weight": gws[i],
-                                                                        "bias": gbs[i]}))
-        us = t(lambda i: layernorm.backward(saves[i], dys[i], {"x": dxs[i], "weight": gws[i], "bias": gbs[i]}), S)
-        rec(N=N, direction="backward", impl="product", bytes=bbytes, us=round(us[0] * 1e6, 2), err=err)
+        for name, cfg in PRODUCT_FWD.items():  # the product's forward writes its own mean/rstd: y checked
+            def product_fwd(i, cfg=cfg):
+                product_fwd_call(xs[i], w, b, ys[i], cfg)
+            poison(ys[0])
+            product_fwd(0)
+            err = relerr(ys[0], y64)
+            us = t(product_fwd, S)
+            rec(N=N, direction="forward", impl=name, bytes=fbytes, us=round(us[0] * 1e6, 2), err=err)
+        for name, cfg in PRODUCT_BWD.items():
+            def product_bwd(i, cfg=cfg):
+                product_bwd_call(saves[i], dys[i], dxs[i], gws[i], gbs[i], cfg)
+            err = check_bwd(product_bwd)
+            us = t(product_bwd, S)
+            rec(N=N, direction="backward", impl=name, bytes=bbytes, us=round(us[0] * 1e6, 2), err=err)
 
         for name, cfg in FWD.items():
             if out_of_time():

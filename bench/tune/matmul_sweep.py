@@ -34,9 +34,10 @@ LINEARS = {"qkv": (768, 2304, True), "attn_proj": (768, 768, True), "fc": (768, 
            "fc_proj": (3072, 768, True), "lm_head": (768, 50304, False)}
 
 
-def tile(bm, bn, stages, warps=8, c=1, h=2, g=8, flat=True, split=16, busy=0.8, **kw):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, num_warps=warps, num_stages=stages, GROUP_M=g,
-                FLATTEN=flat, ctas_per_sm=c, epi_halves=h, split_k=split, busy=busy, **kw)
+def tile(bm, bn, stages, warps=8, c=1, h=2, g=8, flat=True, split=16, busy=0.8, **kw) -> matmul.GemmConfig:
+    """A candidate in the names' shorthand (reports/triton-h200/notes-matmul.md, round 1)."""
+    return matmul.GemmConfig(bm, bn, 64, num_warps=warps, num_stages=stages, group_m=g, flatten=flat, ctas_per_sm=c,
+                             epi_halves=h, split_k=split, busy=busy, **kw)
 
 
 #: round 1 (reports/triton-h200/notes-matmul.md): every product, 6-11 configs each; round 2 (this
@@ -61,7 +62,7 @@ FWD_FOR = {"lm_head": ("default", "128x256s3h2", "128x256s3h2g64", "128x256s4h2g
 #: dW configs for the backward (with the fused row sum where the linear has a bias)
 DW = {
     "default": None,
-    "128x256s4-noflat-ptrc": tile(128, 256, 4, flat=False, tma_c=False),
+    "128x256s4-noflat-ptrc": tile(128, 256, 4, flat=False, tma_store=False),
     "128x256s3b9": tile(128, 256, 3, busy=0.9),
     "128x256s3": tile(128, 256, 3),
     "128x128s4w4h1": tile(128, 128, 4, warps=4, h=1),
@@ -71,7 +72,7 @@ DW_FOR = {"fc": ("default", "128x256s4-noflat-ptrc", "128x256s3b9", "128x128s4w4
           "qkv": ("default", "128x256s3"),
           "attn_proj": ("default", "128x256s3b9"),
           "lm_head": ("default",)}
-COLSUM = {f"g{g}r{r}c{c}w{w}": dict(groups=g, BLOCK_R=r, BLOCK_C=c, num_warps=w)
+COLSUM = {f"g{g}r{r}c{c}w{w}": _reduce.ColsumConfig(groups=g, block_r=r, block_c=c, num_warps=w)
           for g, r, c, w in ((256, 32, 128, 4), (128, 32, 128, 4), (512, 32, 128, 4), (256, 64, 128, 4),
                              (256, 64, 128, 8), (128, 64, 256, 8), (256, 32, 256, 4), (128, 64, 128, 4),
                              (64, 64, 256, 8), (128, 128, 128, 8))}
@@ -105,11 +106,11 @@ def call(product, x, w, b, dy, out, cfg, rowsum=None):
 
 def backward(x, w, dy, dx, dw, db, cfg, colsum=None):
     """matmul.backward's products with dW's config `cfg` (None: the product's); colsum: db by the
-    separate column sum (its config) instead of fused into the dW kernel."""
+    separate column sum (a ColsumConfig) instead of fused into the dW kernel."""
     call("dx", x, w, None, dy, dx, None)
     call("dW", x, w, None, dy, dw, cfg, rowsum=db if colsum is None else None)
     if db is not None and colsum is not None:
-        _reduce.colsum_into(dy, db, xp_of(dy), config=colsum or None)
+        _reduce.colsum_into(dy, db, xp_of(dy), config=colsum)
 
 
 def _thunks(N, lin, what, arrays):
@@ -122,7 +123,7 @@ def _thunks(N, lin, what, arrays):
         return [(n, lambda c=c: _reduce.colsum_into(dy, db, xp_of(dy), config=c)) for n, c in COLSUM.items()]
     th = [(f"dW:{n}", lambda c=DW[n]: backward(x, w, dy, dx, dw, db, c)) for n in cands_for(DW_FOR, lin)]
     if db is not None:
-        th.append(("dW:default+colsum", lambda: backward(x, w, dy, dx, dw, db, None, colsum={})))
+        th.append(("dW:default+colsum", lambda: backward(x, w, dy, dx, dw, db, None, colsum=_reduce.COLSUM)))
     return th
 
 

@@ -1,12 +1,13 @@
 """The triton attention (backends/triton/attention.py) beside PyTorch's SDPA backends on one GPU, in
 one process: check every candidate launch configuration, then time it.
 
-    python bench/attention_h200.py --out DIR [--sweep] [--before PATH] [--jobs N]
+    python bench/tune/attention_tiles.py --out DIR [--sweep] [--before PATH] [--jobs N]
 
 1. Compile: every launch the run will make is compiled for sm_90 first, in N processes (Triton's
    on-disk cache then serves the timed process): the sweep is not spent compiling one by one.
-2. Check: each candidate (a `Tiles` of the attention module, set into its TILES table for the run)
-   on fresh random inputs with NaN-poisoned outputs and gradient buffers, forward and backward,
+2. Check: each candidate (a `Tiles` of the attention module, run through its forward_tiled and
+   backward_tiled for fp16/bf16 heads of up to 64; other heads and float32 keep TILES') on fresh
+   random inputs with NaN-poisoned outputs and gradient buffers, forward and backward,
    against SDPA's math backend in float64 on the same (rounded) inputs: GPT-2's shape (B=2, T=1024,
    12 heads of 64) in bf16 and fp16, ragged T=1000 and T=257, heads of 32, 128 and 5, and T=1. Pass:
    relative L2 error under REL_L2 and every element written; float32 is left to the conformance
@@ -67,20 +68,30 @@ def bwd_candidates(att):
 
 
 class Attn:
-    """One attention module (the product's, or --before's) with its tile table swappable."""
+    """One attention module (the product's, or --before's, which runs at its own table) and the
+    candidate tiles its calls take: fp16/bf16 heads of up to 64 take `tiles` (None: the table's)."""
 
-    def __init__(self, module, name):
-        self.m, self.name = module, name
+    def __init__(self, module, name, tiles=None):
+        self.m, self.name, self.tiles = module, name, tiles
 
     def with_tiles(self, tiles):
-        set_tiles(self.m, tiles)
+        return Attn(self.m, self.name, tiles)
 
+    def _chosen(self, qkv, n_head):
+        hs = qkv.shape[-1] // 3 // n_head
+        return self.tiles if str(qkv.dtype) != "float32" and hs <= 64 else None
 
-def set_tiles(mod, tiles):
-    """fp16/bf16 heads of 16, 32 and 64 take `tiles` (None: leave the module's table)."""
-    if tiles is not None:
-        for hs in (16, 32, 64):
-            mod.TILES[("16bit", hs)] = tiles
+    def forward(self, inputs, attrs, out=None):
+        chosen = self._chosen(inputs["qkv"], attrs["n_head"])
+        if chosen is None:
+            return self.m.forward(inputs, attrs, out=out)
+        return self.m.forward_tiled(chosen, inputs, attrs, out)
+
+    def backward(self, saved, dout, grads):
+        chosen = self._chosen(saved.qkv, saved.n_head)
+        if chosen is None:
+            return self.m.backward(saved, dout, grads)
+        return self.m.backward_tiled(chosen, saved, dout, grads)
 
 
 def load_before(path):
@@ -91,26 +102,21 @@ def load_before(path):
 
 
 def compile_all(jobs_list, jobs):
-    """jobs_list: [(module, tiles or None, dims, dtype)]: record each forward+backward, compile every
-    launch (deduplicated) in `jobs` processes."""
+    """jobs_list: [(Attn, dims, dtype)]: record each forward+backward, compile every launch
+    (deduplicated) in `jobs` processes."""
     import multiprocessing as mp
 
     import numpy as np
 
     from backends.triton import _runtime
     entries, seen = [], set()
-    for mod, tiles, (B, T_, C_, NH_), dtype in jobs_list:
-        saved_tiles = dict(getattr(mod, "TILES", {}))
-        set_tiles(mod, tiles)
+    for att, (B, T_, C_, NH_), dtype in jobs_list:
         import ml_dtypes
         dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
         qkv = np.random.default_rng(0).standard_normal((B, T_, 3 * C_)).astype(dt)
         with _runtime.recording() as rec:
-            y, saved = mod.forward({"qkv": qkv}, {"n_head": NH_})
-            mod.backward(saved, np.zeros(y.shape, y.dtype), {})
-        if hasattr(mod, "TILES"):
-            mod.TILES.clear()
-            mod.TILES.update(saved_tiles)
+            y, saved = att.forward({"qkv": qkv}, {"n_head": NH_})
+            att.backward(saved, np.zeros(y.shape, y.dtype), {})
         for e in rec:
             key = (e["kernel"].__name__, id(e["kernel"]), tuple(e["signature"].items()),
                    tuple(sorted(e["constexprs"].items())), str(sorted(e["attrs"].items())), e["num_warps"],
@@ -189,7 +195,7 @@ def check(att, tiles, B, T_, C_, nh, dtype, seed):
     """Errors of one forward+backward (max over elements of |got-ref| / (rtol|ref| + atol rms(ref)),
     pass when <= 1) against float64."""
     import cupy as cp
-    att.with_tiles(tiles)
+    att = att.with_tiles(tiles) if tiles is not None else att
     tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     g = torch.Generator(device="cuda").manual_seed(seed)
     qkv_t = torch.randn(B, T_, 3 * C_, device="cuda", generator=g).to(tdt)
@@ -198,8 +204,8 @@ def check(att, tiles, B, T_, C_, nh, dtype, seed):
     qkv, dy = to_cupy(qkv_t.clone()), to_cupy(dy_t.clone())
     out = to_cupy(torch.full((B, T_, C_), float("nan"), device="cuda", dtype=tdt))
     dqkv = to_cupy(torch.full((B, T_, 3 * C_), float("nan"), device="cuda", dtype=tdt))
-    y, saved = att.m.forward({"qkv": qkv}, {"n_head": nh}, out=out)
-    grads = att.m.backward(saved, dy, {"qkv": dqkv})
+    y, saved = att.forward({"qkv": qkv}, {"n_head": nh}, out=out)
+    grads = att.backward(saved, dy, {"qkv": dqkv})
     cp.cuda.runtime.deviceSynchronize()
     res = {}
     for name, got, ref, (rtol, atol) in (("y", y, y_ref, TOL[dtype][0]), ("dqkv", grads["qkv"], g_ref, TOL[dtype][1])):
@@ -263,16 +269,16 @@ def main():
     jobs = []
     for cand in [default, *fc.values(), *bc.values()]:
         for B in (2,):
-            jobs.append((attention, cand, (B, 1024, C, NH), "bfloat16"))
+            jobs.append((att.with_tiles(cand), (B, 1024, C, NH), "bfloat16"))
     for B, T_, C_, nh, dt in CHECK_SHAPES:
-        jobs.append((attention, None, (B, T_, C_, nh), dt))
+        jobs.append((att, (B, T_, C_, nh), dt))
     from conformance.cases import CASES  # the conformance run that follows finds these compiled
     for case in CASES["attention"]:
         d = case.dims
         for dt in ("float32", "float16", "bfloat16"):
-            jobs.append((attention, None, (d["B"], d["T"], d["C"], d["NH"]), dt))
+            jobs.append((att, (d["B"], d["T"], d["C"], d["NH"]), dt))
     if before:
-        jobs.append((before.m, None, (2, 1024, C, NH), "bfloat16"))
+        jobs.append((before, (2, 1024, C, NH), "bfloat16"))
     compile_all(jobs, args.jobs)
 
     # 2. checks
@@ -296,7 +302,6 @@ def main():
               f"({time.time() - t0:.1f} s)", flush=True)
         rec(kind="check", name=name, B=B, T=T_, C=C_, NH=nh, dtype=dt, passed=good,
             errors={k: {"max_over_tol": v[0], "rel_l2": v[1]} for k, v in r.items()})
-    att.with_tiles(default)
 
     # 3. timing: the candidates, then the winner (the fastest forward and backward fields together)
     import torch.nn.functional as F
@@ -311,14 +316,14 @@ def main():
         return qkv_t, dy_t, g
 
     def ours(a, tiles, what, qkv, dy):
-        a.with_tiles(tiles)
+        a = a.with_tiles(tiles) if tiles is not None else a
         attrs = {"n_head": NH}
         if what == "forward":
-            return timeit(lambda: a.m.forward({"qkv": qkv}, attrs))
-        saved = a.m.forward({"qkv": qkv}, attrs)[1]
+            return timeit(lambda: a.forward({"qkv": qkv}, attrs))
+        saved = a.forward({"qkv": qkv}, attrs)[1]
         if what == "backward":
-            return timeit(lambda: a.m.backward(saved, dy, {}))
-        return timeit(lambda: a.m.backward(a.m.forward({"qkv": qkv}, attrs)[1], dy, {}))
+            return timeit(lambda: a.backward(saved, dy, {}))
+        return timeit(lambda: a.backward(a.forward({"qkv": qkv}, attrs)[1], dy, {}))
 
     def add(B, name, what, sec):
         table.append((B, name, what, sec))
@@ -351,7 +356,7 @@ def main():
     print(f"check winner {r} {'ok' if ok_timed['winner'] else 'FAIL'}", flush=True)
     if winner != default:  # the conformance run that follows takes the winner: compile its launches
         from conformance.cases import CASES
-        compile_all([(attention, winner, (c.dims["B"], c.dims["T"], c.dims["C"], c.dims["NH"]), dt)
+        compile_all([(att.with_tiles(winner), (c.dims["B"], c.dims["T"], c.dims["C"], c.dims["NH"]), dt)
                      for c in CASES["attention"] for dt in ("float16", "bfloat16")], args.jobs)
 
     for B in BATCHES:
@@ -361,7 +366,6 @@ def main():
             if a is not None and ok_timed.get({"ours (winner)": "winner", "ours (default)": "default"}.get(name, name)):
                 for what in ("forward", "backward", "forward+backward"):
                     add(B, name, what, ours(a, t, what, qkv, dy))
-        att.with_tiles(default)
         x = qkv_t.view(B, T, 3, NH, C // NH)
         q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
         dyv = torch.randn(B, NH, T, C // NH, device="cuda", generator=g).to(torch.bfloat16)
