@@ -78,9 +78,9 @@ def _initial_byte_ids(conventions: str) -> np.ndarray:
 def _strip_specials(text: str, specials) -> list[str]:
     if not specials:
         return [text]
-    import regex
+    import re
 
-    return regex.split("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True)), text)
+    return re.split("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)), text)
 
 
 def count_pieces(texts, pattern: str = "gpt2", per_line: bool = False, specials=()) -> dict[bytes, int]:
