@@ -16,12 +16,11 @@ import subprocess
 import sys
 
 import pytest
+import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenizer_corpus import REPO, require_gpt2_ranks, stdlib_text
-
-tiktoken = pytest.importorskip("tiktoken")
 
 
 @pytest.fixture(scope="module")
