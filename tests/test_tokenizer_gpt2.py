@@ -66,6 +66,13 @@ def test_char_classes_are_tiktokens():
     assert generator.differences(generator.probe_tiktoken()) == []
 
 
+def test_explicit_pattern_refuses_classes_it_has_no_table_for():
+    from euler_core.tokenizer.pattern import explicit_pattern
+
+    with pytest.raises(ValueError, match=r"class \\p has no explicit table"):
+        explicit_pattern(r" ?\p{Lu}+|\s+")
+
+
 def every_code_point_in_context(chunk=4000):
     """Texts holding every code point (surrogates excepted) between letters, digits and spaces,
     `chunk` code points per text, in a shuffled order: each class boundary the pattern has."""

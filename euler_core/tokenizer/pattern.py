@@ -99,8 +99,11 @@ def char_class(ranges) -> str:
     """
     bmp = tuple((a, min(b, LAST_BMP)) for a, b in ranges if a <= LAST_BMP)
     astral = tuple((max(a, LAST_BMP + 1), b) for a, b in ranges if b > LAST_BMP)
-    items = ([_set(bmp)] if bmp else []) + ([f"(?={_set([(LAST_BMP + 1, MAX_CODE_POINT)])}){_astral_item(astral)}"]
-                                            if astral else [])
+    items = []
+    if bmp:
+        items.append(_set(bmp))
+    if astral:
+        items.append(f"(?={_set([(LAST_BMP + 1, MAX_CODE_POINT)])}){_astral_item(astral)}")
     return items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
 
 
@@ -126,7 +129,7 @@ def explicit_pattern(pattern: str) -> str:
     out = token.sub(lambda m: items[m.group()], pattern)
     leftover = re.search(r"\\[pPdDwWsS]", token.sub("", pattern))
     if leftover:
-        raise ValueError(f"pre-split pattern {pattern!r}: class {leftover.group()!r} has no explicit table "
+        raise ValueError(f"pre-split pattern {pattern!r}: class {leftover.group()} has no explicit table "
                          "(known: \\p{L}, \\p{N}, \\s, \\S, [^\\s\\p{L}\\p{N}])")
     return out
 
