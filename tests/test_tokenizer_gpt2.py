@@ -1,20 +1,26 @@
-"""GPT-2's tokenizer against tiktoken: identical ids on real corpora and on random Unicode text.
+"""GPT-2's tokenizer against tiktoken: identical ids on real corpora, on every code point and on
+random Unicode text.
 
-tiktoken is built here from the same ranks file (no download); our fast path (numba) and our
-reference path (regex + dict) must both agree with it exactly, and decode(encode(s)) == s.
+tiktoken is built here from the ranks that ship with NanoEuler (no download); our fast path (numba)
+and our reference path (the pattern with explicit classes, Python's `re`, a dict) must both agree
+with it exactly, and decode(encode(s)) == s. The character classes themselves are compared with
+tiktoken's over every code point (the generator's own probe, bench/tokenizer/unicode_classes.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import random
+import subprocess
+import sys
 
 import pytest
+import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenizer_corpus import require_gpt2_ranks, stdlib_text
-
-tiktoken = pytest.importorskip("tiktoken")
+from tokenizer_corpus import REPO, require_gpt2_ranks, stdlib_text
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +56,56 @@ def test_whole_corpus_matches_tiktoken(gpt2, reference_enc):
     assert gpt2.encode_ordinary_reference(part) == reference_enc.encode_ordinary(part)
 
 
-def test_every_code_point_in_context(gpt2, reference_enc):
-    """Each code point between letters, digits and spaces: the character tables agree with tiktoken's."""
-    rng = random.Random(0)
+def test_char_classes_are_tiktokens():
+    """The committed ranges of \\p{L}, \\p{N} and \\s are exactly what tiktoken's engine matches, code
+    point by code point (a tiktoken with other Unicode tables fails here: regenerate the table)."""
+    spec = importlib.util.spec_from_file_location("unicode_classes_generator",
+                                                  REPO / "bench" / "tokenizer" / "unicode_classes.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert generator.differences(generator.probe_tiktoken()) == []
+
+
+def test_explicit_pattern_refuses_classes_it_has_no_table_for():
+    from euler_core.tokenizer.pattern import explicit_pattern
+
+    with pytest.raises(ValueError, match=r"class \\p has no explicit table"):
+        explicit_pattern(r" ?\p{Lu}+|\s+")
+
+
+def every_code_point_in_context(chunk=4000):
+    """Texts holding every code point (surrogates excepted) between letters, digits and spaces,
+    `chunk` code points per text, in a shuffled order: each class boundary the pattern has."""
     cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
-    rng.shuffle(cps)
-    chunk = 2000
+    random.Random(0).shuffle(cps)
     for k in range(0, len(cps), chunk):
-        text = "".join(f"a{chr(c)}b 1{chr(c)} {chr(c)}{chr(c)}  {chr(c)}x" for c in cps[k:k + chunk])
-        assert gpt2.encode_ordinary(text) == reference_enc.encode_ordinary(text), f"chunk {k}"
+        yield k, "".join(f"a{chr(c)}b 1{chr(c)} {chr(c)}{chr(c)}  {chr(c)}x" for c in cps[k:k + chunk])
+
+
+def test_every_code_point_matches_tiktoken(gpt2, reference_enc):
+    """Our ids are tiktoken's on every code point in context (fast path), and the reference path's
+    pre-split (`re`, explicit ranges) cuts those texts exactly where the fast path's scanner does."""
+    import numpy as np
+
+    from euler_core.tokenizer import fast
+    from euler_core.tokenizer.pattern import compiled
+
+    regex_split, table = compiled("gpt2"), fast.char_classes()
+    for k, text in every_code_point_in_context():
+        assert gpt2.encode_ordinary(text) == reference_enc.encode_ordinary(text), f"code points from #{k}"
+        buf = np.frombuffer(text.encode("utf-8"), np.uint8)
+        starts = fast.split_offsets(buf, table)
+        fast_lengths = np.add.reduceat((buf & 0xC0) != 0x80, starts[:-1])  # characters: non-continuation bytes
+        assert np.array_equal(fast_lengths, list(map(len, regex_split.findall(text)))), f"code points from #{k}"
+
+
+def test_pre_split_imports_no_regex_module():
+    """Both paths encode without the `regex` module (the installed release cannot matter)."""
+    code = ("import sys; from euler_core.tokenizer import load_tokenizer; t = load_tokenizer('gpt2'); "
+            "s = 'Hello, w\\u00f6rld 42 \\u65e5\\u672c \\U0001F600!'; "
+            "assert t.encode_ordinary(s) == t.encode_ordinary_reference(s) == t.encode(s, allowed_special='all'); "
+            "assert 'regex' not in sys.modules, 'regex was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 FRAGMENTS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "don't", "I'm", "'", "''",
@@ -130,17 +177,23 @@ def test_long_pieces(gpt2, reference_enc):
         assert gpt2.encode_ordinary(s) == gpt2.encode_ordinary_reference(s)
 
 
-def test_gpt2_ranks_found_in_tiktoken_cache(tmp_path, monkeypatch):
-    import hashlib
-    import shutil
-
+def test_gpt2_ranks_ship_with_the_package(monkeypatch):
+    """`--tokenizer gpt2` needs no download and no setting: the ranks and their licence are package data."""
     from euler_core.tokenizer import load_tokenizer
-    from euler_core.tokenizer.gpt2 import R50K_URL, find_gpt2_ranks
+    from euler_core.tokenizer.gpt2 import PACKAGED_RANKS, R50K_SHA256, find_gpt2_ranks
 
-    ranks = require_gpt2_ranks()
     monkeypatch.delenv("EULER_GPT2_RANKS", raising=False)
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="EULER_GPT2_RANKS"):
-        find_gpt2_ranks()
-    shutil.copy(ranks, tmp_path / hashlib.sha1(R50K_URL.encode()).hexdigest())
+    assert find_gpt2_ranks() == PACKAGED_RANKS
+    assert hashlib.sha256(PACKAGED_RANKS.read_bytes()).hexdigest() == R50K_SHA256
+    assert "Modified MIT License" in (PACKAGED_RANKS.parent / "LICENSE.gpt2").read_text()
     assert load_tokenizer("gpt2").encode("Hello world") == [15496, 995]
+
+
+def test_gpt2_ranks_from_environment_override(tmp_path, monkeypatch):
+    from euler_core.tokenizer.gpt2 import PACKAGED_RANKS, find_gpt2_ranks, gpt2_tokenizer
+
+    copy = tmp_path / "r50k_base.tiktoken"
+    copy.write_bytes(PACKAGED_RANKS.read_bytes())
+    monkeypatch.setenv("EULER_GPT2_RANKS", str(copy))
+    assert find_gpt2_ranks() == copy
+    assert gpt2_tokenizer().encode("Hello world") == [15496, 995]

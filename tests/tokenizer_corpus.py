@@ -1,37 +1,25 @@
-"""Shared helpers for the tokenizer and data tests: GPT-2's ranks (or a skip), and real corpora.
+"""Shared helpers for the tokenizer and data tests: GPT-2's ranks, and real corpora.
 
-Nothing here downloads: GPT-2's ranks come from ../shared/data/gpt2.tiktoken (beside the repository)
-or $EULER_GPT2_RANKS, and tests that need them skip with the reason where they are absent. The
-real corpus is the Python standard library's own source, which every machine running the tests has.
+Nothing here downloads: GPT-2's ranks ship with the package (euler_core/tokenizer/data/, or
+$EULER_GPT2_RANKS when set), so the tests that use them run everywhere. The real corpus is the
+Python standard library's own source, which every machine running the tests has.
 """
 
 from __future__ import annotations
 
-import os
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
 
-import pytest
-
 from euler_core.corpus import read_texts
+from euler_core.tokenizer.gpt2 import find_gpt2_ranks
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_RANKS = REPO.parent / "shared" / "data" / "gpt2.tiktoken"
-
-
-def gpt2_ranks_path() -> Path | None:
-    env = os.environ.get("EULER_GPT2_RANKS")
-    if env and Path(env).is_file():
-        return Path(env)
-    return SHARED_RANKS if SHARED_RANKS.is_file() else None
 
 
 def require_gpt2_ranks() -> Path:
-    path = gpt2_ranks_path()
-    if path is None:
-        pytest.skip(f"GPT-2's ranks are absent ({SHARED_RANKS} missing and EULER_GPT2_RANKS unset)")
-    return path
+    """The ranks file `--tokenizer gpt2` uses (never absent: it is package data)."""
+    return find_gpt2_ranks()
 
 
 @lru_cache(maxsize=None)

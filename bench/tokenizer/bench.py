@@ -1,10 +1,11 @@
 """Tokenizer benchmark: NanoEuler's BPE against tiktoken (encoding) and Hugging Face `tokenizers`
 (training), side by side in one run on the same text, with outputs checked before anything is timed.
 
-Run in the benchmark environment (it needs `tokenizers`, which is never a NanoEuler dependency):
+Run in the test environment (it needs `tokenizers`, which is in the dev extra but never a
+NanoEuler dependency):
 
-    python -m venv /work/venv-bench && /work/venv-bench/bin/pip install -e . tokenizers
-    PYTHONPATH=. /work/venv-bench/bin/python bench/tokenizer/bench.py --ranks ../shared/data/gpt2.tiktoken
+    .venv/bin/pip install -e ".[dev]"
+    .venv/bin/python bench/tokenizer/bench.py          # GPT-2's ranks: the copy in the package
 
 Corpus (10 MB, built from what a Debian machine has offline, in this order): the King James Bible
 (`bible-kjv` package, as verse lines), Python's documentation sources (`python3.11-doc`, reST) and
@@ -12,7 +13,10 @@ the Python standard library's source; missing parts are replaced by more standar
 
 Measured (median of --repeats runs after one warm-up; wall clock; 1 MB = 10^6 bytes):
   encode, one thread:  ours (numba fast path) vs tiktoken `encode_ordinary`, GPT-2 ranks, whole corpus;
-                       the readable reference path too, and the pre-split alone (ours vs `regex`).
+                       the readable reference path too, and the pre-split alone: our scanner, our
+                       reference pattern (Python's `re`, classes as explicit ranges) and tiktoken's
+                       pattern text as the `regex` module runs it (\\p{L} etc.: what the reference
+                       path compiled before the classes became explicit). `regex` comes with tiktoken.
   encode, parallel:    the corpus cut into ~1 MB chunks at safe boundaries, ours over a process pool
                        (as `euler data prepare` does) vs tiktoken `encode_ordinary_batch` (threads).
   train, vocab 32768:  ours (both conventions) vs Hugging Face BpeTrainer with a ByteLevel
@@ -33,6 +37,7 @@ import sysconfig
 import tempfile
 import time
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,7 +133,7 @@ def _pool_init(tok):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ranks", default=str(REPO.parent / "shared" / "data" / "gpt2.tiktoken"))
+    ap.add_argument("--ranks", default=None, help="a copy of GPT-2's ranks (default: the one in the package)")
     ap.add_argument("--mb", type=float, default=10.0)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--repeats", type=int, default=3)
@@ -144,7 +149,7 @@ def main():
     from euler_core.data.prepare import safe_cuts
     from euler_core.tokenizer import fast
     from euler_core.tokenizer.gpt2 import gpt2_tokenizer
-    from euler_core.tokenizer.pattern import GPT2_PATTERN
+    from euler_core.tokenizer.pattern import GPT2_PATTERN, compiled
     from euler_core.tokenizer.train import bytes_to_unicode, train_bpe
 
     load_before = os.getloadavg()
@@ -170,9 +175,12 @@ def main():
         ("tiktoken encode_ordinary (1 thread)", lambda: enc.encode_ordinary(text), mb),
         ("nanoeuler fast path (numba), list of ints", lambda: ours.encode_ordinary(text), mb),
         ("nanoeuler fast path (numba), numpy array", lambda: ours.encode_ordinary_numpy(text), mb),
-        ("nanoeuler reference path (regex + dict), 1/5 of the corpus", lambda: ours.encode_ordinary_reference(sample),
+        ("nanoeuler reference path (re + dict), 1/5 of the corpus", lambda: ours.encode_ordinary_reference(sample),
          len(sample.encode()) / 1e6),
-        ("pre-split only: regex module findall", lambda: regex.findall(GPT2_PATTERN, text), mb),
+        ("pre-split only: re findall, explicit ranges (the reference path's pattern)",
+         lambda: compiled("gpt2").findall(text), mb),
+        (f"pre-split only: regex {metadata.version('regex')} findall, tiktoken's pattern text (\\p classes)",
+         lambda: regex.findall(GPT2_PATTERN, text), mb),
         ("pre-split only: nanoeuler scanner (numba)",
          lambda: fast.split_offsets(np.frombuffer(text.encode(), np.uint8), fast.char_classes()), mb),
     ]:
@@ -238,7 +246,7 @@ def main():
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_sha": git, "tokenizer_code_dirty": dirty,
         "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
         "versions": {"numpy": np.__version__, "numba": numba.__version__, "tiktoken": tiktoken.__version__,
-                     "tokenizers": tokenizers.__version__, "regex": regex.__version__},
+                     "tokenizers": tokenizers.__version__, "regex": metadata.version("regex")},
         "note": "all numbers from one run of bench/tokenizer/bench.py, side by side on the same text and machine",
         "repeats": args.repeats, "load_average_before": load_before, "load_average_after": os.getloadavg(),
     }

@@ -15,7 +15,7 @@ Every tokenizer offers the same small surface, which training, checkpoints and g
 The byte-level BPE tokenizer (exact against tiktoken with GPT-2's ranks, trainable here) lives in
 `bpe.py` (readable reference), `fast.py` (numba fast path), `train.py` (training), `gpt2.py`
 (GPT-2's ranks) and `default.py` (the cached small vocabulary `euler train` uses by default).
-Nothing heavy is imported here: numba and regex load when a BPE tokenizer is first used.
+Nothing heavy is imported here: numba loads when a BPE tokenizer first encodes.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import base64
 import binascii
 import json
 import os
+import re
 from pathlib import Path
 
 from .pattern import compiled, pattern_string
@@ -149,7 +150,7 @@ class BPETokenizer:
         return self._fast
 
     def encode_ordinary_reference(self, text: str) -> list[int]:
-        """Encode ignoring special tokens, with the readable algorithm (regex, then per-piece BPE)."""
+        """Encode ignoring special tokens, with the readable algorithm (pre-split pattern, then per-piece BPE)."""
         out: list[int] = []
         cache, ranks = self._cache, self.mergeable_ranks
         try:
@@ -196,11 +197,9 @@ class BPETokenizer:
         return out
 
     def _special_regex(self, specials):
-        import regex
-
         # longest first, so that a special token that is a prefix of another does not win by order
         alternatives = sorted(specials, key=lambda s: (-len(s), s))
-        return regex.compile("|".join(regex.escape(s) for s in alternatives))
+        return re.compile("|".join(re.escape(s) for s in alternatives))
 
     def _check_special_args(self, text, allowed_special, disallowed_special):
         if allowed_special == "all":

@@ -49,7 +49,7 @@ def _add_tokenizer(subparsers) -> None:
     for name, helptext in (("encode", "encode text (a file, or stdin) to ids separated by spaces"),
                            ("decode", "decode ids (a file, or stdin) to the exact bytes they stand for")):
         e = sub.add_parser(name, help=helptext)
-        e.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2's ranks: tiktoken's cache or "
+        e.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2's ranks, shipped with NanoEuler, or "
                        "$EULER_GPT2_RANKS), or the path of a .tiktoken file (default: gpt2)")
         e.add_argument("--input", default=None, metavar="FILE", help="read this file instead of stdin")
         if name == "encode":

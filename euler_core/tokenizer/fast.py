@@ -2,10 +2,11 @@
 
 Same algorithm as bpe.py (the reference), step for step; what differs is only how it runs:
 
-* The pre-split is a hand-written scanner over the UTF-8 bytes instead of the `regex` module. It
-  implements exactly GPT-2's pattern (see `_piece_end`), with the character classes \\p{L},
-  \\p{N} and \\s read from a table of all 1,114,112 code points that is built *with the `regex`
-  module itself* (so the two paths cannot disagree about what a letter is).
+* The pre-split is a hand-written scanner over the UTF-8 bytes instead of a regular expression.
+  It implements exactly GPT-2's pattern (see `_piece_end`), with the character classes \\p{L},
+  \\p{N} and \\s read from a table of all 1,114,112 code points filled from the ranges of
+  unicode_classes.py, the ones the reference path's pattern is built from (so the two paths
+  cannot disagree about what a letter is).
 * Pieces longer than LONG_PIECE bytes (minified code, base64, long runs of one character) are
   merged with a heap and a linked list, O(m log m), instead of rescanning all pairs at every merge
   (O(m^2)); the order of merges, hence the result, is the same.
@@ -31,17 +32,15 @@ OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 
 @lru_cache(maxsize=None)
 def char_classes() -> np.ndarray:
-    """uint8[0x110000]: the class of every code point under the `regex` module's \\p{L}, \\p{N}, \\s."""
-    import regex
+    """uint8[0x110000]: the class of every code point, from the ranges of unicode_classes.py (the
+    same table pattern.py compiles into the reference path's pattern, so the two paths agree)."""
+    from . import unicode_classes
 
     table = np.zeros(0x110000, dtype=np.uint8)
-    codepoints = np.arange(0x110000, dtype=np.uint32)
-    codepoints[0xD800:0xE000] = 0x21  # surrogates never reach the scanner (UTF-8 cannot hold them)
-    text = codepoints.astype("<u4").tobytes().decode("utf-32-le")
-    for cls, expr in ((SPACE, r"\s+"), (NUMBER, r"\p{N}+"), (LETTER, r"\p{L}+")):
-        for m in regex.finditer(expr, text):
-            table[m.start():m.end()] = cls
-    table[0xD800:0xE000] = OTHER
+    for cls, ranges in ((LETTER, unicode_classes.LETTER), (NUMBER, unicode_classes.NUMBER),
+                        (SPACE, unicode_classes.WHITESPACE)):
+        for first, last in ranges:
+            table[first:last + 1] = cls
     return table
 
 

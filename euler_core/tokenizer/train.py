@@ -34,6 +34,7 @@ recorded and the existing id reused, so the vocabulary does not grow by that ste
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,9 +79,7 @@ def _initial_byte_ids(conventions: str) -> np.ndarray:
 def _strip_specials(text: str, specials) -> list[str]:
     if not specials:
         return [text]
-    import regex
-
-    return regex.split("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True)), text)
+    return re.split("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)), text)
 
 
 def count_pieces(texts, pattern: str = "gpt2", per_line: bool = False, specials=()) -> dict[bytes, int]:
