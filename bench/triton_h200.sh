@@ -14,9 +14,8 @@
 #                checkpoint and samples a few tokens)                                             (~100 s, caps 30+30+130)
 #   profile      euler bench step: 8 steps of the same 124M run timed op by op (where the time goes) (~35 s, cap 70)
 #
-# GPT-2's BPE ranks do not travel with the checkout: copy them into the ignored folder .h200/ and carry it.
-#   mkdir -p .h200 && cp ../shared/data/gpt2.tiktoken .h200/
-#   run(command="GIT_SHA=$(git rev-parse HEAD) bash bench/triton_h200.sh", carry=[".h200"], timeout_s=600)
+# GPT-2's BPE ranks ship with the package: nothing needs carrying.
+#   run(command="GIT_SHA=$(git rev-parse HEAD) bash bench/triton_h200.sh", timeout_s=600)
 # (write the sha into the command: there is no .git on the device). Stages can be named:
 #   bash bench/triton_h200.sh conformance bench train profile   (the default: all four)
 #   SMOKE=1 bash bench/triton_h200.sh bench train            (small shapes, 3 steps: a check of the path)
@@ -29,7 +28,6 @@ set -uo pipefail
 OUT=${OUT:-/tmp/triton-h200}; mkdir -p "$OUT"
 STAGES=${*:-conformance bench train profile}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
-export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"; }
 if [[ -n ${SMOKE:-} ]]; then SHAPES=small SMALL_STEPS=3 GPT2_STEPS=3 PROFILE_STEPS=3 SKIP=1
 else SHAPES=gpt2,gpt2-b32 SMALL_STEPS=30 GPT2_STEPS=50 PROFILE_STEPS=8 SKIP=2; fi

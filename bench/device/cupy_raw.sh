@@ -31,7 +31,6 @@ DIR="$OUT/cupy_raw"
 mkdir -p "$DIR/conformance"
 STAGES=${STAGES:-conformance sanitize ops}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
-export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$DIR/log.txt"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 PY=${PY:-python3}

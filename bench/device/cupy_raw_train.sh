@@ -18,7 +18,6 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/cupy_raw_train-out}; D=$OUT/cupy_raw_train; mkdir -p "$D"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
-export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
 PY=${PY:-python3}
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$D/log.txt"; }
 

@@ -2,10 +2,9 @@
 # One call of the device tool: install the checkout, print the machine, then run the named stages
 # (bench/device/<stage>.sh), each writing $OUT/<stage>.tar.gz, under a time cap of its own.
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh step:240 mixed:150", carry=[".h200"])
-# .h200/ (git-ignored) carries what does not travel in the checkout: GPT-2's ranks (gpt2.tiktoken).
+# .h200/ (git-ignored) carries what does not travel in the checkout: the pydocs shards (train_data.sh).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
-export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
 mkdir -p "$OUT"
 {
   echo "git_sha: ${GIT_SHA:-unknown}  stages: $*"

@@ -15,13 +15,13 @@
 #            caches are kept in $KC) and the reference then runs exactly the steps ours finished;
 #            both loss curves and the mean relative difference of the losses.
 #            Data: .h200/pydocs (Python's documentation as GPT-2 tokens: bench/device/train_data.sh),
-#            else the embedded corpus (the stdlib's source) tokenised with .h200/gpt2.tiktoken  (~90 s, cap 100)
+#            else the embedded corpus (the stdlib's source) tokenised with GPT-2's BPE  (~90 s, cap 100)
 #
 # Modes: full (default, about 290 s; give it 330); SMOKE=1: B=4, 2 timed steps, eager reference only,
 # 20 quality steps (about 110 s: the first Triton compile, ~25 s, dominates); DRY=1: the same script on the CPU
 # with naive at the micro preset, to check its logic here (PY=.venv/bin/python DRY=1 bash bench/device/train.sh).
 #
-# Carry .h200 (git-ignored): .h200/gpt2.tiktoken (cp ../shared/data/gpt2.tiktoken .h200/) and .h200/pydocs/
+# Carry .h200 (git-ignored): .h200/pydocs/
 # (bash bench/device/train_data.sh, about 7 MB). As a stage of the round driver (it installs the checkout
 # and prints the machine), or alone (then it installs the checkout itself); the sha goes in the command:
 #   run(command="GIT_SHA=$(git rev-parse HEAD) bash bench/device/round.sh train:300", carry=[".h200"])
@@ -36,7 +36,6 @@ OUT=${OUT:-/tmp/train-out}; D=$OUT/train; mkdir -p "$D"
 KC=$(mktemp -d /tmp/euler-kernel-caches-XXXX)   # per system: triton/, numba/, cupy/, inductor/ (bench train --kernel-cache)
 S=$(mktemp -d); trap 'rm -rf "$KC" "$S"' EXIT    # S: the summary's copy of the reports
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
-export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/.h200/gpt2.tiktoken}
 PY=${PY:-python3}
 EXTRA=()
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$D/log.txt"; }
@@ -58,7 +57,7 @@ BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS}
 if [[ -n ${TRAIN_EXTRA:-} ]]; then EXTRA=(); for sel in $TRAIN_EXTRA; do EXTRA+=(--backend "$sel"); done; fi
 if [[ -z ${DRY:-} ]]; then
   if compgen -G ".h200/pydocs/pydocs_train_*.bin" > /dev/null; then QDATA=(--data ".h200/pydocs/pydocs_train_*.bin")
-  else QDATA=(--tokenizer gpt2); fi   # the embedded corpus, GPT-2's BPE from EULER_GPT2_RANKS
+  else QDATA=(--tokenizer gpt2); fi   # the embedded corpus, GPT-2's BPE (its ranks ship with the package)
 fi
 
 log "env (mode: ${DRY:+dry}${SMOKE:+smoke}$([[ -z ${DRY:-}${SMOKE:-} ]] && echo full))"

@@ -5,11 +5,10 @@
 # Run it HERE (the CPU machine), from the repository root, once: about 30 s (the 12.6 MB package
 # download, 11 MB of text, tokenising). Result: .h200/pydocs/pydocs_train_000000.bin (3,378,512 tokens,
 # 6.8 MB), pydocs_val_000000.bin (175,715 tokens, 0.35 MB), meta.json; 7.2 MB in all. .h200/ is
-# git-ignored and is what the lead carries to the device (with .h200/gpt2.tiktoken beside it).
+# git-ignored and is what the lead carries to the device.
 #   bash bench/device/train_data.sh            (PY=path/to/python if not .venv/bin/python)
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
-export EULER_GPT2_RANKS=${EULER_GPT2_RANKS:-$PWD/../shared/data/gpt2.tiktoken}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && { apt-get download -qq python3.11-doc 2>/dev/null || { apt-get update -qq && apt-get download -qq python3.11-doc; }; })
 dpkg -x "$tmp"/python3.11-doc_*.deb "$tmp/root"
