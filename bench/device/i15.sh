@@ -4,6 +4,7 @@
 # CPU) made nothing slower on the H200, from the repo root, in about 260 s (at most 270):
 #   as a round stage:   run(command="GIT_SHA=<sha> bash bench/device/round.sh i15:280", timeout_s=300)
 #   on the CPU first:   DRY=1 PYTHON=.venv/bin/python bash bench/device/i15.sh
+#   narrower:           BENCH_CAP=180 STAGE_CAP=205 (the bench's cap; the conformance gets what is left of the stage's)
 #
 #   bench        euler bench ops --backend torch,triton --baseline torch at the committed triton
 #                records' shapes and settings (reports/triton-h200/bench/{main,attention,
@@ -72,7 +73,7 @@ $PY bench/device/compare_bench.py "$DIR/bench" --committed $COMMITTED --variants
   || log "compare: nothing compared (see compare.txt)"
 tee -a "$DIR/log.txt" < "$DIR/compare.txt"
 
-left=$(( 268 - ($(date +%s) - start) ))
+left=$(( ${STAGE_CAP:-268} - ($(date +%s) - start) ))  # STAGE_CAP: the stage's own cap, less the packing
 log "conformance: $CONF_BACKEND, $(echo $CONF_OPS | wc -w) ops, ${left}s"
 if (( left > 10 )); then
   for op in $CONF_OPS; do
