@@ -53,7 +53,9 @@ else
   EXTRA=(--backend "triton,matmul_gelu=triton,classifier_crossentropy=triton")
 fi
 # a narrower re-run: TRAIN_BS=32 TRAIN_REFS=compile TRAIN_EXTRA="triton,classifier_crossentropy=triton" QUALITY=0
+# NO_COLD=1 (no cold-cache first step: one process fewer per system)
 BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS}
+if [[ -n ${NO_COLD:-} ]]; then COLD=--no-cold; fi
 if [[ -n ${TRAIN_EXTRA:-} ]]; then EXTRA=(); for sel in $TRAIN_EXTRA; do EXTRA+=(--backend "$sel"); done; fi
 if [[ -z ${DRY:-} ]]; then
   if compgen -G ".h200/pydocs/pydocs_train_*.bin" > /dev/null; then QDATA=(--data ".h200/pydocs/pydocs_train_*.bin")
