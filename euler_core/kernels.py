@@ -68,6 +68,42 @@ class Selection:
         return sel
 
 
+def select_variants(backend=None, ops=None, registry: Registry | None = None) -> list[Variant]:
+    """The variants named by `backend`: None or "all" (every registered variant), a backend name,
+    "backend:variant", a selection string ("numba,attention=naive": the variants it names per op,
+    without falling back to naive), or a list of those."""
+    registry = registry or get_registry()
+    ops = list(ops) if ops else list(OPS)
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"unknown op(s) {unknown}; ops: {', '.join(OPS)}")
+    if backend is None or backend == "all":
+        chosen = registry.variants()
+    elif isinstance(backend, (list, tuple)):
+        chosen = [v for b in backend for v in select_variants(b, ops, registry)]
+    else:
+        chosen = []
+        selection = Selection.parse(backend)
+        for op in OPS:
+            choice = selection.overrides.get(op, selection.default)
+            if choice is None:
+                continue
+            name, _, variant_name = choice.partition(":")
+            candidates = registry.backend(name).variants_of(op)
+            if variant_name:
+                candidates = [v for v in candidates if v.name == variant_name]
+            chosen += candidates
+        if not chosen:
+            raise ValueError(f"--backend {backend!r} names no variant of any op; variants: "
+                             + ", ".join(sorted({v.qualname for v in registry.variants()})))
+    seen, result = set(), []
+    for v in chosen:
+        if v.op in ops and id(v) not in seen:
+            seen.add(id(v))
+            result.append(v)
+    return result
+
+
 class Kernel:
     """One op bound to one variant: validates, moves arrays to the variant's device, then calls it."""
 

@@ -72,7 +72,7 @@ def add_commands(sub) -> None:
     r.add_argument("--no-plots", action="store_true", help="markdown only (no matplotlib needed)")
     r.set_defaults(func=_report)
 
-    from euler_core.cli import TRAIN_HELP, add_config_options
+    from euler_core.cli_options import TRAIN_HELP, add_config_options
     from euler_core.train import TrainConfig
     from euler_core.values import flag_type, integer
     st = bench.add_parser("step", help="a training run (euler train's options), timed op by op",

@@ -34,14 +34,14 @@ run (Ctrl-C, or `timeout`'s SIGTERM under `euler bench ops`) still gets its spee
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from euler_core.device import array_module, to_device
-from euler_core.kernels import Kernel, Selection
+from euler_core.kernels import Kernel, Selection, select_variants
+from euler_core.numerics import CheckFailed, compare, is_float, np_dtype, param_grad_dtype, tolerance
 from euler_core.ops import OPS
 from euler_core.registry import Registry, Variant, get_registry
 
@@ -71,7 +71,6 @@ class BenchConfig:
 def select(text: str, ops, registry: Registry) -> list[Variant]:
     """The variants that `text` names: 'all', backends ('naive,numba'), variants ('numba:rows'),
     per-op choices ('attention=numba:flash'), comma-separated, in any mix."""
-    from conformance.runner import select_variants
     tokens = [t.strip() for t in (text or "all").split(",") if t.strip()]
     if not tokens or "all" in tokens:
         return select_variants(None, ops, registry)
@@ -97,9 +96,8 @@ def baseline_variants(text: str | None, op: str, registry: Registry) -> list[Var
 
 
 # ---- the reference and the check --------------------------------------------------------------------
-def _np_dtype(name: str):
-    from conformance.arrays import np_dtype
-    return np_dtype(name)
+#: the variant whose float64 results every other is checked against, looked up in the registry
+REFERENCE = "naive:reference"
 
 
 @dataclass
@@ -118,29 +116,27 @@ def make_inputs(op: str, dims: dict, dtype: str, seed: int, device: str) -> Inpu
     """Random inputs and output gradient of `op` at `dims` in `dtype`, made on `device` by the op
     spec's example (its NumPy calls are also CuPy's). No reference: for timing at shapes checked
     smaller."""
-    from conformance.arrays import is_float
     spec = OPS[op]
     xp = array_module(device)
     rng = xp.random.default_rng(seed)
     inputs, attrs = spec.example(dims, "float32", rng)
-    dt = _np_dtype(dtype)
+    dt = np_dtype(dtype)
     typed = {k: (v.astype(dt) if is_float(v) else v) for k, v in inputs.items() if v is not None}
     if spec.output is None:
         return Inputs(typed, attrs, None)
     full = spec.fill_attrs(attrs)
     dout = rng.standard_normal(spec.output_shape(typed, full), dtype=np.float32)
     dout[dout == 0] = 0.5
-    return Inputs(typed, attrs, dout.astype(_np_dtype(spec.output_dtype(typed, full))))
+    return Inputs(typed, attrs, dout.astype(np_dtype(spec.output_dtype(typed, full))))
 
 
-def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
-    """make_inputs on the host, and what the float64 naive backend computes from them."""
-    from conformance.arrays import is_float
+def make_reference(op: str, dims: dict, dtype: str, seed: int, registry: Registry | None = None) -> Reference:
+    """make_inputs on the host, and what the float64 reference variant computes from them."""
     spec = OPS[op]
     inputs = make_inputs(op, dims, dtype, seed, "cpu")
     exact = {k: (v.astype(np.float64) if is_float(v) else v) for k, v in inputs.typed.items()}
     full = spec.fill_attrs(inputs.attrs)
-    naive = importlib.import_module(f"backends.naive.{op}")
+    naive = (registry or get_registry()).find(REFERENCE, op).load()
     if spec.output is None:  # adamw updates param, m, v in place
         state = {k: v.copy() for k, v in exact.items()}
         naive.forward(state, full, None)
@@ -155,7 +151,6 @@ def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
 
 def _grad_dtype(param):
     """The parameter-gradient buffers' dtype, as in training: float32 for 16-bit parameters."""
-    from conformance.arrays import np_dtype, param_grad_dtype
     return np_dtype(param_grad_dtype(str(param.dtype)))
 
 
@@ -165,10 +160,8 @@ OUTLIERS_PER_MILLION = 10.0  # elements past the suite's bound (by at most 2x) t
 def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> tuple[str, str]:
     """('passed', note) when the variant matches the reference at these inputs, forward and backward,
     within the conformance suite's tolerance for `dtype` (the note names any outliers let pass:
-    conformance.arrays.compare's allowance of OUTLIERS_PER_MILLION, for checks on millions of
+    euler_core.numerics.compare's allowance of OUTLIERS_PER_MILLION, for checks on millions of
     elements); ('wrong', how) when it computes something else; ('raised', what) when it crashed."""
-    from conformance.arrays import CheckFailed, compare
-    from conformance.tolerances import tolerance
     spec = OPS[op]
     try:
         kernel = Kernel(variant)
@@ -230,15 +223,22 @@ def time_variant(variant: Variant, op: str, ref: Inputs, cfg: TimingConfig, time
 
 
 # ---- the run -----------------------------------------------------------------------------------------
+#: where the conformance suite registers the function that gives its verdict on one variant, op and
+#: dtype (conformance.runner.verdict): the core runs the suite without importing it
+SUITE_ENTRY_POINTS = "nanoeuler.suites"
+
+
 def _conformance(variant: Variant, op: str, dtype: str, registry: Registry, seed: int) -> tuple[str, str]:
-    """('passed'|'failed'|'skipped', first failure or skip reason) of the suite for one op and dtype."""
-    import conformance
-    report = conformance.run(backend=variant.qualname, ops=[op], dtypes=[dtype], model=False,
-                             registry=registry, seed=seed)
-    if not report.ok:
-        return "failed", str(report.failures()[0])
-    if not any(r.status == "passed" for r in report):
-        return "skipped", report.skips()[0].message if report.skips() else "no check ran"
+    """('passed'|'failed'|'skipped'|'not run', first failure or skip reason) of every installed suite
+    for one op and dtype."""
+    from importlib.metadata import entry_points
+    suites = sorted(entry_points(group=SUITE_ENTRY_POINTS), key=lambda ep: ep.name)
+    if not suites:
+        return "not run", f"no conformance suite is installed (entry-point group {SUITE_ENTRY_POINTS})"
+    for suite in suites:
+        status, message = suite.load()(variant, op, dtype, registry, seed)
+        if status != "passed":
+            return status, message
     return "passed", ""
 
 
@@ -380,7 +380,7 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                                 log(f"{name}: FAILED conformance, not timed\n    {conf_message.splitlines()[0]}")
                                 continue
                         if ref is None:
-                            ref = make_reference(op, cdims, dtype, cfg.seed)
+                            ref = make_reference(op, cdims, dtype, cfg.seed, registry)
                         check, wrong = check_variant(variant, op, ref, dtype)
                         if check == "raised" or (check == "wrong" and not common["reference"]):
                             emit("failed", f"wrong at {where}: {wrong}", check="failed", conformance=conf)
