@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .device import storage_dtype, to_device
+from .device import array_module, storage_dtype, to_device
 
 
 @dataclass(frozen=True)
@@ -103,29 +103,40 @@ def index_text(idx, shape):
 def compare(name: str, got, ref, tol, what="the float64 naive reference", outliers_per_million: float = 0.0) -> str:
     """Raise CheckFailed unless |got - ref| <= rtol |ref| + atol rms(ref) everywhere (see tolerances).
 
+    On the host in float64; on the GPU when `ref` is a CuPy array (the benchmark's reference at a
+    timed shape of gigabytes: its float64 copies and error arrays stay on the device).
+
     `outliers_per_million` > 0 (the benchmark's check at shapes far larger than the suite's cases)
     lets that many elements in a million exceed the bound by at most 2x, all finite: at millions of
     elements, a bf16 kernel's rounding puts a few elements past a per-element bound that is exact at
     the suite's sizes (euler_core/bench/shapes.py). Returns a note on the outliers it let pass ('' if none)."""
-    g = host64(got)
-    r = np.asarray(ref, dtype=np.float64)
+    if hasattr(ref, "__cuda_array_interface__"):
+        xp = array_module("cuda")
+        g, r = to_device(got, "cuda").astype(xp.float64), ref.astype(xp.float64, copy=False)
+    else:
+        xp = np
+        g, r = host64(got), np.asarray(ref, dtype=np.float64)
     if g.shape != r.shape:
-        raise CheckFailed(f"{name}: shape {g.shape}, expected {r.shape}")
+        raise CheckFailed(f"{name}: shape {tuple(g.shape)}, expected {tuple(r.shape)}")
     if g.size == 0:
         return ""
-    scale = max(float(np.sqrt(np.mean(r * r))), 1e-300)
-    allowed = tol.rtol * np.abs(r) + tol.atol * scale
-    err = np.abs(g - r)
+    scale = max(float(xp.sqrt(xp.mean(r * r))), 1e-300)
+    allowed = tol.rtol * xp.abs(r) + tol.atol * scale
+    err = xp.abs(g - r)
     bad = ~(err <= allowed)  # NaN in got counts as bad
-    if not bad.any():
+    if not bool(bad.any()):
         return ""
-    ratio = np.where(np.isfinite(err), err / allowed, np.inf)
-    worst = int(np.argmax(np.where(bad, ratio, -1.0)))
+    ratio = xp.where(xp.isfinite(err), err / allowed, xp.inf)
+    worst = int(xp.argmax(xp.where(bad, ratio, -1.0)))
     n_bad = int(bad.sum())
+
+    def at(a):
+        return float(a.reshape(-1)[worst])
+
+    largest = float(xp.nanmax(err)) if bool(xp.isfinite(err).any()) else float("nan")
     where = (f"{n_bad} of {g.size} elements ({tol}): "
-             f"worst at {index_text(worst, g.shape)}: got {float(g.flat[worst]):.10g}, expected {float(r.flat[worst]):.10g} "
-             f"(|err| {err.flat[worst]:.3g}, allowed {allowed.flat[worst]:.3g}; max |err| overall "
-             f"{np.nanmax(err) if np.isfinite(err).any() else float('nan'):.3g}, rms(ref) {scale:.3g})")
-    if n_bad <= g.size * outliers_per_million / 1e6 and ratio.flat[worst] <= 2.0:
+             f"worst at {index_text(worst, g.shape)}: got {at(g):.10g}, expected {at(r):.10g} "
+             f"(|err| {at(err):.3g}, allowed {at(allowed):.3g}; max |err| overall {largest:.3g}, rms(ref) {scale:.3g})")
+    if n_bad <= g.size * outliers_per_million / 1e6 and at(ratio) <= 2.0:
         return f"{name}: {where}, within the {outliers_per_million:g}-per-million outlier allowance"
     raise CheckFailed(f"{name} differs from {what} at {where}")

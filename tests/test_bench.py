@@ -201,31 +201,44 @@ def test_every_shape_set_covers_the_gpt2_ops_and_small_examples_validate():
             OPS[op].validate(inputs, OPS[op].fill_attrs(attrs))
 
 
-def test_check_dims_keep_small_and_mid_and_shrink_gpt2_rows_only():
-    from euler_core.bench.shapes import SHAPE_SETS, check_dims
-    for name in ("small", "mid"):
-        for op, entries in SHAPE_SETS[name].items():
-            assert all(check_dims(op, dims) == dims for _, dims in entries), (name, op)
-    g = {op: entries[-1][1] for op, entries in SHAPE_SETS["gpt2-b32"].items()}
-    assert check_dims("matmul", g["matmul"]) == {"N": 1024, "K": 768, "M": 50304, "bias": False}  # lm_head
-    assert check_dims("attention", g["attention"]) == {"B": 4, "T": 256, "C": 768, "NH": 12}
-    assert check_dims("crossentropy", g["crossentropy"]) == {"B": 1, "T": 1024, "V": 50304, "n_valid": 50257}
-    assert check_dims("embedding", g["embedding"]) == {"B": 1, "T": 1024, "C": 768, "V": 50304, "maxT": 1024}
-    assert check_dims("adamw", SHAPE_SETS["gpt2"]["adamw"][0][1]) == {"N": 1 << 23}
-
-
-def test_large_shapes_are_checked_on_fewer_rows_and_timed_on_fresh_inputs(registry, tmp_path, monkeypatch):
-    import euler_core.bench.shapes as shapes
-    monkeypatch.setattr(shapes, "CHECK_ROWS", 8)  # small/mlp is N=32, C=128: checked at N=8, C=128
-    cfg = BenchConfig(backend="naive,planted:widerows", ops=["gelu"], timing=QUICK, peak_timing=QUICK,
-                      conformance=False)
+def test_the_check_runs_the_launch_configuration_that_is_timed(tmp_path, monkeypatch):
+    """splits:past1024 is wrong only in the configuration it picks for more than 1024 rows: the
+    suite's cases never reach it and a check on 1024 rows passes; timed at 2048 rows, the check of
+    that very call catches it, and it is never timed."""
+    from euler_core.bench import shapes
+    from euler_core.bench.ops import check_variant, make_reference
+    from planted_bench import Splits
+    registry = Registry(plugins=[Splits()])
+    variant = registry.find("splits:past1024", "gelu")
+    assert check_variant(variant, "gelu", make_reference("gelu", {"N": 1024, "C": 8}, "float32", 0, registry),
+                         "float32")[0] == "passed"
+    monkeypatch.setitem(shapes.SHAPE_SETS, "tall", {"gelu": [("tall", {"N": 2048, "C": 8})]})
+    monkeypatch.setattr(shapes, "HOST_ROWS", 2048)  # the host reference of 2048 x 8 is affordable
+    cfg = BenchConfig(backend="splits", ops=["gelu"], shapes=["tall"], timing=QUICK, peak_timing=QUICK)
     records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
-    ok = by(records, "naive:reference")
-    assert ok["status"] == "ok" and ok["check_dims"] == "N=8,C=128" and ok["dims_text"] == "N=32,C=128"
-    assert ok["bytes"] == 2 * 32 * 128 * 4  # timed at the full shape: x in, out back
-    wide = by(records, "planted:widerows")
-    assert wide["status"] == "failed" and "p50_s" not in wide  # the widths were kept, so it is caught
-    assert "wrong at N=8,C=128 (the check shape of the benchmarked N=32,C=128)" in wide["message"]
+    split = [r for r in records if r.get("variant") == "splits:past1024"]
+    assert split and all(r["status"] == "failed" and "p50_s" not in r for r in split)
+    assert all(r["conformance"] == "passed" and r["check"] == "failed" for r in split)
+    message = split[0]["message"]
+    assert "wrong at the benchmarked shape N=2048,C=8" in message and "worst at (2047, " in message
+    assert by(records, "naive:reference")["status"] == "ok"  # the baseline, right, is timed
+
+
+def test_cpu_variants_are_benchmarked_only_where_their_host_reference_is_affordable(registry, tmp_path,
+                                                                                   monkeypatch):
+    from euler_core.bench import shapes
+    for name in ("small", "mid"):
+        for op, entries in shapes.SHAPE_SETS[name].items():
+            assert all(shapes.host_reference_refusal(op, dims) is None for _, dims in entries), (name, op)
+    g = {op: entries[-1][1] for op, entries in shapes.SHAPE_SETS["gpt2"].items()}
+    assert "at most 1024 rows" in shapes.host_reference_refusal("matmul", g["matmul"])
+    assert "this shape has 16384" in shapes.host_reference_refusal("crossentropy", g["crossentropy"])
+    assert "elements" in shapes.host_reference_refusal("adamw", g["adamw"])
+    monkeypatch.setattr(shapes, "HOST_ROWS", 8)  # small/mlp is N=32, C=128
+    cfg = BenchConfig(backend="naive", ops=["gelu"], timing=QUICK, peak_timing=QUICK, conformance=False)
+    records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    skipped = by(records, "naive:reference")
+    assert skipped["status"] == "skipped" and "p50_s" not in skipped and "at most 8 rows" in skipped["message"]
 
 
 def test_make_inputs_follow_the_op_spec_at_the_timed_shape():

@@ -33,9 +33,9 @@ def add_commands(sub) -> None:
     bench = p.add_subparsers(dest="bench_command", required=True, metavar="SUBCOMMAND")
 
     o = bench.add_parser("ops", help="time every selected variant of every op, forward and backward",
-                         description="Check each variant against float64 naive at the shape it is timed at "
-                                     "(at GPT-2's training shapes: the same op and widths on 1024 rows; "
-                                     "euler_core/bench/shapes.py) - a wrong variant is reported, never timed - "
+                         description="Check each variant against float64 naive on the very inputs it is timed on "
+                                     "(the reference of a GPU variant runs on the GPU; CPU variants up to "
+                                     "1024 rows: euler_core/bench/shapes.py) - a wrong variant is reported, never timed - "
                                      "then time it: warm-up, "
                                      "batches of back-to-back calls, rotated inputs, p20/p50/p80. Writes one "
                                      "JSON record per measurement to --out and to the bench cache that "

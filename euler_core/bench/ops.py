@@ -1,20 +1,22 @@
 """`euler bench ops`: time every selected variant of every op, forward and backward separately.
 
 For each (op, shape, dtype) the run
-1. computes the float64 naive reference once, on the host, from inputs rounded to the dtype, at the
-   shape's check dims (shapes.check_dims: the timed shape itself up to 1024 rows, which is every
-   shape of `small` and `mid`, and the same op with the same widths on fewer rows at GPT-2's training
-   shapes, whose float64 reference would not fit the host);
+1. makes random inputs of the timed shape, rounded to the dtype, on each variant's device (the op
+   spec's example; CuPy's generator on the GPU: seconds, where NumPy would spend minutes making
+   gigabytes of logits), and from them, once per device, the float64 reference: the registry's
+   naive:reference variant on float64 copies of those inputs, on the host for CPU variants and on
+   the GPU for CUDA ones (the naive kernels' NumPy code runs on CuPy arrays). A CPU variant is
+   benchmarked only at shapes whose host reference is affordable (shapes.host_reference_refusal:
+   every shape of `small` and `mid`);
 2. for each variant: runs the conformance suite for that op and dtype (unless asked not to), then
-   checks the variant, through the dispatcher, against that reference (STYLE.md 6). A variant that
-   fails either is recorded as failed, with the reason, and is not timed;
+   checks the variant, through the dispatcher, against that reference on those very inputs: the
+   call that is then timed, at its shapes, dtypes and so its launch configuration (a kernel that
+   picks a split or a tile from N is checked with the one it is timed with; STYLE.md 6). A variant
+   that fails either is recorded as failed, with the reason, and is not timed;
 3. times the variant's forward and backward as the model calls them (forward with out=None, backward
    with the parameter-gradient buffers only), directly on its implementation (the dispatcher's
-   Python-side validation is not part of a kernel's time), rotating through copies of the inputs
-   (timing.py says how samples are taken on the CPU and the GPU). The inputs are the checked ones
-   when the check ran at the timed shape; else fresh random inputs of the timed shape, made by the
-   op spec's example on the variant's device (CuPy's generator on the GPU: seconds, where NumPy
-   would spend minutes making gigabytes of logits);
+   Python-side validation is not part of a kernel's time), rotating through copies of the checked
+   inputs (timing.py says how samples are taken on the CPU and the GPU);
 4. derives TFLOP/s and GB/s from the op spec's counts (STYLE.md 7), the fraction of the roofline
    built from the peaks measured at the start of this run (peaks.py), and at the end the speedup of
    every measurement against the baseline of its op.
@@ -47,7 +49,7 @@ from euler_core.registry import Registry, Variant, get_registry
 
 from . import records as rec
 from .peaks import measure_peaks
-from .shapes import SHAPE_SETS, check_dims, dims_text, shapes_for
+from .shapes import SHAPE_SETS, dims_text, host_reference_refusal, shapes_for
 from .timing import TimingConfig, measure, timer_for
 
 DIRECTIONS = ("forward", "backward")
@@ -114,8 +116,7 @@ class Reference(Inputs):
 
 def make_inputs(op: str, dims: dict, dtype: str, seed: int, device: str) -> Inputs:
     """Random inputs and output gradient of `op` at `dims` in `dtype`, made on `device` by the op
-    spec's example (its NumPy calls are also CuPy's). No reference: for timing at shapes checked
-    smaller."""
+    spec's example (its NumPy calls are also CuPy's)."""
     spec = OPS[op]
     xp = array_module(device)
     rng = xp.random.default_rng(seed)
@@ -130,10 +131,12 @@ def make_inputs(op: str, dims: dict, dtype: str, seed: int, device: str) -> Inpu
     return Inputs(typed, attrs, dout.astype(np_dtype(spec.output_dtype(typed, full))))
 
 
-def make_reference(op: str, dims: dict, dtype: str, seed: int, registry: Registry | None = None) -> Reference:
-    """make_inputs on the host, and what the float64 reference variant computes from them."""
+def make_reference(op: str, dims: dict, dtype: str, seed: int, registry: Registry | None = None,
+                   device: str = "cpu") -> Reference:
+    """make_inputs on `device`, and what the float64 reference variant computes from them there
+    (expected values stay on `device`: the comparison runs there too, numerics.compare)."""
     spec = OPS[op]
-    inputs = make_inputs(op, dims, dtype, seed, "cpu")
+    inputs = make_inputs(op, dims, dtype, seed, device)
     exact = {k: (v.astype(np.float64) if is_float(v) else v) for k, v in inputs.typed.items()}
     full = spec.fill_attrs(inputs.attrs)
     naive = (registry or get_registry()).find(REFERENCE, op).load()
@@ -144,8 +147,8 @@ def make_reference(op: str, dims: dict, dtype: str, seed: int, registry: Registr
     out, saved = naive.forward(exact, full, None)
     grads = {p: np.zeros_like(exact[p]) for p in spec.params if p in exact}
     result = naive.backward(saved, inputs.dout.astype(np.float64), grads)
-    expected = {"out": np.asarray(out)}
-    expected.update({f"d{n}": np.asarray(result[n]) for n in spec.differentiable if n in exact})
+    expected = {"out": out}
+    expected.update({f"d{n}": result[n] for n in spec.differentiable if n in exact})
     return Reference(inputs.typed, inputs.attrs, inputs.dout, expected)
 
 
@@ -200,7 +203,7 @@ def _nbytes(arrays) -> int:
 
 
 def time_variant(variant: Variant, op: str, ref: Inputs, cfg: TimingConfig, timer) -> dict:
-    """{direction: Timing} of the variant's implementation on copies of the reference inputs."""
+    """{direction: Timing} of the variant's implementation on copies of the checked inputs."""
     spec = OPS[op]
     impl = variant.load()
     attrs = spec.fill_attrs(ref.attrs)
@@ -346,15 +349,12 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
             directions = DIRECTIONS if spec.output is not None else ("forward",)
             for dtype in cfg.dtypes:
                 for set_name, label, dims in shapes_for(cfg.shapes, op):
-                    cdims = check_dims(op, dims)
-                    where = (f"the benchmarked shape {dims_text(dims)}" if cdims == dims else
-                             f"{dims_text(cdims)} (the check shape of the benchmarked {dims_text(dims)})")
-                    ref, timed_inputs = None, {}
+                    where = f"the benchmarked shape {dims_text(dims)}"
+                    refs: dict = {}  # device -> the Reference there, or why it could not be computed
                     for variant in op_variants:
                         common = {"kind": "op", "op": op, "variant": variant.qualname, "backend": variant.backend,
                                   "shape_set": set_name, "shape": label, "dims": dims, "dims_text": dims_text(dims),
-                                  "check_dims": dims_text(cdims), "dtype": dtype,
-                                  "reference": variant.qualname in references}
+                                  "dtype": dtype, "reference": variant.qualname in references}
                         name = f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}"
 
                         def emit(status, message="", **extra):
@@ -365,6 +365,8 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                         reason = variant.unavailable_reason()
                         if reason is None and dtype not in variant.dtypes:
                             reason = f"the variant does not take {dtype} (it takes {', '.join(variant.dtypes)})"
+                        if reason is None and variant.device == "cpu":
+                            reason = host_reference_refusal(op, dims)
                         if reason:
                             emit("skipped", reason)
                             log(f"{name}: skipped ({reason})")
@@ -379,8 +381,18 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                                 emit("failed", "conformance: " + conf_message, check="not run", conformance=conf)
                                 log(f"{name}: FAILED conformance, not timed\n    {conf_message.splitlines()[0]}")
                                 continue
-                        if ref is None:
-                            ref = make_reference(op, cdims, dtype, cfg.seed, registry)
+                        if variant.device not in refs:
+                            try:
+                                refs[variant.device] = make_reference(op, dims, dtype, cfg.seed, registry,
+                                                                      variant.device)
+                            except Exception as e:  # e.g. out of memory: no check, so no timing
+                                refs[variant.device] = f"{type(e).__name__}: {e}"
+                        ref = refs[variant.device]
+                        if isinstance(ref, str):
+                            emit("failed", f"the float64 reference at {where} on {variant.device} raised {ref}",
+                                 check="not run", conformance=conf)
+                            log(f"{name}: not checked, so not timed: the reference raised {ref.splitlines()[0]}")
+                            continue
                         check, wrong = check_variant(variant, op, ref, dtype)
                         if check == "raised" or (check == "wrong" and not common["reference"]):
                             emit("failed", f"wrong at {where}: {wrong}", check="failed", conformance=conf)
@@ -394,19 +406,16 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                         if check == "passed" and wrong:
                             notes.append(f"passed at {where}: {wrong}")
                             log(f"{name}: passed at {where}: {wrong}")
-                        if cdims != dims and variant.device not in timed_inputs:
-                            timed_inputs[variant.device] = make_inputs(op, dims, dtype, cfg.seed, variant.device)
-                        inputs = ref if cdims == dims else timed_inputs[variant.device]
                         peak = peak_for(variant.device, dtype)
                         try:
-                            timings = time_variant(variant, op, inputs, cfg.timing, timer_for(variant.device))
+                            timings = time_variant(variant, op, ref, cfg.timing, timer_for(variant.device))
                         except Exception as e:  # e.g. out of memory at the timed shape: the run goes on
                             emit("failed", f"raised while timed at {dims_text(dims)}: {type(e).__name__}: {e}",
                                  check="passed" if check == "passed" else "failed", conformance=conf)
                             log(f"{name}: FAILED while timed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                             continue
-                        full = spec.fill_attrs(inputs.attrs)
-                        flops, nbytes = spec.flops(inputs.typed, full), spec.bytes_moved(inputs.typed, full)
+                        full = spec.fill_attrs(ref.attrs)
+                        flops, nbytes = spec.flops(ref.typed, full), spec.bytes_moved(ref.typed, full)
                         for direction, t in timings.items():
                             r = {**base_record(variant.device), **common, "direction": direction, "status": "ok",
                                  "message": "\n".join(notes), "check": "passed" if check == "passed" else "failed",
