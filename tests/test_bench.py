@@ -316,3 +316,16 @@ def test_the_at_shape_check_lets_a_rounding_tail_pass_and_nothing_more():
         compare("y", with_errors([7], 3.0), ref, tol, outliers_per_million=1.0)
     with pytest.raises(CheckFailed, match="at 1 of 2000000"):                    # the suite allows none
         compare("y", with_errors([7], 1.5), ref, tol)
+
+
+def test_a_backward_that_moves_nothing_gets_no_roofline_fraction(registry, tmp_path):
+    """residual's backward hands back its output gradient as both input gradients: no work, so no
+    percentage of a peak (it once read 4,315,629% of the roofline), and the report says why."""
+    cfg = BenchConfig(backend="naive", ops=["residual"], timing=QUICK, peak_timing=QUICK, conformance=False)
+    records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    forward, backward = by(records, "naive:reference"), by(records, "naive:reference", "backward")
+    assert 0 < forward["roofline_fraction"] and forward["bound"] == "memory"
+    assert backward["roofline_fraction"] is None and backward["bound"] == "none" and backward["bytes"] == 0
+    render([tmp_path], tmp_path / "report", plots=False)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| - | none |" in text and "no roofline: the call computes and moves nothing" in text

@@ -3,8 +3,8 @@
 
 Run in the benchmark environment (it needs `tokenizers`, which is never a NanoEuler dependency):
 
-    python -m venv /work/venv-bench && /work/venv-bench/bin/pip install -e . tokenizers
-    PYTHONPATH=. /work/venv-bench/bin/python bench/tokenizer/bench.py --ranks ../shared/data/gpt2.tiktoken
+    python -m venv venv-bench && venv-bench/bin/pip install -e . tokenizers
+    venv-bench/bin/python bench/tokenizer/bench.py        # GPT-2's ranks found as `--tokenizer gpt2` finds them
 
 Corpus (10 MB, built from what a Debian machine has offline, in this order): the King James Bible
 (`bible-kjv` package, as verse lines), Python's documentation sources (`python3.11-doc`, reST) and
@@ -128,7 +128,8 @@ def _pool_init(tok):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ranks", default=str(REPO.parent / "shared" / "data" / "gpt2.tiktoken"))
+    ap.add_argument("--ranks", default=None, metavar="FILE",
+                    help="GPT-2's .tiktoken ranks (default: found as `--tokenizer gpt2` finds them)")
     ap.add_argument("--mb", type=float, default=10.0)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--repeats", type=int, default=3)

@@ -246,7 +246,12 @@ def _conformance(variant: Variant, op: str, dtype: str, registry: Registry, seed
 
 
 def roofline(flops: float, nbytes: float, seconds: float, peaks: dict) -> dict:
-    """Throughput and the fraction of the roofline at this intensity (ideal time / measured time)."""
+    """Throughput and the fraction of the roofline at this intensity (ideal time / measured time).
+    A call that computes and moves nothing (residual's backward hands back its output gradient as
+    both input gradients) has no roofline: its fraction is None, its bound "none"."""
+    if flops == 0 and nbytes == 0:
+        return {"tflops": 0.0, "gbps": 0.0, "intensity": None, "bound": "none", "roofline_fraction": None,
+                "peak_flops": peaks["peak_flops"], "peak_bw": peaks["peak_bw"]}
     t_compute = flops / peaks["peak_flops"]
     t_memory = nbytes / peaks["peak_bw"]
     return {"tflops": flops / seconds / 1e12, "gbps": nbytes / seconds / 1e9,
@@ -429,7 +434,8 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                             log(f"{name} {direction:<8} "
                                 f"p50 {t.p50 * 1e3:9.4f} ms [{t.p20 * 1e3:.4f}, {t.p80 * 1e3:.4f}]  "
                                 f"{r['tflops'] * 1e3:8.2f} GFLOP/s {r['gbps']:8.2f} GB/s  "
-                                f"{100 * r['roofline_fraction']:5.1f}% of roofline"
+                                + (f"{100 * r['roofline_fraction']:5.1f}% of roofline" if r["roofline_fraction"] is not None
+                                   else "no roofline (computes and moves nothing)")
                                 + (f"  (Python {t.host_p50 * 1e3:.4f} ms a call)" if t.host_p50 is not None else ""))
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (cli.py): keep what was measured
         interrupted = True
