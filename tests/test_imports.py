@@ -10,27 +10,27 @@ from pathlib import Path
 HEAVY = ("numba", "cupy", "triton", "torch", "matplotlib")
 
 
+def _heavy_modules_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter has imported after running `code`."""
+    code += f"\nimport sys; print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return out.strip()
+
+
 def test_core_import_and_backend_listing_import_nothing_heavy():
-    code = ("import sys, euler_core\n"
+    code = ("import euler_core\n"
             "from euler_core.registry import get_registry\n"
             "from euler_core.cli import main\n"
-            "r = get_registry(); [v.unavailable_reason() for v in r.variants() if v.device == 'cpu']\n"
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", f"heavy modules imported: {out}"
+            "r = get_registry(); [v.unavailable_reason() for v in r.variants() if v.device == 'cpu']")
+    assert _heavy_modules_after(code) == "[]"
 
 
 def test_euler_help_imports_no_gpu_library():
-    code = ("import sys, contextlib, io\n"
+    code = ("import contextlib, io\n"
             "from euler_core.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try:\n"
-            "        main(['--help'])\n"
-            "    except SystemExit:\n"
-            "        pass\n"
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", f"heavy modules imported by euler --help: {out}"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    main(['--help'])")
+    assert _heavy_modules_after(code) == "[]"
 
 
 # ---- layering: the core names neither the conformance suite nor a backend ------------------------------
