@@ -42,7 +42,7 @@ from pathlib import Path
 T_START = time.time()
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from euler_core.bench.workers import reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
+from euler_core.measure.workers import reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
 from euler_core.hostmem import GLIBC_TUNABLES, keep_freed_memory  # noqa: E402  (light: ctypes only)
 
 BABY = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 65, "vocab_multiple": 1,

@@ -6,7 +6,7 @@
     euler conformance  run the conformance suite on a backend (conformance/cli.py)
     euler tokenizer    train a BPE tokenizer, encode, decode (euler_core/tokenizer/cli.py)
     euler data         prepare llm.c token shards, download data sets (euler_core/data/cli.py)
-    euler bench        time kernels, render reports (euler_core/bench/cli.py)
+    euler bench        time kernels, render reports (euler_core/measure/cli.py)
     euler new-backend  write the skeleton of a backend package (euler_core/scaffold.py)
 """
 
@@ -21,7 +21,7 @@ from dataclasses import fields
 from conformance import cli as conformance_cli
 
 from . import scaffold
-from .bench import cli as bench_cli
+from .measure import cli as bench_cli
 from .convert import cli as convert_cli
 from .data import cli as data_cli
 from .sft import cli as sft_cli

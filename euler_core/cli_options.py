@@ -1,6 +1,6 @@
 """The option helpers that `euler`'s commands share: one --flag per field of a config dataclass,
 the training loop's help texts, the sampling flags. The dispatcher (cli.py) and the sub-CLIs
-(bench/cli.py, sft/cli.py) import them from here; nothing here imports a CLI module.
+(measure/cli.py, sft/cli.py) import them from here; nothing here imports a CLI module.
 """
 
 from __future__ import annotations

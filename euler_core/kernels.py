@@ -30,7 +30,7 @@ from .ops.base import dtype_name
 from .registry import Registry, Variant, get_registry
 
 FALLBACK_BACKEND = "naive"
-AUTO = "auto"  # per op, the fastest variant that passed on this device (euler_core/bench/auto.py)
+AUTO = "auto"  # per op, the fastest variant that passed on this device (euler_core/measure/auto.py)
 COMPOSE = "none"  # a fused op not used: the model composes the primitives it replaces
 
 
@@ -309,8 +309,8 @@ class Kernels:
 
     def _auto(self, op: str, dtype: str | None) -> Variant:
         """'auto': the fastest variant that passed on this device, from the bench records
-        (euler_core/bench/auto.py); naive, with a note saying why, when there are none."""
-        from .bench.auto import choose
+        (euler_core/measure/auto.py); naive, with a note saying why, when there are none."""
+        from .measure.auto import choose
         choice = choose(op, dtype, self.registry)
         if choice.variant is None:
             self.notes.append(f"{op}: auto: {choice.reason}; falling back to {FALLBACK_BACKEND}")

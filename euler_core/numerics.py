@@ -109,7 +109,7 @@ def compare(name: str, got, ref, tol, what="the float64 naive reference", outlie
     `outliers_per_million` > 0 (the benchmark's check at shapes far larger than the suite's cases)
     lets that many elements in a million exceed the bound by at most 2x, all finite: at millions of
     elements, a bf16 kernel's rounding puts a few elements past a per-element bound that is exact at
-    the suite's sizes (euler_core/bench/shapes.py). Returns a note on the outliers it let pass ('' if none)."""
+    the suite's sizes (euler_core/measure/shapes.py). Returns a note on the outliers it let pass ('' if none)."""
     if hasattr(ref, "__cuda_array_interface__"):
         xp = array_module("cuda")
         g, r = to_device(got, "cuda").astype(xp.float64), ref.astype(xp.float64, copy=False)

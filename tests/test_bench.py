@@ -1,4 +1,4 @@
-"""euler_core.bench: records, the check before timing, planted slow and wrong variants, --backend auto,
+"""euler_core.measure: records, the check before timing, planted slow and wrong variants, --backend auto,
 run comparison, and the timing protocol's batching. Runs at `small` shapes with quick timing."""
 
 import json
@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from euler_core.bench import auto
-from euler_core.bench.ops import BenchConfig, run
-from euler_core.bench.records import load_records
-from euler_core.bench.report import PlotsUnavailable, compare_runs, render
-from euler_core.bench.timing import Timing, TimingConfig, measure
+from euler_core.measure import auto
+from euler_core.measure.ops import BenchConfig, run
+from euler_core.measure.records import load_records
+from euler_core.measure.report import PlotsUnavailable, compare_runs, render
+from euler_core.measure.timing import Timing, TimingConfig, measure
 from euler_core.kernels import Kernels
 from euler_core.registry import Registry
 from planted_bench import Planted  # tests/ is on sys.path under pytest
@@ -93,7 +93,7 @@ def test_backend_auto_in_kernels_reads_the_bench_cache(planted_run, registry, mo
 
 
 def _record(variant, p50, when, device_key=None, spread=0.02, **kw):
-    from euler_core.bench.records import current_device_key
+    from euler_core.measure.records import current_device_key
     r = {"kind": "op", "op": "gelu", "variant": variant, "direction": "forward", "shape_set": "small",
          "shape": "mlp", "dtype": "float32", "status": "ok", "check": "passed", "conformance": "passed",
          "p20_s": p50 * (1 - spread), "p50_s": p50, "p80_s": p50 * (1 + spread), "time": when,
@@ -189,7 +189,7 @@ def test_unknown_shape_set_and_op_are_clear_errors(tmp_path):
 
 
 def test_every_shape_set_covers_the_gpt2_ops_and_small_examples_validate():
-    from euler_core.bench.shapes import SHAPE_SETS
+    from euler_core.measure.shapes import SHAPE_SETS
     from euler_core.ops import OPS
     for name, shapes in SHAPE_SETS.items():
         row_ops = {"embedding", "layernorm", "matmul", "attention", "gelu", "residual", "crossentropy"}
@@ -205,8 +205,8 @@ def test_the_check_runs_the_launch_configuration_that_is_timed(tmp_path, monkeyp
     """splits:past1024 is wrong only in the configuration it picks for more than 1024 rows: the
     suite's cases never reach it and a check on 1024 rows passes; timed at 2048 rows, the check of
     that very call catches it, and it is never timed."""
-    from euler_core.bench import shapes
-    from euler_core.bench.ops import check_variant, make_reference
+    from euler_core.measure import shapes
+    from euler_core.measure.ops import check_variant, make_reference
     from planted_bench import Splits
     registry = Registry(plugins=[Splits()])
     variant = registry.find("splits:past1024", "gelu")
@@ -226,7 +226,7 @@ def test_the_check_runs_the_launch_configuration_that_is_timed(tmp_path, monkeyp
 
 def test_cpu_variants_are_benchmarked_only_where_their_host_reference_is_affordable(registry, tmp_path,
                                                                                    monkeypatch):
-    from euler_core.bench import shapes
+    from euler_core.measure import shapes
     for name in ("small", "mid"):
         for op, entries in shapes.SHAPE_SETS[name].items():
             assert all(shapes.host_reference_refusal(op, dims) is None for _, dims in entries), (name, op)
@@ -242,7 +242,7 @@ def test_cpu_variants_are_benchmarked_only_where_their_host_reference_is_afforda
 
 
 def test_make_inputs_follow_the_op_spec_at_the_timed_shape():
-    from euler_core.bench.ops import make_inputs
+    from euler_core.measure.ops import make_inputs
     ce = make_inputs("crossentropy", {"B": 2, "T": 8, "V": 64, "n_valid": 50}, "bfloat16", 0, "cpu")
     assert ce.typed["logits"].shape == (2, 8, 64) and str(ce.typed["logits"].dtype) == "bfloat16"
     assert ce.typed["targets"].dtype == np.int32 and ce.typed["targets"].max() < 50
@@ -269,7 +269,7 @@ def test_a_backend_baseline_is_its_fastest_variant_and_a_wrong_reference_is_time
 
 
 def test_an_interrupted_run_keeps_its_records_speedups_and_run_json(registry, tmp_path, monkeypatch):
-    import euler_core.bench.ops as ops
+    import euler_core.measure.ops as ops
     timed = []
     real = ops.time_variant
 
@@ -289,7 +289,7 @@ def test_an_interrupted_run_keeps_its_records_speedups_and_run_json(registry, tm
 
 
 def test_gpu_batches_wait_behind_a_spin_long_enough_for_python_to_queue_them():
-    from euler_core.bench.timing import MAX_SPIN_S, spin_seconds
+    from euler_core.measure.timing import MAX_SPIN_S, spin_seconds
     assert spin_seconds(None, 50) == 1e-3                      # nothing measured yet
     assert spin_seconds(100e-6, 40) == 1.5 * 100e-6 * 40 + 50e-6   # 1.5x the host's launch time, + 50 us
     assert spin_seconds(1.0, 10_000) == MAX_SPIN_S              # bounded

@@ -14,7 +14,7 @@ Masked entries have P = 0, so dS = 0 there: the mask needs no special case in th
 Memory is O(B * NH * T^2): this is the version to read, not the one to train long contexts with.
 
 Written against NumPy's API, which CuPy arrays dispatch to CuPy, so the same lines run on the GPU
-(the benchmark's float64 reference at GPT-2's shapes, euler_core/bench/ops.py); the one array made
+(the benchmark's float64 reference at GPT-2's shapes, euler_core/measure/ops.py); the one array made
 here, the mask, is made by the inputs' own module.
 """
 

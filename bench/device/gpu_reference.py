@@ -1,7 +1,7 @@
 """The benchmark's float64 reference on the GPU against the same reference on the host (issue 15).
 
 `euler bench ops` checks a CUDA variant against naive:reference run on the GPU: the naive kernels'
-NumPy code given float64 CuPy arrays (euler_core/bench/ops.py make_reference). This script shows
+NumPy code given float64 CuPy arrays (euler_core/measure/ops.py make_reference). This script shows
 that the GPU run computes what the host run computes: for every op and shape of the chosen sets, in
 float32 and bfloat16 inputs, it makes the inputs on the GPU, computes the reference there, copies
 the same inputs to the host, computes the reference there, and compares every output and gradient
@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from euler_core.bench.ops import make_reference
-from euler_core.bench.shapes import dims_text, shapes_for
+from euler_core.measure.ops import make_reference
+from euler_core.measure.shapes import dims_text, shapes_for
 from euler_core.numerics import CheckFailed, compare, host, host64, is_float, tolerance
 from euler_core.ops import OPS
 from euler_core.registry import get_registry

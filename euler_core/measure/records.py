@@ -25,7 +25,7 @@ of an op record:
 
 Where records go: `euler bench ops --out DIR` writes DIR; every run is also copied to the bench cache,
 `$EULER_BENCH_DIR`, else `$EULER_CACHE_DIR/bench`, else `~/.cache/nanoeuler/bench`, one folder per run,
-which is where `--backend auto` reads them (euler_core/bench/auto.py).
+which is where `--backend auto` reads them (euler_core/measure/auto.py).
 """
 
 from __future__ import annotations

@@ -306,7 +306,7 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
     shapeless = [op for op in ops if not shapes_for(cfg.shapes, op)]
     if shapeless and cfg.ops:
         raise ValueError(f"no benchmark shapes for op(s) {shapeless} in {', '.join(cfg.shapes)} "
-                         "(euler_core/bench/shapes.py)")
+                         "(euler_core/measure/shapes.py)")
     ops = [op for op in ops if op not in shapeless]  # e.g. inference-only ops that training never times
     variants = select(cfg.backend, ops, registry)
     references = set()

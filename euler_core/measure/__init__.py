@@ -1,4 +1,6 @@
-"""Benchmarks: time kernels on the device at hand, keep tidy records, render reports, pick `auto`.
+"""Benchmarks, behind the `euler bench` commands: time kernels on the device at hand, keep tidy
+records, render reports, pick `auto`. (The top-level bench/ is the one tree of benchmark scripts:
+device runs, sweeps, the PyTorch reference; this package is the product's measuring code.)
 
     shapes.py   the named shape sets (small, mid, gpt2, gpt2-b32); where CPU variants stop (host reference)
     timing.py   warm-up, batches of back-to-back calls (CUDA events on the GPU), rotated inputs
