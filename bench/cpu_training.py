@@ -1,7 +1,7 @@
 """CPU training benchmark: NanoEuler's naive and numba backends against PyTorch CPU eager, one run.
 
-    /work/venv/bin/python bench/cpu_training.py                  # writes reports/cpu-training/
-    /work/venv/bin/python bench/cpu_training.py --rounds 1 --models baby --impls numba,torch
+    python bench/cpu_training.py --torch-python TORCH_VENV/bin/python   # writes reports/cpu-training/
+    python bench/cpu_training.py --rounds 1 --models baby --impls numba,naive
 
 What it measures, per model (the `euler train` default CPU config, and nanoGPT's "baby GPT":
 6 layers, 6 heads, 384 channels, T=256, B=12, vocabulary 65) and per implementation:
@@ -42,7 +42,7 @@ from pathlib import Path
 T_START = time.time()
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from euler_core.bench.workers import reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
+from euler_core.measure.workers import reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
 from euler_core.hostmem import GLIBC_TUNABLES, keep_freed_memory  # noqa: E402  (light: ctypes only)
 
 BABY = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 65, "vocab_multiple": 1,
@@ -321,7 +321,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--torch-python", default="/work/venv-torch/bin/python")
+    ap.add_argument("--torch-python", default=None, metavar="PYTHON",
+                    help="an interpreter with torch and numpy installed, for the torch rows (without it: left out)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "cpu-training"))
     ap.add_argument("--render", metavar="JSON", help="only rewrite README.md next to JSON from its records")
     args = ap.parse_args(argv)
@@ -337,9 +338,10 @@ def main(argv=None):
         return 0
 
     models, impls = args.models.split(","), args.impls.split(",")
-    if "torch" in impls and not Path(args.torch_python).exists():
-        print(f"no PyTorch interpreter at {args.torch_python}: leaving torch out "
-              "(python3 -m venv /work/venv-torch && /work/venv-torch/bin/pip install torch==2.13.0 numpy)")
+    if "torch" in impls and (args.torch_python is None or not Path(args.torch_python).exists()):
+        where = "no --torch-python given" if args.torch_python is None else f"no interpreter at {args.torch_python}"
+        print(f"{where}: leaving torch out (python3 -m venv venv-torch && venv-torch/bin/pip install "
+              "torch==2.13.0 numpy, then --torch-python venv-torch/bin/python)")
         impls.remove("torch")
     info = machine_info()
     if "torch" in impls:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
-from euler_core.kernels import Selection
+from euler_core.kernels import select_variants
 from euler_core.ops import OPS
 from euler_core.ops.base import FLOAT_DTYPES
 from euler_core.registry import Registry, Variant, get_registry
@@ -138,43 +138,7 @@ class Report(list):
         return "\n".join(lines)
 
 
-# ---- choosing targets ------------------------------------------------------------------------------
-def select_variants(backend=None, ops=None, registry: Registry | None = None) -> list[Variant]:
-    """The variants named by `backend`: None or "all" (every registered variant), a backend name,
-    "backend:variant", a selection string ("numba,attention=naive": the variants it names per op,
-    without falling back to naive), or a list of those."""
-    registry = registry or get_registry()
-    ops = list(ops) if ops else list(OPS)
-    unknown = [op for op in ops if op not in OPS]
-    if unknown:
-        raise ValueError(f"unknown op(s) {unknown}; ops: {', '.join(OPS)}")
-    if backend is None or backend == "all":
-        chosen = registry.variants()
-    elif isinstance(backend, (list, tuple)):
-        chosen = [v for b in backend for v in select_variants(b, ops, registry)]
-    else:
-        chosen = []
-        selection = Selection.parse(backend)
-        for op in OPS:
-            choice = selection.overrides.get(op, selection.default)
-            if choice is None:
-                continue
-            name, _, variant_name = choice.partition(":")
-            candidates = registry.backend(name).variants_of(op)
-            if variant_name:
-                candidates = [v for v in candidates if v.name == variant_name]
-            chosen += candidates
-        if not chosen:
-            raise ValueError(f"--backend {backend!r} names no variant of any op; variants: "
-                             + ", ".join(sorted({v.qualname for v in registry.variants()})))
-    seen, result = set(), []
-    for v in chosen:
-        if v.op in ops and id(v) not in seen:
-            seen.add(id(v))
-            result.append(v)
-    return result
-
-
+# ---- choosing targets (select_variants is the core's: euler_core/kernels.py) --------------------------
 def variant_dtypes(variant: Variant) -> list[str]:
     """The storage dtypes the variant declares, in FLOAT_DTYPES order (tf32 is not one)."""
     return [d for d in FLOAT_DTYPES if d in variant.dtypes]
@@ -299,3 +263,15 @@ def run(backend=None, ops=None, cases=None, seed: int = 0, registry: Registry | 
                     add(Result(op="model", variant=text, check=name, status=status, message=message, seed=seed,
                                dtype=dtype))
     return report
+
+
+def verdict(variant: Variant, op: str, dtype: str, registry: Registry, seed: int = 0) -> tuple[str, str]:
+    """('passed'|'failed'|'skipped', the first failure or skip reason) of the suite on one variant of
+    one op in one dtype. The benchmark runs it before timing a variant: it finds it through the
+    entry-point group `nanoeuler.suites` (pyproject.toml), so the core never imports the suite."""
+    report = run(backend=variant.qualname, ops=[op], dtypes=[dtype], model=False, registry=registry, seed=seed)
+    if not report.ok:
+        return FAILED, str(report.failures()[0])
+    if not any(r.status == PASSED for r in report):
+        return SKIPPED, report.skips()[0].message if report.skips() else "no check ran"
+    return PASSED, ""

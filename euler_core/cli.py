@@ -5,8 +5,8 @@
     euler backends     list every backend and variant, its device, dtypes and availability
     euler conformance  run the conformance suite on a backend (conformance/cli.py)
     euler tokenizer    train a BPE tokenizer, encode, decode (euler_core/tokenizer/cli.py)
-    euler data         prepare llm.c token shards, download data sets (euler_core/tokenizer/cli.py)
-    euler bench        time kernels, render reports (euler_core/bench/cli.py)
+    euler data         prepare llm.c token shards, download data sets (euler_core/data/cli.py)
+    euler bench        time kernels, render reports (euler_core/measure/cli.py)
     euler new-backend  write the skeleton of a backend package (euler_core/scaffold.py)
 """
 
@@ -21,58 +21,14 @@ from dataclasses import fields
 from conformance import cli as conformance_cli
 
 from . import scaffold
-from .bench import cli as bench_cli
+from .measure import cli as bench_cli
 from .convert import cli as convert_cli
+from .data import cli as data_cli
 from .sft import cli as sft_cli
 from .rundir import sigterm_is_ctrl_c
 from .tokenizer import cli as tokenizer_cli
-from .values import flag_of, flag_of_field, flag_type, integer, number, resumable, rule_of
-
-#: --help of the training loop's settings (LoopConfig), shared by `euler train` and `euler sft`
-LOOP_HELP = {
-    "backend": "kernel selection, e.g. naive, numba, or numba,attention=naive",
-    "dtype": "float32, float64, or bfloat16/float16 (mixed precision: float32 master weights); default float32 "
-             "on the CPU, bfloat16 on a GPU",
-    "graph": "run every step eagerly instead of replaying a captured CUDA graph (GPU; for debugging)",
-    "check_finite": "check every kernel's output for NaN/Inf in every step, naming the first bad op (slow)",
-    "batch_size": "sequences per micro-batch (B)", "seq_len": "tokens per sequence (T; default: block size)",
-    "total_batch": "tokens per optimizer step (gradient accumulation; default B*T)",
-    "steps": "optimizer steps", "lr": "peak learning rate", "min_lr_frac": "final lr as a fraction of the peak",
-    "warmup": "warmup steps", "weight_decay": "AdamW weight decay (2-D weights only)",
-    "grad_clip": "clip the global gradient norm to this (0: off)",
-    "eval_every": "steps between validation losses (0: never)", "eval_batches": "batches per validation",
-    "sample_every": "steps between samples (0: only at the end)", "sample_tokens": "tokens per sample",
-    "sample_prompt": "prompt of the samples", "checkpoint_every": "steps between checkpoints",
-    "out": "run directory (default runs/<date-time>)", "seed": "random seed (weights and batches)",
-}
-
-TRAIN_HELP = {
-    **LOOP_HELP,
-    "preset": "model preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, baby, small, micro)",
-    "n_layer": "override the preset's number of layers", "n_head": "override the preset's heads",
-    "n_embd": "override the preset's channels",
-    "train_data": "glob of llm.c .bin training shards (default: the embedded corpus)",
-    "val_data": "glob of validation shards",
-    "tokenizer": "gpt2, bytes, or a .tiktoken file (default corpus: a BPE trained on it; shards: for samples)",
-    "vocab_size": "default corpus: the size of its BPE (1024); shards: their vocabulary when no tokenizer is given",
-}
-
-
-def add_config_options(parser, config_class, helps: dict, skip=("progress",)) -> None:
-    """One --option per field of a config dataclass (default None: 'not given', so a resumed run can
-    tell what the user changed), parsed and checked by the field's allowed values (values.py), with
-    its help, what it allows and its default."""
-    for f in fields(config_class):
-        if f.name in skip:
-            continue
-        rule = rule_of(f)
-        if rule.kind is bool:  # a switch: --name turns on a False default, --no-name turns off a True one
-            parser.add_argument(flag_of_field(f), dest=f.name, action="store_const", const=not f.default,
-                                default=None, help=helps[f.name])
-            continue
-        parser.add_argument(flag_of(f.name), type=flag_type(rule), default=None,
-                            help=f"{helps[f.name]} ({rule.describe()}; default: {f.default})")
-
+from .cli_options import TRAIN_HELP, add_config_options, add_sampling_options
+from .values import flag_type, integer, resumable
 
 def _add_train(sub) -> None:
     from .train import TrainConfig
@@ -160,19 +116,6 @@ def _generate(args) -> int:
     return 0
 
 
-def add_sampling_options(p, temperature: float, max_new_tokens: int) -> None:
-    """The sampling flags of `euler generate` and `euler chat`, each checked by its allowed values."""
-    p.add_argument("--max-new-tokens", type=flag_type(integer(1)), default=max_new_tokens,
-                   help=f"tokens to generate at most (default: {max_new_tokens})")
-    p.add_argument("--temperature", type=flag_type(number(0)), default=temperature,
-                   help=f"0 = greedy (a finite number >= 0; default: {temperature})")
-    p.add_argument("--top-k", type=flag_type(integer(0)), default=50,
-                   help="sample among the k likeliest tokens (0: all; default: 50)")
-    p.add_argument("--top-p", type=flag_type(number(0, 1, low_open=True)), default=None,
-                   help="sample among the likeliest tokens holding this much probability (in (0, 1]; default: off)")
-    p.add_argument("--seed", type=flag_type(integer(0)), default=None, help="random seed (an integer >= 0)")
-
-
 def _stop_tokens(tokenizer) -> list[int]:
     """End-of-text, and the end of a chat turn when the tokenizer has the chat template's tokens."""
     specials = getattr(tokenizer, "special_tokens", {})
@@ -216,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backends(sub)
     conformance_cli.add_commands(sub)
     tokenizer_cli.add_commands(sub)
+    data_cli.add_commands(sub)
     bench_cli.add_commands(sub)
     scaffold.add_commands(sub)
     convert_cli.add_commands(sub)

@@ -27,6 +27,11 @@ def array_module(device: str):
     raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
 
 
+def module_of(array):
+    """numpy or cupy: the array module of `array` (for code written once for both)."""
+    return array_module(device_of(array))
+
+
 def to_device(array, device: str):
     """The same values on `device` (the array itself when it is already there)."""
     if array is None or device_of(array) == device:

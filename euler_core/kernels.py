@@ -30,7 +30,7 @@ from .ops.base import dtype_name
 from .registry import Registry, Variant, get_registry
 
 FALLBACK_BACKEND = "naive"
-AUTO = "auto"  # per op, the fastest variant that passed on this device (euler_core/bench/auto.py)
+AUTO = "auto"  # per op, the fastest variant that passed on this device (euler_core/measure/auto.py)
 COMPOSE = "none"  # a fused op not used: the model composes the primitives it replaces
 
 
@@ -66,6 +66,42 @@ class Selection:
                                          "name one, then op=backend overrides")
                 sel.default = token
         return sel
+
+
+def select_variants(backend=None, ops=None, registry: Registry | None = None) -> list[Variant]:
+    """The variants named by `backend`: None or "all" (every registered variant), a backend name,
+    "backend:variant", a selection string ("numba,attention=naive": the variants it names per op,
+    without falling back to naive), or a list of those."""
+    registry = registry or get_registry()
+    ops = list(ops) if ops else list(OPS)
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"unknown op(s) {unknown}; ops: {', '.join(OPS)}")
+    if backend is None or backend == "all":
+        chosen = registry.variants()
+    elif isinstance(backend, (list, tuple)):
+        chosen = [v for b in backend for v in select_variants(b, ops, registry)]
+    else:
+        chosen = []
+        selection = Selection.parse(backend)
+        for op in OPS:
+            choice = selection.overrides.get(op, selection.default)
+            if choice is None:
+                continue
+            name, _, variant_name = choice.partition(":")
+            candidates = registry.backend(name).variants_of(op)
+            if variant_name:
+                candidates = [v for v in candidates if v.name == variant_name]
+            chosen += candidates
+        if not chosen:
+            raise ValueError(f"--backend {backend!r} names no variant of any op; variants: "
+                             + ", ".join(sorted({v.qualname for v in registry.variants()})))
+    seen, result = set(), []
+    for v in chosen:
+        if v.op in ops and id(v) not in seen:
+            seen.add(id(v))
+            result.append(v)
+    return result
 
 
 class Kernel:
@@ -273,8 +309,8 @@ class Kernels:
 
     def _auto(self, op: str, dtype: str | None) -> Variant:
         """'auto': the fastest variant that passed on this device, from the bench records
-        (euler_core/bench/auto.py); naive, with a note saying why, when there are none."""
-        from .bench.auto import choose
+        (euler_core/measure/auto.py); naive, with a note saying why, when there are none."""
+        from .measure.auto import choose
         choice = choose(op, dtype, self.registry)
         if choice.variant is None:
             self.notes.append(f"{op}: auto: {choice.reason}; falling back to {FALLBACK_BACKEND}")

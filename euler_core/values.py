@@ -6,7 +6,7 @@ same way wherever it comes from:
 
 - on the fields of a config dataclass (TrainConfig, SFTConfig): `lr: float = setting(2e-3,
   number(0, 1, low_open=True))`. `check_settings(cfg, "train")` checks every field (the Python API,
-  and settings read back from a checkpoint), and `cli.add_config_options` gives each field a --flag
+  and settings read back from a checkpoint), and `cli_options.add_config_options` gives each field a --flag
   whose parser applies the same rule. Adding a setting with its allowed values is that one line.
 - as argparse types for the other commands' flags: `type=flag_type(integer(1))`;
 - `setting(..., resume=True)` marks the settings a resumed run may change (`resume_settings`);

@@ -1,5 +1,6 @@
 """Planted variants for the benchmark tests (tests/test_bench*.py): one right but slow, one wrong
-everywhere, one wrong only at shapes wider than the conformance cases. Registered as the backend
+everywhere, one wrong only at shapes wider than the conformance cases; and, as the backend "splits" of `Splits()`,
+one wrong only with the launch configuration it picks for many rows. Registered as the backend
 "planted" through `Registry(plugins=[Planted()])`; `References()` registers "refs", a stand-in for an
 outside reference with several variants (right and fast, right and slow, wrong). Nothing here is
 used by the project itself."""
@@ -49,6 +50,31 @@ class GeluWideRowsWrong:
         if y.shape[-1] > 96:
             y[..., 96:] = 0.0  # BUG: the second tile is never computed
         return into(out, y), saved
+
+
+class GeluSplitPastRowsWrong:
+    """Wrong only with the launch configuration it picks for many rows: like the triton dW's split-K
+    count chosen from N, more than 1024 rows take a two-split path, which drops the last row. The
+    conformance cases have at most 257 rows, and a check on 1024 rows (what the benchmark checked
+    GPT-2's shapes on before it checked the very call it times) passes."""
+
+    backward = staticmethod(naive_gelu.backward)
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        y, saved = naive_gelu.forward(inputs, attrs, None)
+        if y.shape[0] > 1024:  # the two-split configuration
+            y = y.copy()
+            y[-1] = 0.0  # BUG: the second split stops one row short
+        return into(out, y), saved
+
+
+class Splits:
+    @hookimpl
+    def nanoeuler_backends(self):
+        return [Backend("splits", "a variant wrong only in its many-rows configuration", [
+            Variant("gelu", "past1024", impl="planted_bench:GeluSplitPastRowsWrong"),
+        ])]
 
 
 class Planted:

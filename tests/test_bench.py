@@ -1,4 +1,4 @@
-"""euler_core.bench: records, the check before timing, planted slow and wrong variants, --backend auto,
+"""euler_core.measure: records, the check before timing, planted slow and wrong variants, --backend auto,
 run comparison, and the timing protocol's batching. Runs at `small` shapes with quick timing."""
 
 import json
@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from euler_core.bench import auto
-from euler_core.bench.ops import BenchConfig, run
-from euler_core.bench.records import load_records
-from euler_core.bench.report import PlotsUnavailable, compare_runs, render
-from euler_core.bench.timing import Timing, TimingConfig, measure
+from euler_core.measure import auto
+from euler_core.measure.ops import BenchConfig, run
+from euler_core.measure.records import load_records
+from euler_core.measure.report import PlotsUnavailable, compare_runs, render
+from euler_core.measure.timing import Timing, TimingConfig, measure
 from euler_core.kernels import Kernels
 from euler_core.registry import Registry
 from planted_bench import Planted  # tests/ is on sys.path under pytest
@@ -93,7 +93,7 @@ def test_backend_auto_in_kernels_reads_the_bench_cache(planted_run, registry, mo
 
 
 def _record(variant, p50, when, device_key=None, spread=0.02, **kw):
-    from euler_core.bench.records import current_device_key
+    from euler_core.measure.records import current_device_key
     r = {"kind": "op", "op": "gelu", "variant": variant, "direction": "forward", "shape_set": "small",
          "shape": "mlp", "dtype": "float32", "status": "ok", "check": "passed", "conformance": "passed",
          "p20_s": p50 * (1 - spread), "p50_s": p50, "p80_s": p50 * (1 + spread), "time": when,
@@ -189,7 +189,7 @@ def test_unknown_shape_set_and_op_are_clear_errors(tmp_path):
 
 
 def test_every_shape_set_covers_the_gpt2_ops_and_small_examples_validate():
-    from euler_core.bench.shapes import SHAPE_SETS
+    from euler_core.measure.shapes import SHAPE_SETS
     from euler_core.ops import OPS
     for name, shapes in SHAPE_SETS.items():
         row_ops = {"embedding", "layernorm", "matmul", "attention", "gelu", "residual", "crossentropy"}
@@ -201,35 +201,48 @@ def test_every_shape_set_covers_the_gpt2_ops_and_small_examples_validate():
             OPS[op].validate(inputs, OPS[op].fill_attrs(attrs))
 
 
-def test_check_dims_keep_small_and_mid_and_shrink_gpt2_rows_only():
-    from euler_core.bench.shapes import SHAPE_SETS, check_dims
-    for name in ("small", "mid"):
-        for op, entries in SHAPE_SETS[name].items():
-            assert all(check_dims(op, dims) == dims for _, dims in entries), (name, op)
-    g = {op: entries[-1][1] for op, entries in SHAPE_SETS["gpt2-b32"].items()}
-    assert check_dims("matmul", g["matmul"]) == {"N": 1024, "K": 768, "M": 50304, "bias": False}  # lm_head
-    assert check_dims("attention", g["attention"]) == {"B": 4, "T": 256, "C": 768, "NH": 12}
-    assert check_dims("crossentropy", g["crossentropy"]) == {"B": 1, "T": 1024, "V": 50304, "n_valid": 50257}
-    assert check_dims("embedding", g["embedding"]) == {"B": 1, "T": 1024, "C": 768, "V": 50304, "maxT": 1024}
-    assert check_dims("adamw", SHAPE_SETS["gpt2"]["adamw"][0][1]) == {"N": 1 << 23}
-
-
-def test_large_shapes_are_checked_on_fewer_rows_and_timed_on_fresh_inputs(registry, tmp_path, monkeypatch):
-    import euler_core.bench.shapes as shapes
-    monkeypatch.setattr(shapes, "CHECK_ROWS", 8)  # small/mlp is N=32, C=128: checked at N=8, C=128
-    cfg = BenchConfig(backend="naive,planted:widerows", ops=["gelu"], timing=QUICK, peak_timing=QUICK,
-                      conformance=False)
+def test_the_check_runs_the_launch_configuration_that_is_timed(tmp_path, monkeypatch):
+    """splits:past1024 is wrong only in the configuration it picks for more than 1024 rows: the
+    suite's cases never reach it and a check on 1024 rows passes; timed at 2048 rows, the check of
+    that very call catches it, and it is never timed."""
+    from euler_core.measure import shapes
+    from euler_core.measure.ops import check_variant, make_reference
+    from planted_bench import Splits
+    registry = Registry(plugins=[Splits()])
+    variant = registry.find("splits:past1024", "gelu")
+    assert check_variant(variant, "gelu", make_reference("gelu", {"N": 1024, "C": 8}, "float32", 0, registry),
+                         "float32")[0] == "passed"
+    monkeypatch.setitem(shapes.SHAPE_SETS, "tall", {"gelu": [("tall", {"N": 2048, "C": 8})]})
+    monkeypatch.setattr(shapes, "HOST_ROWS", 2048)  # the host reference of 2048 x 8 is affordable
+    cfg = BenchConfig(backend="splits", ops=["gelu"], shapes=["tall"], timing=QUICK, peak_timing=QUICK)
     records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
-    ok = by(records, "naive:reference")
-    assert ok["status"] == "ok" and ok["check_dims"] == "N=8,C=128" and ok["dims_text"] == "N=32,C=128"
-    assert ok["bytes"] == 2 * 32 * 128 * 4  # timed at the full shape: x in, out back
-    wide = by(records, "planted:widerows")
-    assert wide["status"] == "failed" and "p50_s" not in wide  # the widths were kept, so it is caught
-    assert "wrong at N=8,C=128 (the check shape of the benchmarked N=32,C=128)" in wide["message"]
+    split = [r for r in records if r.get("variant") == "splits:past1024"]
+    assert split and all(r["status"] == "failed" and "p50_s" not in r for r in split)
+    assert all(r["conformance"] == "passed" and r["check"] == "failed" for r in split)
+    message = split[0]["message"]
+    assert "wrong at the benchmarked shape N=2048,C=8" in message and "worst at (2047, " in message
+    assert by(records, "naive:reference")["status"] == "ok"  # the baseline, right, is timed
+
+
+def test_cpu_variants_are_benchmarked_only_where_their_host_reference_is_affordable(registry, tmp_path,
+                                                                                   monkeypatch):
+    from euler_core.measure import shapes
+    for name in ("small", "mid"):
+        for op, entries in shapes.SHAPE_SETS[name].items():
+            assert all(shapes.host_reference_refusal(op, dims) is None for _, dims in entries), (name, op)
+    g = {op: entries[-1][1] for op, entries in shapes.SHAPE_SETS["gpt2"].items()}
+    assert "at most 1024 rows" in shapes.host_reference_refusal("matmul", g["matmul"])
+    assert "this shape has 16384" in shapes.host_reference_refusal("crossentropy", g["crossentropy"])
+    assert "elements" in shapes.host_reference_refusal("adamw", g["adamw"])
+    monkeypatch.setattr(shapes, "HOST_ROWS", 8)  # small/mlp is N=32, C=128
+    cfg = BenchConfig(backend="naive", ops=["gelu"], timing=QUICK, peak_timing=QUICK, conformance=False)
+    records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    skipped = by(records, "naive:reference")
+    assert skipped["status"] == "skipped" and "p50_s" not in skipped and "at most 8 rows" in skipped["message"]
 
 
 def test_make_inputs_follow_the_op_spec_at_the_timed_shape():
-    from euler_core.bench.ops import make_inputs
+    from euler_core.measure.ops import make_inputs
     ce = make_inputs("crossentropy", {"B": 2, "T": 8, "V": 64, "n_valid": 50}, "bfloat16", 0, "cpu")
     assert ce.typed["logits"].shape == (2, 8, 64) and str(ce.typed["logits"].dtype) == "bfloat16"
     assert ce.typed["targets"].dtype == np.int32 and ce.typed["targets"].max() < 50
@@ -256,7 +269,7 @@ def test_a_backend_baseline_is_its_fastest_variant_and_a_wrong_reference_is_time
 
 
 def test_an_interrupted_run_keeps_its_records_speedups_and_run_json(registry, tmp_path, monkeypatch):
-    import euler_core.bench.ops as ops
+    import euler_core.measure.ops as ops
     timed = []
     real = ops.time_variant
 
@@ -276,15 +289,14 @@ def test_an_interrupted_run_keeps_its_records_speedups_and_run_json(registry, tm
 
 
 def test_gpu_batches_wait_behind_a_spin_long_enough_for_python_to_queue_them():
-    from euler_core.bench.timing import MAX_SPIN_S, spin_seconds
+    from euler_core.measure.timing import MAX_SPIN_S, spin_seconds
     assert spin_seconds(None, 50) == 1e-3                      # nothing measured yet
     assert spin_seconds(100e-6, 40) == 1.5 * 100e-6 * 40 + 50e-6   # 1.5x the host's launch time, + 50 us
     assert spin_seconds(1.0, 10_000) == MAX_SPIN_S              # bounded
 
 
 def test_the_at_shape_check_lets_a_rounding_tail_pass_and_nothing_more():
-    from conformance.arrays import CheckFailed, compare
-    from conformance.tolerances import Tol
+    from euler_core.numerics import CheckFailed, Tol, compare
     rng = np.random.default_rng(0)
     ref = rng.standard_normal(2_000_000)
     tol = Tol(0.04, 0.02)
@@ -304,3 +316,16 @@ def test_the_at_shape_check_lets_a_rounding_tail_pass_and_nothing_more():
         compare("y", with_errors([7], 3.0), ref, tol, outliers_per_million=1.0)
     with pytest.raises(CheckFailed, match="at 1 of 2000000"):                    # the suite allows none
         compare("y", with_errors([7], 1.5), ref, tol)
+
+
+def test_a_backward_that_moves_nothing_gets_no_roofline_fraction(registry, tmp_path):
+    """residual's backward hands back its output gradient as both input gradients: no work, so no
+    percentage of a peak (it once read 4,315,629% of the roofline), and the report says why."""
+    cfg = BenchConfig(backend="naive", ops=["residual"], timing=QUICK, peak_timing=QUICK, conformance=False)
+    records = run(cfg, tmp_path, registry=registry, log=lambda *a: None, copy_to_cache=False)
+    forward, backward = by(records, "naive:reference"), by(records, "naive:reference", "backward")
+    assert 0 < forward["roofline_fraction"] and forward["bound"] == "memory"
+    assert backward["roofline_fraction"] is None and backward["bound"] == "none" and backward["bytes"] == 0
+    render([tmp_path], tmp_path / "report", plots=False)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| - | none |" in text and "no roofline: the call computes and moves nothing" in text

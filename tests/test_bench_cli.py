@@ -42,7 +42,7 @@ def test_bench_ops_on_every_cpu_backend_and_the_report_renders(tmp_path, capsys)
 def test_bench_ops_exit_status_says_a_variant_failed(tmp_path, monkeypatch, capsys):
     from planted_bench import Planted
     from euler_core.registry import Registry
-    import euler_core.bench.ops as bench_ops
+    import euler_core.measure.ops as bench_ops
     registry = Registry(plugins=[Planted()])
     monkeypatch.setattr(bench_ops, "get_registry", lambda: registry)
     status = main(["bench", "ops", "--backend", "planted:off", "--ops", "gelu", "--quick", "--no-conformance",

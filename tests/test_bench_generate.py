@@ -5,7 +5,7 @@ failure there (no torch in NanoEuler's own environment) is a record with the err
 import json
 import sys
 
-from euler_core.bench.generate import derived
+from euler_core.measure.generate import derived
 from euler_core.cli import main
 
 

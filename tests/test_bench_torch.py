@@ -15,8 +15,8 @@ pytest.importorskip("torch", reason="PyTorch is not installed: the optional PyTo
                                     "(bench/euler-torch-reference) is tested only where it is")
 
 import conformance  # noqa: E402
-from euler_core.bench.ops import BenchConfig, run  # noqa: E402
-from euler_core.bench.timing import TimingConfig  # noqa: E402
+from euler_core.measure.ops import BenchConfig, run  # noqa: E402
+from euler_core.measure.timing import TimingConfig  # noqa: E402
 from euler_core.registry import Backend, Registry, hookimpl  # noqa: E402
 
 try:

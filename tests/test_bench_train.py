@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from euler_core.bench import quality, train
-from euler_core.bench.workers import torch_python, torch_unavailable_reason
+from euler_core.measure import quality, train
+from euler_core.measure.workers import torch_python, torch_unavailable_reason
 from euler_core.cli import main
 from euler_core.config import preset
 

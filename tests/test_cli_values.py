@@ -181,3 +181,25 @@ def test_data_prepare_and_tokenizer_train_say_what_is_wrong(inputs, tmp_path, ca
     err = capsys.readouterr().err
     assert "--vocab-size: 5000 is not allowed for this corpus: it has byte pairs enough for only" in err, err
     assert not out.exists()
+
+
+def test_optional_number_settings_get_a_flag_that_parses_numbers():
+    """A `float | None` field (what an annotation-to-type map could not turn into a parser) gets its
+    --flag from its declared rule: a number when given, None when not, refused outside the rule."""
+    import argparse
+    from dataclasses import dataclass
+
+    from euler_core.cli_options import add_config_options
+    from euler_core.values import number, optional, setting
+
+    @dataclass
+    class Config:
+        top_p: float | None = setting(None, optional(number(0, 1, low_open=True)))
+
+    parser = argparse.ArgumentParser(prog="euler")
+    add_config_options(parser, Config, {"top_p": "nucleus sampling mass"}, skip=())
+    assert parser.parse_args(["--top-p", "0.5"]).top_p == 0.5
+    assert parser.parse_args([]).top_p is None
+    assert "a finite number in (0, 1]" in parser.format_help()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--top-p", "1.5"])

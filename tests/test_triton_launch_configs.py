@@ -3,7 +3,7 @@
 Every launch one forward and one backward of each triton op would make (kernel, grid, warps,
 stages, programmatic dependent launch, constexprs, argument types) is recorded with no GPU
 (backends.triton._runtime.recording: nothing runs) at the shapes `euler bench ops` times
-(euler_core/bench/shapes.py: the `gpt2` and `gpt2-b32` sets, B*T = 16384 and 32768, and the fused
+(euler_core/measure/shapes.py: the `gpt2` and `gpt2-b32` sets, B*T = 16384 and 32768, and the fused
 ops at the same widths) and at a decoding step's few rows (forward only: 1 and 16 rows, and a
 cache of 1024 positions), in bfloat16 and float32, and compared with
 tests/data/triton_launch_configs.json. That table was first recorded from the kernels as they were
@@ -34,7 +34,7 @@ pytest.importorskip("triton", reason="triton not installed (pip install -e '.[gp
 from backends.triton import _runtime  # noqa: E402
 from backends.triton._testing import _np_dtype  # noqa: E402
 from conformance.arrays import param_grad_dtype  # noqa: E402
-from euler_core.bench.shapes import GPT2_PARAMS, SHAPE_SETS  # noqa: E402
+from euler_core.measure.shapes import GPT2_PARAMS, SHAPE_SETS  # noqa: E402
 from euler_core.ops import OPS  # noqa: E402
 
 TABLE = Path(__file__).parent / "data" / "triton_launch_configs.json"

@@ -12,12 +12,18 @@ Backward, given dy (T,HS):
 Masked entries have P = 0, so dS = 0 there: the mask needs no special case in the backward.
 
 Memory is O(B * NH * T^2): this is the version to read, not the one to train long contexts with.
+
+Written against NumPy's API, which CuPy arrays dispatch to CuPy, so the same lines run on the GPU
+(the benchmark's float64 reference at GPT-2's shapes, euler_core/measure/ops.py); the one array made
+here, the mask, is made by the inputs' own module.
 """
 
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from euler_core.device import module_of
 
 from ._out import into
 
@@ -46,11 +52,12 @@ def merge_heads(y):
 
 def forward(inputs, attrs, out=None):
     q, k, v = split_heads(inputs["qkv"], attrs["n_head"])  # (B,NH,T,HS) each
+    xp = module_of(q)  # numpy, or cupy for the benchmark's float64 reference on the GPU
     T, HS = q.shape[2], q.shape[3]
     scale = 1.0 / math.sqrt(HS)  # a Python float: keeps float32 arrays float32
     S = (q @ k.swapaxes(-1, -2)) * scale               # (B,NH,T,T)
-    future = np.triu(np.ones((T, T), dtype=bool), k=1)  # (T,T) True above the diagonal
-    S[..., future] = -np.inf
+    future = xp.triu(xp.ones((T, T), dtype=bool), k=1)  # (T,T) True above the diagonal
+    S = np.where(future, -np.inf, S)
     S = S - S.max(axis=-1, keepdims=True)               # stable softmax: the row max becomes 0
     P = np.exp(S)
     P /= P.sum(axis=-1, keepdims=True)                  # (B,NH,T,T)

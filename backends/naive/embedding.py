@@ -3,13 +3,16 @@
     out[b, t] = wte[tokens[b, t]] + wpe[t]
     dwte[tokens[b, t]] += dout[b, t]         dwpe[t] += sum_b dout[b, t]
 
-`np.add.at` is the unbuffered scatter-add: with `dwte[tokens] += dout`, a token that occurs twice
-would receive only one of its two gradients.
+`add.at` is the unbuffered scatter-add: with `dwte[tokens] += dout`, a token that occurs twice
+would receive only one of its two gradients. It is taken from the buffer's own module (numpy, or
+cupy for the benchmark's float64 reference on the GPU).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from euler_core.device import module_of
 
 from ._out import into
 
@@ -29,6 +32,6 @@ def forward(inputs, attrs, out=None):
 def backward(saved, dout, grads):
     dwte, dwpe = grads["wte"], grads["wpe"]
     B, T, C = dout.shape
-    np.add.at(dwte, saved.tokens.reshape(-1), dout.reshape(B * T, C))  # (N,C) rows into (V,C)
+    module_of(dwte).add.at(dwte, saved.tokens.reshape(-1), dout.reshape(B * T, C))  # (N,C) rows into (V,C)
     dwpe[:T] += dout.sum(axis=0)  # (T,C)
     return {"wte": dwte, "wpe": dwpe}

@@ -24,7 +24,7 @@ sum); prints nothing but a last line.
 
 bench (~60 s): bf16, GPT-2 124M's five linears (qkv, attn_proj, fc, fc_proj, lm_head) at each
 --rows: the forward (x @ W.T + b), dx (dy @ W) and dW (+= dy.T @ x into float32, the bias gradient
-beside it) of each variant, each timed alone (euler_core.bench.timing: batches of back-to-back
+beside it) of each variant, each timed alone (euler_core.measure.timing: batches of back-to-back
 calls behind a spin kernel, CUDA events, rotating inputs), TFLOP/s and the ratio to cuBLASLt
 (the cublaslt variant); cupy.matmul (cuBLAS) for the bare forward as a second reference.
 
@@ -242,7 +242,7 @@ def _device_inputs(cp, N, K, M, bias=True):
 def bench(args) -> Tally:
     import cupy as cp
 
-    from euler_core.bench.timing import CudaTimer, TimingConfig, measure
+    from euler_core.measure.timing import CudaTimer, TimingConfig, measure
     tally = Tally("bench")
     timer, cfg = CudaTimer(), TimingConfig(min_time_s=0.2, max_time_s=2.0, max_samples=30)
     cp.random.seed(3)

@@ -117,8 +117,8 @@ echo "pytest: $(grep -E 'passed|failed|error' $SUM/generate/pytest.txt | tail -2
 # 124M: ours beside both Hugging Face modes in one table (two record folders); then 350M
 $PY -c "
 import sys, glob
-from euler_core.bench.generate import report_table
-from euler_core.bench.records import load_records
+from euler_core.measure.generate import report_table
+from euler_core.measure.records import load_records
 for title, pattern in (('GPT-2 124M', 'bench-124m*'), ('GPT-2 350M', 'bench-350m')):
     dirs = sorted(glob.glob(sys.argv[1] + '/' + pattern))
     if dirs:

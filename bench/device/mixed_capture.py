@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, when run as a script
 
 from conformance.arrays import np_dtype, param_grad_dtype  # noqa: E402
-from euler_core.bench.ops import make_inputs  # noqa: E402
+from euler_core.measure.ops import make_inputs  # noqa: E402
 from euler_core.kernels import Kernel, Kernels  # noqa: E402
 from euler_core.ops import OPS  # noqa: E402
 

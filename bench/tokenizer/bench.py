@@ -133,7 +133,7 @@ def _pool_init(tok):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ranks", default=None, help="a copy of GPT-2's ranks (default: the one in the package)")
+    ap.add_argument("--ranks", default=None, metavar="FILE", help="a copy of GPT-2's ranks (default: the one in the package)")
     ap.add_argument("--mb", type=float, default=10.0)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--repeats", type=int, default=3)

@@ -3,14 +3,14 @@ attention check shape (B=4, T=256, C=768, 12 heads; 2.4 million gradient element
 inputs `euler bench ops` checks with: the backward emulated in float64 NumPy with only P and dS
 rounded to bf16 before their products (as the triton kernel and FlashAttention do), then compared
 as the benchmark compares. Printed: the verdict with 0, 1, 2 and 10 allowed outliers per million.
-16 outliers, the worst 1.74x past the bound. See euler_core/bench/shapes.py.
+16 outliers, the worst 1.74x past the bound. See euler_core/measure/shapes.py.
 
     python bench/tune/attention_bf16_tail.py       (CPU, a few seconds)
 """
 import ml_dtypes
 import numpy as np
 
-from euler_core.bench.ops import make_reference
+from euler_core.measure.ops import make_reference
 from conformance.arrays import CheckFailed, compare
 from conformance.tolerances import tolerance
 bf = ml_dtypes.bfloat16

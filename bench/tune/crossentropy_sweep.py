@@ -131,7 +131,7 @@ def interpret_all():
 
 def gpu(out_path: str):
     import cupy
-    from euler_core.bench.timing import CudaTimer, TimingConfig, measure
+    from euler_core.measure.timing import CudaTimer, TimingConfig, measure
     from euler_core.device import to_device
     rng = np.random.default_rng(2)
     timer = CudaTimer()

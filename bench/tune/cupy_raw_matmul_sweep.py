@@ -8,7 +8,7 @@ db += sum_n dy beside it where the linear has a bias) -
 each candidate (a configuration of backends/cupy_raw/matmul.py's gemm_mma or gemm_wgmma, passed in
 explicitly as `config=`; "default" = the product's own from CONFIGS / SHAPE_CONFIGS) is first checked
 on fresh random inputs against float64 CuPy (output poisoned with NaN, dW starting non-zero; the
-conformance bf16 bound), then timed with euler_core.bench.timing (batches behind a spin kernel, CUDA
+conformance bf16 bound), then timed with euler_core.measure.timing (batches behind a spin kernel, CUDA
 events, medians, two rotating input sets). cuBLASLt (the cublaslt variant's call) is timed the same
 way in the same process; ratios are against it. Results go to --out as JSON after every measurement
 (a timeout still leaves data), and a table is printed.
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         return compile_only()
     import cupy as cp
 
-    from euler_core.bench.timing import CudaTimer, TimingConfig, measure
+    from euler_core.measure.timing import CudaTimer, TimingConfig, measure
     timer, tcfg = CudaTimer(), TimingConfig(min_time_s=0.2, max_time_s=2.0, max_samples=30)
     rng = np.random.default_rng(0)
     bf16 = _common.np_dtype("bfloat16")

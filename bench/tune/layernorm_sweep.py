@@ -15,7 +15,7 @@ launched as a programmatic dependent ("pdl<cols>x<rows>w<warps>"), or by the bac
 after all its programs arrive at a counter ("fused"; "coop": a cooperative launch).
 
 Every candidate is first checked (random inputs, outputs poisoned with NaN, dweight/dbias pre-filled,
-twice) against a float64 reference; then GPU-timed with euler_core.bench.timing (batches queued
+twice) against a float64 reference; then GPU-timed with euler_core.measure.timing (batches queued
 behind its spin kernel, 4 rotating input sets, more than the L2). Beside them, in the same process:
 the product's layernorm at its configuration and at neighbours of it (PRODUCT_FWD, PRODUCT_BWD), PyTorch's F.layer_norm (bf16) forward and backward, and kernels moving the
 same bytes as an achievable bound: cudaMemcpy (cupy copyto) and a Triton copy for the forward, a
@@ -495,7 +495,7 @@ def check_cpu():
 def run(out_path, budget_s, dry=False):
     """The GPU run; dry=True runs the same steps on NumPy under the interpreter (float32, tiny N)."""
     import ml_dtypes
-    from euler_core.bench.timing import CpuTimer, CudaTimer, TimingConfig, measure
+    from euler_core.measure.timing import CpuTimer, CudaTimer, TimingConfig, measure
 
     if dry:
         cp, bf, sizes = np, np.float32, (40,)

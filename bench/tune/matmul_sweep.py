@@ -6,7 +6,7 @@ For every (N, linear, what) in PLAN - a forward, a whole backward as matmul.back
 (dx = dy W, dW += dy^T x, db += sum_n dy), or the column sum alone - each variant (launch configs of
 the one `_gemm` kernel, None = the product's own) is checked on fresh random inputs, outputs
 poisoned with NaN and accumulated gradients pre-filled, against float32 PyTorch on the upcast
-inputs (TF32 off), then timed with euler_core.bench.timing (batches queued behind the spin kernel,
+inputs (TF32 off), then timed with euler_core.measure.timing (batches queued behind the spin kernel,
 CUDA events; medians), rotating input copies like `euler bench ops`. cuBLAS (torch addmm; for the
 backward matmul + addmm_ + sum + add_) is timed the same way in the same process, before and after
 the variants; ratios are against the mean of the two. Every launch is compiled for sm_90 first in a
@@ -28,7 +28,7 @@ import numpy as np
 
 from backends.triton import _reduce, _runtime, matmul
 from backends.triton._runtime import xp_of
-from euler_core.bench.timing import CudaTimer, TimingConfig, measure
+from euler_core.measure.timing import CudaTimer, TimingConfig, measure
 
 LINEARS = {"qkv": (768, 2304, True), "attn_proj": (768, 768, True), "fc": (768, 3072, True),
            "fc_proj": (3072, 768, True), "lm_head": (768, 50304, False)}

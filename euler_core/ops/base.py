@@ -167,10 +167,6 @@ def expect_shape(op: str, name: str, a, shape: tuple) -> None:
         raise ValueError(f"{op}: input '{name}' must have shape {tuple(shape)}, got {tuple(a.shape)}")
 
 
-def itemsize(a) -> int:
-    return a.dtype.itemsize
-
-
 def nbytes(*arrays) -> int:
     return int(sum(a.size * a.dtype.itemsize for a in arrays if a is not None))
 

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 def _help() -> dict:
     """--help of every SFTConfig field: the training loop's (shared with euler train), and SFT's own."""
-    from ..cli import LOOP_HELP
+    from ..cli_options import LOOP_HELP
     return {
         **LOOP_HELP,
         "init": "checkpoint or run directory to start from (ours, or `euler import`ed GPT-2 weights)",
@@ -25,7 +25,7 @@ def _help() -> dict:
 
 
 def add_commands(sub) -> None:
-    from ..cli import add_config_options, add_sampling_options
+    from ..cli_options import add_config_options, add_sampling_options
     from ..values import resumable
     from .run import SFTConfig
     p = sub.add_parser("sft", help="fine-tune a checkpoint on conversations (SFT)",

@@ -13,7 +13,7 @@
     euler bench quality --backend triton --reference eager --steps 300 --data "data/*_train_*.bin" --out runs/q
                                        # ours and PyTorch trained from the same weights on the same batches
     euler bench generate --backend numba --hf-python ~/torch-venv/bin/python --out reports/generate-cpu
-                                       # generation speed beside Hugging Face's generate (euler_core/bench/generate.py)
+                                       # generation speed beside Hugging Face's generate (euler_core/measure/generate.py)
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def add_commands(sub) -> None:
     bench = p.add_subparsers(dest="bench_command", required=True, metavar="SUBCOMMAND")
 
     o = bench.add_parser("ops", help="time every selected variant of every op, forward and backward",
-                         description="Check each variant against float64 naive at the shape it is timed at "
-                                     "(at GPT-2's training shapes: the same op and widths on 1024 rows; "
-                                     "euler_core/bench/shapes.py) - a wrong variant is reported, never timed - "
+                         description="Check each variant against float64 naive on the very inputs it is timed on "
+                                     "(the reference of a GPU variant runs on the GPU; CPU variants up to "
+                                     "1024 rows: euler_core/measure/shapes.py) - a wrong variant is reported, never timed - "
                                      "then time it: warm-up, "
                                      "batches of back-to-back calls, rotated inputs, p20/p50/p80. Writes one "
                                      "JSON record per measurement to --out and to the bench cache that "
@@ -44,7 +44,7 @@ def add_commands(sub) -> None:
                    help="'all' (default), or comma-separated backends, backend:variant, op=backend[:variant]")
     o.add_argument("--ops", default=None, help="comma-separated ops (default: every op)")
     o.add_argument("--shapes", default="small", help=f"comma-separated shape sets: {', '.join(SHAPE_SETS)} "
-                   "(default small; see euler_core/bench/shapes.py)")
+                   "(default small; see euler_core/measure/shapes.py)")
     o.add_argument("--dtype", default="float32", help="comma-separated dtypes (default float32)")
     o.add_argument("--baseline", default="naive", help="what speedups are measured against: a backend (at "
                    "each shape its fastest variant of the op), backend:variant, or op=... overrides; 'none' for "
@@ -72,13 +72,13 @@ def add_commands(sub) -> None:
     r.add_argument("--no-plots", action="store_true", help="markdown only (no matplotlib needed)")
     r.set_defaults(func=_report)
 
-    from euler_core.cli import TRAIN_HELP, add_config_options
+    from euler_core.cli_options import TRAIN_HELP, add_config_options
     from euler_core.train import TrainConfig
     from euler_core.values import flag_type, integer
     st = bench.add_parser("step", help="a training run (euler train's options), timed op by op",
                           description="Run `euler train` with every kernel call timed (CUDA events on the GPU) "
                                       "and print where a step's time goes: per op and direction, the time per "
-                                      "step and its share, and what no kernel accounts for (euler_core/bench/"
+                                      "step and its share, and what no kernel accounts for (euler_core/measure/"
                                       "profile.py). Use --eval-every 0 and a few steps.")
     add_config_options(st, TrainConfig, TRAIN_HELP)
     st.add_argument("--skip-steps", type=flag_type(integer(0)), default=2, help="first steps left out (compilation, warm-up) (default 2)")
@@ -93,7 +93,7 @@ def add_commands(sub) -> None:
                                      "of one eager step; with --reference, the PyTorch reference GPT-2 "
                                      "(bench/euler-torch-reference) on the same device at the same sizes. Writes "
                                      "records.jsonl, run.json, train.md and a PNG to --out "
-                                     "(euler_core/bench/train.py).")
+                                     "(euler_core/measure/train.py).")
     t.add_argument("--backend", action="append", default=None,
                    help="a kernel selection, as for euler train; repeat for several systems (default: triton)")
     t.add_argument("--batch-sizes", default="16,32,64", help="comma-separated batch sizes B (default 16,32,64)")
@@ -122,7 +122,7 @@ def add_commands(sub) -> None:
                                      "same initial weights, the same token windows and learning rate at every step), "
                                      "each in a process of its own, and compare the loss curves: the mean relative "
                                      "difference per step. Writes records.jsonl, quality.md and quality-loss.png to "
-                                     "--out (euler_core/bench/quality.py).")
+                                     "--out (euler_core/measure/quality.py).")
     q.add_argument("--backend", action="append", default=None,
                    help="a kernel selection; repeat for several (the first is compared with the rest; default triton)")
     q.add_argument("--reference", default="", help="PyTorch reference modes, comma-separated: eager, compile")
@@ -152,7 +152,7 @@ def add_commands(sub) -> None:
                          description="Time generate() on GPT-2 shapes with random weights, greedy: prefill and "
                                      "decode tokens/s, time to first token, the decoding step's bandwidth; beside "
                                      "Hugging Face's generate run by --hf-python in its own environment, "
-                                     "alternating. See euler_core/bench/generate.py.")
+                                     "alternating. See euler_core/measure/generate.py.")
     g.add_argument("--backend", default="numba", help="kernel selection (default numba; triton on the GPU)")
     g.add_argument("--presets", default="gpt2", help="comma-separated model presets (default gpt2; gpt2-medium: 350M)")
     g.add_argument("--dtype", default="float32", help="the model's dtype (default float32; bfloat16 on the GPU)")

@@ -7,7 +7,7 @@ own (CuPy's and PyTorch's pools never give memory back within a process, and nvi
 whole card); and an out-of-memory error ends only that measurement. The driver (train.py,
 quality.py) never touches the GPU itself, so nvidia-smi sees only the worker.
 
-    python -m euler_core.bench.workers '{"role": "peaks", ...}'     our worker: one JSON line last
+    python -m euler_core.measure.workers '{"role": "peaks", ...}'     our worker: one JSON line last
     python -m euler_torch_reference.gpt2 --config ... --B ... --T   the reference's (a torch environment)
 
 The reference runs from bench/euler-torch-reference with no install: its folder is put on PYTHONPATH.
@@ -132,7 +132,7 @@ class _nothing:
 
 
 def ours_command(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "euler_core.bench.workers", json.dumps(spec)]
+    return [sys.executable, "-m", "euler_core.measure.workers", json.dumps(spec)]
 
 
 def reference_command(python: str, config: dict, B: int, T: int, *, compile: bool, warmup: int = 0,

@@ -17,14 +17,15 @@ of an op record:
     conformance ("passed"/"failed"/"skipped"/"not run": the suite for this op and dtype),
     p20_s, p50_s, p80_s (seconds per call), samples, calls_per_sample, input_sets, flops, bytes,
     intensity (FLOP/byte), tflops, gbps (at p50), bound ("compute"/"memory": the roofline's limit at
-    this intensity), roofline_fraction (ideal time at the measured peaks / p50), peak_flops, peak_bw,
+    this intensity; "none" for a call that computes and moves nothing), roofline_fraction (ideal time
+    at the measured peaks / p50; None where there is no roofline), peak_flops, peak_bw,
     baseline, speedup (baseline's p50 / this p50, same shape, dtype and direction), and the
     environment: device, device_kind, device_key, host, os, cores, versions{...}, driver, git_sha,
     git_dirty, loadavg.
 
 Where records go: `euler bench ops --out DIR` writes DIR; every run is also copied to the bench cache,
 `$EULER_BENCH_DIR`, else `$EULER_CACHE_DIR/bench`, else `~/.cache/nanoeuler/bench`, one folder per run,
-which is where `--backend auto` reads them (euler_core/bench/auto.py).
+which is where `--backend auto` reads them (euler_core/measure/auto.py).
 """
 
 from __future__ import annotations

@@ -34,6 +34,13 @@ class PlotsUnavailable(RuntimeError):
 
 
 # ---- formatting ------------------------------------------------------------------------------------
+def _roofline_cell(fraction: float | None) -> str:
+    """'43.1%', '112.0% †' above the roofline, '-' for a call with no roofline (it moves nothing)."""
+    if fraction is None:
+        return "-"
+    return f"{100 * fraction:.1f}%" + (" †" if fraction > 1 else "")
+
+
 def fmt_time(s: float | None) -> str:
     if s is None:
         return "-"
@@ -158,7 +165,7 @@ def markdown(order, by_run, meta) -> str:
                     r["direction"], f"{r['shape_set']}/{r['shape']} ({r['dims_text']})", r["dtype"],
                     fmt_time(r["p50_s"]), f"{fmt_time(r['p20_s'])} - {fmt_time(r['p80_s'])}",
                     fmt_rate(r["tflops"] * 1e12, "FLOP/s"), fmt_rate(r["gbps"] * 1e9, "B/s"),
-                    f"{100 * r['roofline_fraction']:.1f}%" + (" †" if r["roofline_fraction"] > 1 else ""), r["bound"],
+                    _roofline_cell(r["roofline_fraction"]), r["bound"],
                     "-" if sp is None else f"{sp:.2f}x vs `{r['baseline']}`"]
                 lines.append("| " + " | ".join(cells) + " |")
             missed = {}
@@ -170,10 +177,13 @@ def markdown(order, by_run, meta) -> str:
                 lines += ["", "‡ a reference (a variant of the baseline), timed although it missed NanoEuler's "
                           "tolerance or another conformance check; what it missed:", ""]
                 lines += [f"- `{v}` at {', '.join(sorted(w))}: {m}" for (v, m), w in missed.items()]
-            if any(r["roofline_fraction"] > 1 for r in ok):
+            if any((r["roofline_fraction"] or 0) > 1 for r in ok):
                 lines += ["", "† above the measured roofline: the data stayed in a cache smaller than the peak's "
-                          "copy, or the call did less work than the spec counts (a backward that returns its "
-                          "input gradient as is)."]
+                          "copy, or the call did less work than the spec counts."]
+            if any(r["roofline_fraction"] is None for r in ok):
+                lines += ["", "- no roofline: the call computes and moves nothing (residual's backward hands back "
+                          "its output gradient as both input gradients), so no fraction of a peak applies; its "
+                          "time is the call's overhead."]
             lines.append("")
         bad = {}
         for r in recs:

@@ -1,20 +1,22 @@
 """`euler bench ops`: time every selected variant of every op, forward and backward separately.
 
 For each (op, shape, dtype) the run
-1. computes the float64 naive reference once, on the host, from inputs rounded to the dtype, at the
-   shape's check dims (shapes.check_dims: the timed shape itself up to 1024 rows, which is every
-   shape of `small` and `mid`, and the same op with the same widths on fewer rows at GPT-2's training
-   shapes, whose float64 reference would not fit the host);
+1. makes random inputs of the timed shape, rounded to the dtype, on each variant's device (the op
+   spec's example; CuPy's generator on the GPU: seconds, where NumPy would spend minutes making
+   gigabytes of logits), and from them, once per device, the float64 reference: the registry's
+   naive:reference variant on float64 copies of those inputs, on the host for CPU variants and on
+   the GPU for CUDA ones (the naive kernels' NumPy code runs on CuPy arrays). A CPU variant is
+   benchmarked only at shapes whose host reference is affordable (shapes.host_reference_refusal:
+   every shape of `small` and `mid`);
 2. for each variant: runs the conformance suite for that op and dtype (unless asked not to), then
-   checks the variant, through the dispatcher, against that reference (STYLE.md 6). A variant that
-   fails either is recorded as failed, with the reason, and is not timed;
+   checks the variant, through the dispatcher, against that reference on those very inputs: the
+   call that is then timed, at its shapes, dtypes and so its launch configuration (a kernel that
+   picks a split or a tile from N is checked with the one it is timed with; STYLE.md 6). A variant
+   that fails either is recorded as failed, with the reason, and is not timed;
 3. times the variant's forward and backward as the model calls them (forward with out=None, backward
    with the parameter-gradient buffers only), directly on its implementation (the dispatcher's
-   Python-side validation is not part of a kernel's time), rotating through copies of the inputs
-   (timing.py says how samples are taken on the CPU and the GPU). The inputs are the checked ones
-   when the check ran at the timed shape; else fresh random inputs of the timed shape, made by the
-   op spec's example on the variant's device (CuPy's generator on the GPU: seconds, where NumPy
-   would spend minutes making gigabytes of logits);
+   Python-side validation is not part of a kernel's time), rotating through copies of the checked
+   inputs (timing.py says how samples are taken on the CPU and the GPU);
 4. derives TFLOP/s and GB/s from the op spec's counts (STYLE.md 7), the fraction of the roofline
    built from the peaks measured at the start of this run (peaks.py), and at the end the speedup of
    every measurement against the baseline of its op.
@@ -34,20 +36,20 @@ run (Ctrl-C, or `timeout`'s SIGTERM under `euler bench ops`) still gets its spee
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from euler_core.device import array_module, to_device
-from euler_core.kernels import Kernel, Selection
+from euler_core.kernels import Kernel, Selection, select_variants
+from euler_core.numerics import CheckFailed, compare, is_float, np_dtype, param_grad_dtype, tolerance
 from euler_core.ops import OPS
 from euler_core.registry import Registry, Variant, get_registry
 
 from . import records as rec
 from .peaks import measure_peaks
-from .shapes import SHAPE_SETS, check_dims, dims_text, shapes_for
+from .shapes import SHAPE_SETS, dims_text, host_reference_refusal, shapes_for
 from .timing import TimingConfig, measure, timer_for
 
 DIRECTIONS = ("forward", "backward")
@@ -71,7 +73,6 @@ class BenchConfig:
 def select(text: str, ops, registry: Registry) -> list[Variant]:
     """The variants that `text` names: 'all', backends ('naive,numba'), variants ('numba:rows'),
     per-op choices ('attention=numba:flash'), comma-separated, in any mix."""
-    from conformance.runner import select_variants
     tokens = [t.strip() for t in (text or "all").split(",") if t.strip()]
     if not tokens or "all" in tokens:
         return select_variants(None, ops, registry)
@@ -97,9 +98,8 @@ def baseline_variants(text: str | None, op: str, registry: Registry) -> list[Var
 
 
 # ---- the reference and the check --------------------------------------------------------------------
-def _np_dtype(name: str):
-    from conformance.arrays import np_dtype
-    return np_dtype(name)
+#: the variant whose float64 results every other is checked against, looked up in the registry
+REFERENCE = "naive:reference"
 
 
 @dataclass
@@ -116,31 +116,30 @@ class Reference(Inputs):
 
 def make_inputs(op: str, dims: dict, dtype: str, seed: int, device: str) -> Inputs:
     """Random inputs and output gradient of `op` at `dims` in `dtype`, made on `device` by the op
-    spec's example (its NumPy calls are also CuPy's). No reference: for timing at shapes checked
-    smaller."""
-    from conformance.arrays import is_float
+    spec's example (its NumPy calls are also CuPy's)."""
     spec = OPS[op]
     xp = array_module(device)
     rng = xp.random.default_rng(seed)
     inputs, attrs = spec.example(dims, "float32", rng)
-    dt = _np_dtype(dtype)
+    dt = np_dtype(dtype)
     typed = {k: (v.astype(dt) if is_float(v) else v) for k, v in inputs.items() if v is not None}
     if spec.output is None:
         return Inputs(typed, attrs, None)
     full = spec.fill_attrs(attrs)
     dout = rng.standard_normal(spec.output_shape(typed, full), dtype=np.float32)
     dout[dout == 0] = 0.5
-    return Inputs(typed, attrs, dout.astype(_np_dtype(spec.output_dtype(typed, full))))
+    return Inputs(typed, attrs, dout.astype(np_dtype(spec.output_dtype(typed, full))))
 
 
-def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
-    """make_inputs on the host, and what the float64 naive backend computes from them."""
-    from conformance.arrays import is_float
+def make_reference(op: str, dims: dict, dtype: str, seed: int, registry: Registry | None = None,
+                   device: str = "cpu") -> Reference:
+    """make_inputs on `device`, and what the float64 reference variant computes from them there
+    (expected values stay on `device`: the comparison runs there too, numerics.compare)."""
     spec = OPS[op]
-    inputs = make_inputs(op, dims, dtype, seed, "cpu")
+    inputs = make_inputs(op, dims, dtype, seed, device)
     exact = {k: (v.astype(np.float64) if is_float(v) else v) for k, v in inputs.typed.items()}
     full = spec.fill_attrs(inputs.attrs)
-    naive = importlib.import_module(f"backends.naive.{op}")
+    naive = (registry or get_registry()).find(REFERENCE, op).load()
     if spec.output is None:  # adamw updates param, m, v in place
         state = {k: v.copy() for k, v in exact.items()}
         naive.forward(state, full, None)
@@ -148,14 +147,13 @@ def make_reference(op: str, dims: dict, dtype: str, seed: int) -> Reference:
     out, saved = naive.forward(exact, full, None)
     grads = {p: np.zeros_like(exact[p]) for p in spec.params if p in exact}
     result = naive.backward(saved, inputs.dout.astype(np.float64), grads)
-    expected = {"out": np.asarray(out)}
-    expected.update({f"d{n}": np.asarray(result[n]) for n in spec.differentiable if n in exact})
+    expected = {"out": out}
+    expected.update({f"d{n}": result[n] for n in spec.differentiable if n in exact})
     return Reference(inputs.typed, inputs.attrs, inputs.dout, expected)
 
 
 def _grad_dtype(param):
     """The parameter-gradient buffers' dtype, as in training: float32 for 16-bit parameters."""
-    from conformance.arrays import np_dtype, param_grad_dtype
     return np_dtype(param_grad_dtype(str(param.dtype)))
 
 
@@ -165,10 +163,8 @@ OUTLIERS_PER_MILLION = 10.0  # elements past the suite's bound (by at most 2x) t
 def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> tuple[str, str]:
     """('passed', note) when the variant matches the reference at these inputs, forward and backward,
     within the conformance suite's tolerance for `dtype` (the note names any outliers let pass:
-    conformance.arrays.compare's allowance of OUTLIERS_PER_MILLION, for checks on millions of
+    euler_core.numerics.compare's allowance of OUTLIERS_PER_MILLION, for checks on millions of
     elements); ('wrong', how) when it computes something else; ('raised', what) when it crashed."""
-    from conformance.arrays import CheckFailed, compare
-    from conformance.tolerances import tolerance
     spec = OPS[op]
     try:
         kernel = Kernel(variant)
@@ -207,7 +203,7 @@ def _nbytes(arrays) -> int:
 
 
 def time_variant(variant: Variant, op: str, ref: Inputs, cfg: TimingConfig, timer) -> dict:
-    """{direction: Timing} of the variant's implementation on copies of the reference inputs."""
+    """{direction: Timing} of the variant's implementation on copies of the checked inputs."""
     spec = OPS[op]
     impl = variant.load()
     attrs = spec.fill_attrs(ref.attrs)
@@ -230,20 +226,32 @@ def time_variant(variant: Variant, op: str, ref: Inputs, cfg: TimingConfig, time
 
 
 # ---- the run -----------------------------------------------------------------------------------------
+#: where the conformance suite registers the function that gives its verdict on one variant, op and
+#: dtype (conformance.runner.verdict): the core runs the suite without importing it
+SUITE_ENTRY_POINTS = "nanoeuler.suites"
+
+
 def _conformance(variant: Variant, op: str, dtype: str, registry: Registry, seed: int) -> tuple[str, str]:
-    """('passed'|'failed'|'skipped', first failure or skip reason) of the suite for one op and dtype."""
-    import conformance
-    report = conformance.run(backend=variant.qualname, ops=[op], dtypes=[dtype], model=False,
-                             registry=registry, seed=seed)
-    if not report.ok:
-        return "failed", str(report.failures()[0])
-    if not any(r.status == "passed" for r in report):
-        return "skipped", report.skips()[0].message if report.skips() else "no check ran"
+    """('passed'|'failed'|'skipped'|'not run', first failure or skip reason) of every installed suite
+    for one op and dtype."""
+    from importlib.metadata import entry_points
+    suites = sorted(entry_points(group=SUITE_ENTRY_POINTS), key=lambda ep: ep.name)
+    if not suites:
+        return "not run", f"no conformance suite is installed (entry-point group {SUITE_ENTRY_POINTS})"
+    for suite in suites:
+        status, message = suite.load()(variant, op, dtype, registry, seed)
+        if status != "passed":
+            return status, message
     return "passed", ""
 
 
 def roofline(flops: float, nbytes: float, seconds: float, peaks: dict) -> dict:
-    """Throughput and the fraction of the roofline at this intensity (ideal time / measured time)."""
+    """Throughput and the fraction of the roofline at this intensity (ideal time / measured time).
+    A call that computes and moves nothing (residual's backward hands back its output gradient as
+    both input gradients) has no roofline: its fraction is None, its bound "none"."""
+    if flops == 0 and nbytes == 0:
+        return {"tflops": 0.0, "gbps": 0.0, "intensity": None, "bound": "none", "roofline_fraction": None,
+                "peak_flops": peaks["peak_flops"], "peak_bw": peaks["peak_bw"]}
     t_compute = flops / peaks["peak_flops"]
     t_memory = nbytes / peaks["peak_bw"]
     return {"tflops": flops / seconds / 1e12, "gbps": nbytes / seconds / 1e9,
@@ -298,7 +306,7 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
     shapeless = [op for op in ops if not shapes_for(cfg.shapes, op)]
     if shapeless and cfg.ops:
         raise ValueError(f"no benchmark shapes for op(s) {shapeless} in {', '.join(cfg.shapes)} "
-                         "(euler_core/bench/shapes.py)")
+                         "(euler_core/measure/shapes.py)")
     ops = [op for op in ops if op not in shapeless]  # e.g. inference-only ops that training never times
     variants = select(cfg.backend, ops, registry)
     references = set()
@@ -346,15 +354,12 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
             directions = DIRECTIONS if spec.output is not None else ("forward",)
             for dtype in cfg.dtypes:
                 for set_name, label, dims in shapes_for(cfg.shapes, op):
-                    cdims = check_dims(op, dims)
-                    where = (f"the benchmarked shape {dims_text(dims)}" if cdims == dims else
-                             f"{dims_text(cdims)} (the check shape of the benchmarked {dims_text(dims)})")
-                    ref, timed_inputs = None, {}
+                    where = f"the benchmarked shape {dims_text(dims)}"
+                    refs: dict = {}  # device -> the Reference there, or why it could not be computed
                     for variant in op_variants:
                         common = {"kind": "op", "op": op, "variant": variant.qualname, "backend": variant.backend,
                                   "shape_set": set_name, "shape": label, "dims": dims, "dims_text": dims_text(dims),
-                                  "check_dims": dims_text(cdims), "dtype": dtype,
-                                  "reference": variant.qualname in references}
+                                  "dtype": dtype, "reference": variant.qualname in references}
                         name = f"{op:<12} {variant.qualname:<24} {label:<10} {dtype}"
 
                         def emit(status, message="", **extra):
@@ -365,6 +370,8 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                         reason = variant.unavailable_reason()
                         if reason is None and dtype not in variant.dtypes:
                             reason = f"the variant does not take {dtype} (it takes {', '.join(variant.dtypes)})"
+                        if reason is None and variant.device == "cpu":
+                            reason = host_reference_refusal(op, dims)
                         if reason:
                             emit("skipped", reason)
                             log(f"{name}: skipped ({reason})")
@@ -379,8 +386,18 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                                 emit("failed", "conformance: " + conf_message, check="not run", conformance=conf)
                                 log(f"{name}: FAILED conformance, not timed\n    {conf_message.splitlines()[0]}")
                                 continue
-                        if ref is None:
-                            ref = make_reference(op, cdims, dtype, cfg.seed)
+                        if variant.device not in refs:
+                            try:
+                                refs[variant.device] = make_reference(op, dims, dtype, cfg.seed, registry,
+                                                                      variant.device)
+                            except Exception as e:  # e.g. out of memory: no check, so no timing
+                                refs[variant.device] = f"{type(e).__name__}: {e}"
+                        ref = refs[variant.device]
+                        if isinstance(ref, str):
+                            emit("failed", f"the float64 reference at {where} on {variant.device} raised {ref}",
+                                 check="not run", conformance=conf)
+                            log(f"{name}: not checked, so not timed: the reference raised {ref.splitlines()[0]}")
+                            continue
                         check, wrong = check_variant(variant, op, ref, dtype)
                         if check == "raised" or (check == "wrong" and not common["reference"]):
                             emit("failed", f"wrong at {where}: {wrong}", check="failed", conformance=conf)
@@ -394,19 +411,16 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                         if check == "passed" and wrong:
                             notes.append(f"passed at {where}: {wrong}")
                             log(f"{name}: passed at {where}: {wrong}")
-                        if cdims != dims and variant.device not in timed_inputs:
-                            timed_inputs[variant.device] = make_inputs(op, dims, dtype, cfg.seed, variant.device)
-                        inputs = ref if cdims == dims else timed_inputs[variant.device]
                         peak = peak_for(variant.device, dtype)
                         try:
-                            timings = time_variant(variant, op, inputs, cfg.timing, timer_for(variant.device))
+                            timings = time_variant(variant, op, ref, cfg.timing, timer_for(variant.device))
                         except Exception as e:  # e.g. out of memory at the timed shape: the run goes on
                             emit("failed", f"raised while timed at {dims_text(dims)}: {type(e).__name__}: {e}",
                                  check="passed" if check == "passed" else "failed", conformance=conf)
                             log(f"{name}: FAILED while timed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                             continue
-                        full = spec.fill_attrs(inputs.attrs)
-                        flops, nbytes = spec.flops(inputs.typed, full), spec.bytes_moved(inputs.typed, full)
+                        full = spec.fill_attrs(ref.attrs)
+                        flops, nbytes = spec.flops(ref.typed, full), spec.bytes_moved(ref.typed, full)
                         for direction, t in timings.items():
                             r = {**base_record(variant.device), **common, "direction": direction, "status": "ok",
                                  "message": "\n".join(notes), "check": "passed" if check == "passed" else "failed",
@@ -420,7 +434,8 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                             log(f"{name} {direction:<8} "
                                 f"p50 {t.p50 * 1e3:9.4f} ms [{t.p20 * 1e3:.4f}, {t.p80 * 1e3:.4f}]  "
                                 f"{r['tflops'] * 1e3:8.2f} GFLOP/s {r['gbps']:8.2f} GB/s  "
-                                f"{100 * r['roofline_fraction']:5.1f}% of roofline"
+                                + (f"{100 * r['roofline_fraction']:5.1f}% of roofline" if r["roofline_fraction"] is not None
+                                   else "no roofline (computes and moves nothing)")
                                 + (f"  (Python {t.host_p50 * 1e3:.4f} ms a call)" if t.host_p50 is not None else ""))
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (cli.py): keep what was measured
         interrupted = True

@@ -16,18 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics import np_dtype
 from .timing import Timing, TimingConfig, measure, timer_for
 
 #                 matmul n   copy bytes
 SIZES = {"small": (512, 64 << 20), "large": (2048, 512 << 20)}
 GPU_SIZES = {"small": (4096, 256 << 20), "large": (8192, 1 << 30)}
-
-
-def _np_dtype(dtype: str):
-    if dtype == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(dtype)
 
 
 def measure_peaks(device: str, dtype: str, size: str = "large", cfg: TimingConfig | None = None) -> dict:
@@ -38,7 +32,7 @@ def measure_peaks(device: str, dtype: str, size: str = "large", cfg: TimingConfi
     timer = timer_for(device)
     if device == "cuda":
         import cupy as xp
-        compute_dtype = _np_dtype(dtype)
+        compute_dtype = np_dtype(dtype)
     else:
         xp = np
         # the CPU has no bfloat16/float16 BLAS: its ceiling is float32's

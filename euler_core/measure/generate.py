@@ -16,14 +16,14 @@ and from their medians: prefill tokens/s = B * prompt_len / ttft, decode tokens/
 (total - ttft), generation tokens/s = B * new / total (prefill included: the issue's figure), and
 the decoding step's bandwidth: the bytes one step must read (every parameter once, at the
 activations' dtype, and the keys and values of the cache at its mean length) over its time, as a
-fraction of the device's copy bandwidth measured in the same run (bench/peaks.py).
+fraction of the device's copy bandwidth measured in the same run (peaks.py).
 
 Before timing (validate before timing): one decoding step's logits against the model's full
 forward over the same tokens, within the dtype's tolerance; on the GPU also the tokens of a short
 greedy generation with the CUDA graph against the same without it (the same kernels: equal).
 
 Hugging Face runs in its own process and environment (--hf-python: a Python with torch and
-transformers; euler_core/bench/hf_generate.py), never in NanoEuler's. Ours and theirs alternate,
+transformers; euler_core/measure/hf_generate.py), never in NanoEuler's. Ours and theirs alternate,
 --rounds times, so that other work on a shared machine falls on both alike; the load average is
 recorded with every measurement. Writes records.jsonl (one record per implementation, model, batch
 and round), run.json and report.md to --out, and prints the report's table.
