@@ -329,3 +329,25 @@ def test_a_backward_that_moves_nothing_gets_no_roofline_fraction(registry, tmp_p
     render([tmp_path], tmp_path / "report", plots=False)
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| - | none |" in text and "no roofline: the call computes and moves nothing" in text
+
+
+def test_a_gpu_reference_that_raises_is_computed_on_the_host(monkeypatch):
+    """The at-shape reference of a GPU variant runs on the GPU; where that raises (its float64
+    temporaries past the card's memory), the same check runs against a host reference instead of
+    leaving the variant untimed."""
+    from euler_core.measure import ops as bench_ops
+    real = bench_ops.make_reference
+
+    def on_host_only(op, dims, dtype, seed, registry=None, device="cpu"):
+        if device != "cpu":
+            raise MemoryError("out of memory allocating 13,194,139,648 bytes")
+        return real(op, dims, dtype, seed, registry, device)
+
+    monkeypatch.setattr(bench_ops, "make_reference", on_host_only)
+    said = []
+    ref = bench_ops._reference_for("gelu", {"N": 64, "C": 48}, "float32", 0, None, "cuda", said.append)
+    assert isinstance(ref, bench_ops.Reference) and isinstance(ref.expected["out"], np.ndarray)
+    assert "raised MemoryError: out of memory" in said[0] and "computing it on the host" in said[0]
+    monkeypatch.setattr(bench_ops, "make_reference", lambda *a, **k: (_ for _ in ()).throw(MemoryError("no")))
+    failed = bench_ops._reference_for("gelu", {"N": 64, "C": 48}, "float32", 0, None, "cuda", said.append)
+    assert isinstance(failed, str) and "on cuda, then MemoryError" in failed

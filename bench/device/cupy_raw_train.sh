@@ -10,7 +10,7 @@
 #          20: with --backend cupy_raw, then --backend attention=triton,matmul=cupy_raw    (~40 s each, cap 90)
 #   bench  `euler bench train` at B=16: triton (the default), cupy_raw, and
 #          attention=triton,matmul=cupy_raw side by side, beside torch.compile            (~120 s, cap 150)
-# SELECTIONS, BENCH_SELECTIONS (space-separated) and REFS ("" for none) narrow a re-run.
+# SELECTIONS, BENCH_SELECTIONS (space-separated; none: no bench) and REFS ("" for none) narrow a re-run.
 # DRY=1 runs the same on the CPU with naive at the micro preset (PY=.venv/bin/python DRY=1 OUT=/tmp/x bash ...).
 #
 # Comes back: ONE file, $OUT/cupy_raw_train.tar.gz = cupy_raw_train/{log.txt, model-*.txt, loss-*.log, bench/{records.jsonl,
@@ -46,10 +46,12 @@ for sel in "${SELECTIONS[@]}"; do
   rm -rf "$D/run-$name"   # the checkpoint is not worth a file of the 8 that come back
 done
 
-log "bench: ${BENCH[*]} at B=$BS${REFS:+, beside torch $REFS}"
-timeout 150 "$PY" -m euler_core.cli bench train "${BENCH[@]}" --preset "$PRESET" --batch-sizes "$BS" --warmup 3 \
-  --steps 10 --no-cold --peak-size small ${REFS:+--reference $REFS} --out "$D/bench" >> "$D/log.txt" 2>&1
-echo "bench exit $?" | tee -a "$D/log.txt"
+if [[ ${BENCH_SELECTIONS:-} != none ]]; then
+  log "bench: ${BENCH[*]} at B=$BS${REFS:+, beside torch $REFS}"
+  timeout 150 "$PY" -m euler_core.cli bench train "${BENCH[@]}" --preset "$PRESET" --batch-sizes "$BS" --warmup 3 \
+    --steps 10 --no-cold --peak-size small ${REFS:+--reference $REFS} --out "$D/bench" >> "$D/log.txt" 2>&1
+  echo "bench exit $?" | tee -a "$D/log.txt"
+fi
 
 tar czf "$OUT/cupy_raw_train.tar.gz" -C "$OUT" cupy_raw_train && rm -rf "$D"
 echo "=================== summary"

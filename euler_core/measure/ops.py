@@ -152,6 +152,24 @@ def make_reference(op: str, dims: dict, dtype: str, seed: int, registry: Registr
     return Reference(inputs.typed, inputs.attrs, inputs.dout, expected)
 
 
+def _reference_for(op: str, dims: dict, dtype: str, seed: int, registry, device: str, log):
+    """make_reference on `device`; where that raises on a GPU (its float64 temporaries out of the
+    card's memory, say), the same inputs' reference on the host instead (the check then moves the
+    variant's results there). The error as a string when neither can be computed: no check, so no
+    timing."""
+    try:
+        return make_reference(op, dims, dtype, seed, registry, device)
+    except Exception as e:
+        if device == "cpu":
+            return f"{type(e).__name__}: {e}"
+        first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    log(f"{op} {dims_text(dims)}: the float64 reference on {device} raised {first}; computing it on the host")
+    try:
+        return make_reference(op, dims, dtype, seed, registry, "cpu")
+    except Exception as e:
+        return f"{first} on {device}, then {type(e).__name__}: {e} on the host"
+
+
 def _grad_dtype(param):
     """The parameter-gradient buffers' dtype, as in training: float32 for 16-bit parameters."""
     return np_dtype(param_grad_dtype(str(param.dtype)))
@@ -387,11 +405,8 @@ def run(cfg: BenchConfig, out_dir, registry: Registry | None = None, log=print, 
                                 log(f"{name}: FAILED conformance, not timed\n    {conf_message.splitlines()[0]}")
                                 continue
                         if variant.device not in refs:
-                            try:
-                                refs[variant.device] = make_reference(op, dims, dtype, cfg.seed, registry,
-                                                                      variant.device)
-                            except Exception as e:  # e.g. out of memory: no check, so no timing
-                                refs[variant.device] = f"{type(e).__name__}: {e}"
+                            refs[variant.device] = _reference_for(op, dims, dtype, cfg.seed, registry,
+                                                                  variant.device, log)
                         ref = refs[variant.device]
                         if isinstance(ref, str):
                             emit("failed", f"the float64 reference at {where} on {variant.device} raised {ref}",
