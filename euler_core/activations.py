@@ -13,10 +13,9 @@ Kept for the backward (one slice per layer, in the activation dtype):
     atty      (L, N, C)    attention's output, c_proj's input
     res2      (L, N, C)    the residual stream after attention (ln_2's input)
     ln2       (L, N, C)    ln_2's output, c_fc's input
-    fch       (L, N, 4C)   c_fc's output, the GELU's input (not kept when matmul_gelu is fused:
-                           the fused op keeps gelu'(pre) instead)
-    fch_gelu  (L, N, 4C)   the GELU's output, the MLP projection's input: kept per layer only when
-                           matmul_gelu is fused (its output cannot be remade from gelu'(pre))
+    fch       (L, N, 4C)   c_fc's output, the GELU's input (unused when matmul_gelu is fused:
+                           the fused op keeps its own pre-activation)
+    fch_gelu  (L, N, 4C)   the GELU's output, the MLP projection's input
     res3      (L, N, C)    the residual stream after the MLP (layer l+1's input)
     encoded   (N, C)       the embedding's output, the stream entering layer 0
     lnf       (N, C)       ln_f's output, the classifier's input
@@ -26,10 +25,6 @@ Kept for the backward (one slice per layer, in the activation dtype):
 Scratch, reused by every layer (the forward's projections feed the residual add at once; the
 backward's activation gradients flow through one layer at a time):
 
-    fch_gelu  (N, 4C)      unfused GELU: its output for the layer at hand, recomputed from fch[l] in
-                           the backward just before the MLP projection's backward reads it (as
-                           llm.c's recompute does: one GELU more a layer, 4C a row a layer less,
-                           2.4 GB of GPT-2 124M at B=32)
     proj      (N, C)       c_proj's / the MLP projection's output
     dstream   (2, N, C)    the residual stream's gradient, two buffers used in turn
     dnorm     (N, C)       the gradient of a layernorm's output
@@ -56,10 +51,10 @@ from .device import storage_dtype
 def layout(L: int, N: int, C: int, Vp: int, fused_classifier: bool, fused_gelu: bool) -> list[tuple[str, tuple]]:
     """(name, shape) of every buffer in the activation dtype, in arena order."""
     per_layer = [("ln1", (L, N, C)), ("qkv", (L, N, 3 * C)), ("atty", (L, N, C)), ("res2", (L, N, C)),
-                 ("ln2", (L, N, C))] + [("fch_gelu", (L, N, 4 * C)) if fused_gelu else ("fch", (L, N, 4 * C))] + \
-                [("res3", (L, N, C))]
+                 ("ln2", (L, N, C))] + ([] if fused_gelu else [("fch", (L, N, 4 * C))]) + \
+                [("fch_gelu", (L, N, 4 * C)), ("res3", (L, N, C))]
     once = [("encoded", (N, C)), ("lnf", (N, C))] + ([] if fused_classifier else [("logits", (N, Vp))])
-    scratch = ([] if fused_gelu else [("fch_gelu", (N, 4 * C))]) + [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
+    scratch = [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
                ("dqkv", (N, 3 * C)), ("dfch_gelu", (N, 4 * C)), ("dfch", (N, 4 * C))] + \
               ([] if fused_classifier else [("dlogits", (N, Vp))])
     return per_layer + once + scratch

@@ -325,7 +325,7 @@ class GPT:
         else:
             fc, s_fc = k["matmul"].forward({"x": h2, "weight": p[pre + "mlp.c_fc.weight"],
                                             "bias": p[pre + "mlp.c_fc.bias"]}, out=buf("fch"))  # (N,4C)
-            act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=False))  # one for all layers
+            act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu"))
         mlp, s_mlp = k["matmul"].forward({"x": act, "weight": p[pre + "mlp.c_proj.weight"],
                                           "bias": p[pre + "mlp.c_proj.bias"]}, out=buf("proj", False))  # (N,C)
         next_out = acts.ln1[i + 1] if acts is not None and i + 1 < cfg.n_layer else (acts.lnf if acts is not None else None)
@@ -371,10 +371,6 @@ class GPT:
             # x_out, h_next = add_norm(x_mid, mlp): the gradient reaches x_mid and mlp alike
             dx = self._add_norm_backward(s.add_norm_next, dx, dh, nxt, acts.dstream[turn], acts)
             turn ^= 1
-            if s.gelu is not None and i + 1 < cfg.n_layer:
-                # the arena keeps one GELU output (activations.py): remake layer i's where the MLP
-                # projection's saved input points (the last layer's is still there)
-                k["gelu"].forward({"x": acts.fch[i]}, out=acts.fch_gelu)
             dact = k["matmul"].backward(s.mlp_proj, dx, {"weight": g[pre + "mlp.c_proj.weight"],
                                                          "bias": g[pre + "mlp.c_proj.bias"], "x": acts.dfch_gelu})["x"]
             if s.gelu is None:  # matmul_gelu

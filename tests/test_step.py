@@ -173,11 +173,10 @@ def test_the_arena_is_the_map_of_memory():
     N, C, L, Vp = 16 * 1024, 768, 12, config.padded_vocab_size
     unfused = arena_bytes(L, N, C, Vp, "bfloat16", fused_classifier=False, fused_gelu=False)
     fused = arena_bytes(L, N, C, Vp, "bfloat16", fused_classifier=True, fused_gelu=True)
-    # per layer 5 (N,C) + 3C + 4C (c_fc's output, or the fused GELU's) = 12 C a row; once 2 C (+ Vp
-    # logits); scratch 6 C + 3C + 8C (+ Vp), and the unfused GELU's recomputed output 4C
-    per_row = L * 12 * C + 2 * C + 17 * C
-    assert unfused == 2 * N * (per_row + 4 * C + 2 * Vp) + 4 * N
-    assert fused == 2 * N * per_row + 4 * N
+    # per layer 5 (N,C) + 3C + 2 x 4C = 16 C a row; once 2 C (+ Vp logits); scratch 6 C + 3C + 8C (+ Vp)
+    per_row = L * 16 * C + 2 * C + 17 * C
+    assert unfused == 2 * N * (per_row + 2 * Vp) + 4 * N
+    assert fused == 2 * N * (per_row - L * 4 * C) + 4 * N
     acts = Activations.allocate(np, GPTConfig(2, 2, 16, 16, 29, 8), 2, 8, "float32", False, False)
     assert acts.qkv.shape == (2, 16, 48) and acts.losses.shape == (16,)
     assert np.shares_memory(acts.qkv, acts.flat) and "total" in acts.describe()
