@@ -175,7 +175,8 @@ def _grad_dtype(param):
     return np_dtype(param_grad_dtype(str(param.dtype)))
 
 
-OUTLIERS_PER_MILLION = 10.0  # elements past the suite's bound (by at most 2x) the at-shape check allows
+OUTLIERS_PER_MILLION = 25.0  # elements past the suite's bound the at-shape check allows (shapes.py says why)
+OUTLIER_FACTOR = 5.0         # ... by at most this factor
 
 
 def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> tuple[str, str]:
@@ -192,7 +193,8 @@ def check_variant(variant: Variant, op: str, ref: Reference, dtype: str) -> tupl
         notes = []
 
         def check(name, got, expected, tol):
-            notes.append(compare(name, got, expected, tol, outliers_per_million=OUTLIERS_PER_MILLION))
+            notes.append(compare(name, got, expected, tol, outliers_per_million=OUTLIERS_PER_MILLION,
+                                 outlier_factor=OUTLIER_FACTOR))
 
         if spec.output is None:
             for k in ("param", "m", "v"):
