@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .config import MIXED, parameter_layout
 from .device import storage_dtype
 
 
@@ -74,7 +75,6 @@ def step_bytes(config, B: int, T: int, dtype: str, fused_classifier: bool, fused
     values (attention keeps a (N,C) rounding residual and a logsumexp per head in 16-bit dtypes, a
     layernorm its mean and rstd; the fused MLP gelu'(pre), the fused classifier its chunk buffer),
     with 10% for the kernels' scratch. Used to say which batch fits."""
-    from .model import MIXED, parameter_layout
     n = sum(int(np.prod(s)) for _, s in parameter_layout(config))
     master = 8 if dtype == "float64" else 4
     weights = n * (master * 4 + (np.dtype(storage_dtype(dtype)).itemsize if dtype in MIXED else 0))

@@ -73,3 +73,23 @@ def preset(name: str, **overrides) -> GPTConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
     return GPTConfig.from_dict({**PRESETS[name].to_dict(), **overrides})
+
+
+MIXED = ("bfloat16", "float16")  # 16-bit model dtypes: float32 master weights beside a 16-bit working copy
+
+
+def parameter_layout(config: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every parameter, in buffer order: the 2-D (decayed) ones first."""
+    C, L = config.n_embd, config.n_layer
+    weights = [("wte.weight", (config.padded_vocab_size, C)), ("wpe.weight", (config.block_size, C))]
+    vectors = []
+    for i in range(L):
+        p = f"h.{i}."
+        weights += [(p + "attn.c_attn.weight", (3 * C, C)), (p + "attn.c_proj.weight", (C, C)),
+                    (p + "mlp.c_fc.weight", (4 * C, C)), (p + "mlp.c_proj.weight", (C, 4 * C))]
+        vectors += [(p + "ln_1.weight", (C,)), (p + "ln_1.bias", (C,)),
+                    (p + "attn.c_attn.bias", (3 * C,)), (p + "attn.c_proj.bias", (C,)),
+                    (p + "ln_2.weight", (C,)), (p + "ln_2.bias", (C,)),
+                    (p + "mlp.c_fc.bias", (4 * C,)), (p + "mlp.c_proj.bias", (C,))]
+    vectors += [("ln_f.weight", (C,)), ("ln_f.bias", (C,))]
+    return weights + vectors

@@ -42,31 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .activations import Activations
-from .config import GPTConfig
+from .config import MIXED, GPTConfig, parameter_layout
 from .device import STORAGE_DTYPES, array_module, storage_dtype, to_device
 from .kernels import Kernels
 
 #: model dtypes whose master weights and gradients are float32 (mixed precision)
-MIXED = ("bfloat16", "float16")
-
-
-def parameter_layout(config: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of every parameter, in buffer order: the 2-D (decayed) ones first."""
-    C, L = config.n_embd, config.n_layer
-    weights = [("wte.weight", (config.padded_vocab_size, C)), ("wpe.weight", (config.block_size, C))]
-    vectors = []
-    for i in range(L):
-        p = f"h.{i}."
-        weights += [(p + "attn.c_attn.weight", (3 * C, C)), (p + "attn.c_proj.weight", (C, C)),
-                    (p + "mlp.c_fc.weight", (4 * C, C)), (p + "mlp.c_proj.weight", (C, 4 * C))]
-        vectors += [(p + "ln_1.weight", (C,)), (p + "ln_1.bias", (C,)),
-                    (p + "attn.c_attn.bias", (3 * C,)), (p + "attn.c_proj.bias", (C,)),
-                    (p + "ln_2.weight", (C,)), (p + "ln_2.bias", (C,)),
-                    (p + "mlp.c_fc.bias", (4 * C,)), (p + "mlp.c_proj.bias", (C,))]
-    vectors += [("ln_f.weight", (C,)), ("ln_f.bias", (C,))]
-    return weights + vectors
-
-
 def _views(flat, layout) -> dict:
     views, offset = {}, 0
     for name, shape in layout:
@@ -351,7 +331,7 @@ class GPT:
         if self._tape is None:
             raise RuntimeError("GPT.backward: call forward(tokens, targets) first")
         tape, self._tape = self._tape, None
-        k, p, g, cfg, acts = self.kernels, self.params, self.grads, self.config, tape.acts
+        k, g, cfg, acts = self.kernels, self.grads, self.config, tape.acts
         B, T, C = acts.B, acts.T, cfg.n_embd
         N = B * T
 
