@@ -300,7 +300,7 @@ class _Rows:
 
 
 def _generate_cached(model, prompts, max_new: int, sampler: Sampler, seed: int | None, stops: set, graph: bool):
-    xp, block = model.xp, model.config.block_size
+    block = model.config.block_size
     B = len(prompts)
     rows = _Rows(prompts, max_new, stops)
     step = decode_step(model, B, sampler, graph)

@@ -266,7 +266,7 @@ def markdown(records: list[dict]) -> str:
     head = curves[0]
     c = head["config"]
     sha = head.get("git_sha")
-    L = [f"# Training quality: ours against the reference, from the same weights on the same batches", "",
+    L = ["# Training quality: ours against the reference, from the same weights on the same batches", "",
          f"Run {head['run_id']} on {head.get('device', '?')}, {head['time']}; commit {sha[:12] if sha else 'unknown'}.",
          f"Model: preset `{head['preset']}` ({c['n_layer']} layers, {c['n_head']} heads, {c['n_embd']} channels, "
          f"vocabulary {c['vocab_size']}), B={head['B']}, T={head['T']}. Data: {head['data']}. Learning rate "

@@ -24,7 +24,7 @@ from ..model import GPT
 from ..optim import AdamW
 from ..rundir import clean_leftovers, new_run_dir, run_lock
 from ..train import Data, LoopConfig, run_loop, select_kernels
-from ..values import check_settings, integer, number, one_of, optional, output_dir, resume_settings, setting, switch, text
+from ..values import check_settings, integer, number, optional, output_dir, resume_settings, setting, switch, text
 from .data import read_jsonl
 from .pack import PackedSource, pack
 from .template import ChatTemplate, grow_vocabulary, prepare_tokenizer
