@@ -7,12 +7,12 @@ own (CuPy's and PyTorch's pools never give memory back within a process, and nvi
 whole card); and an out-of-memory error ends only that measurement. The driver (train.py,
 quality.py) never touches the GPU itself, so nvidia-smi sees only the worker.
 
-    python -m euler_core.measure.workers '{"role": "peaks", ...}'     our worker: one JSON line last
+    python -m euler_core.measure.worker '{"role": "peaks", ...}'      our worker: one JSON line last
     python -m euler_torch_reference.gpt2 --config ... --B ... --T   the reference's (a torch environment)
 
 The reference runs from bench/euler-torch-reference with no install: its folder is put on PYTHONPATH.
 
-Roles of our worker (the functions they call live with the command that needs them):
+Roles of our worker (worker.py dispatches them; the functions live with the command that needs them):
     peaks     the device and variants of each selection, the environment of each device, and (unless
               "measure" is false) the devices' ceilings (peaks.py)
     step      training steps of one selection at one batch size (train.worker_step)
@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-T_START = time.time()  # when this worker's own code began (the interpreter and `import euler_core` before it)
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_DIR = REPO / "bench" / "euler-torch-reference"
@@ -132,7 +131,7 @@ class _nothing:
 
 
 def ours_command(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "euler_core.measure.workers", json.dumps(spec)]
+    return [sys.executable, "-m", "euler_core.measure.worker", json.dumps(spec)]
 
 
 def reference_command(python: str, config: dict, B: int, T: int, *, compile: bool, warmup: int = 0,
@@ -185,49 +184,3 @@ def peak_rss_mb() -> float | None:
     except OSError:
         pass
     return None
-
-
-def worker_peaks(spec: dict) -> dict:
-    """The device of each selection and its variants, the environment of each device, and the ceilings
-    of the devices used (the bf16 matmul peak on a GPU, float32's on the CPU)."""
-    from euler_core.kernels import Kernels
-
-    from . import records as rec
-    from .peaks import measure_peaks
-    systems = {}
-    for selection in spec["selections"]:
-        kernels = Kernels(selection, dtype=spec["dtype"])
-        systems[selection] = {"device": kernels.device, "notes": kernels.notes,
-                              "variants": {op: v.qualname for op, v in kernels.variants.items()}}
-    devices = {s["device"] for s in systems.values()}
-    if spec["reference"]:  # the PyTorch reference runs on the GPU where there is one
-        from euler_core.device import cuda_unavailable_reason
-        devices.add("cuda" if cuda_unavailable_reason() is None else "cpu")
-    peaks, environments = {}, {}
-    for device in sorted(devices):
-        environments[device] = rec.environment(device)
-        if spec.get("measure", True):
-            peaks[device] = measure_peaks(device, "bfloat16" if device == "cuda" else "float32", spec["peak_size"])
-    return {"systems": systems, "peaks": peaks, "environments": environments}
-
-
-def main(argv=None) -> int:
-    spec = json.loads((argv or sys.argv[1:])[0])
-    role = spec["role"]
-    if role == "peaks":
-        result = worker_peaks(spec)
-    elif role in ("step", "profile"):
-        from . import train
-        result = train.worker_step(spec) if role == "step" else train.worker_profile(spec)
-    elif role == "quality":
-        from . import quality
-        result = quality.worker_quality(spec)
-    else:
-        raise SystemExit(f"unknown worker role {role!r}")
-    result["t_start"] = T_START
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
