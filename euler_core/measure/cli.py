@@ -27,6 +27,24 @@ def _csv(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
+
+def _add_systems_options(p, backend_help: str, cache_help: str, timeout_s: float) -> None:
+    """The options `bench train` and `bench quality` share: the systems (ours, by selection, and the
+    PyTorch reference), the model, the worker processes, the output."""
+    p.add_argument("--backend", action="append", default=None, help=backend_help)
+    p.add_argument("--reference", default="", help="PyTorch reference modes, comma-separated: eager, compile")
+    p.add_argument("--preset", default="gpt2", help="model preset (default gpt2: GPT-2 124M)")
+    p.add_argument("--seq-len", type=int, default=None, help="T (default: the preset's block size)")
+    p.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on the GPU, float32 on the CPU)")
+    p.add_argument("--no-graph", action="store_true", help="run our steps eagerly (no CUDA graph)")
+    p.add_argument("--torch-python", default=None,
+                   help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
+    p.add_argument("--kernel-cache", default=None, metavar="DIR", help=cache_help)
+    p.add_argument("--timeout", type=float, default=timeout_s,
+                   help=f"seconds allowed per worker process (default {timeout_s:g})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="folder for the records and the report")
+
 def add_commands(sub) -> None:
     p = sub.add_parser("bench", help="benchmark kernels and render reports",
                        description="Benchmark every variant of every op on this device, and render reports.")
@@ -94,27 +112,15 @@ def add_commands(sub) -> None:
                                      "(bench/euler-torch-reference) on the same device at the same sizes. Writes "
                                      "records.jsonl, run.json, train.md and a PNG to --out "
                                      "(euler_core/measure/train.py).")
-    t.add_argument("--backend", action="append", default=None,
-                   help="a kernel selection, as for euler train; repeat for several systems (default: triton)")
+    _add_systems_options(t, "a kernel selection, as for euler train; repeat for several systems (default: triton)",
+                         "keep each system's kernel caches in DIR/<system> (default: temporary folders)", 600.0)
     t.add_argument("--batch-sizes", default="16,32,64", help="comma-separated batch sizes B (default 16,32,64)")
-    t.add_argument("--preset", default="gpt2", help="model preset (default gpt2: GPT-2 124M)")
-    t.add_argument("--seq-len", type=int, default=None, help="T (default: the preset's block size)")
-    t.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on the GPU, float32 on the CPU)")
     t.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
-    t.add_argument("--no-graph", action="store_true", help="run every step eagerly (no CUDA graph)")
     t.add_argument("--warmup", type=int, default=3, help="untimed steps after the first (default 3)")
     t.add_argument("--steps", type=int, default=10, help="timed steps per measurement (default 10)")
     t.add_argument("--no-cold", action="store_true", help="no separate cold-cache first step")
     t.add_argument("--no-profile", action="store_true", help="no per-op breakdown")
-    t.add_argument("--reference", default="", help="PyTorch reference modes, comma-separated: eager, compile")
-    t.add_argument("--torch-python", default=None,
-                   help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
     t.add_argument("--peak-size", default="large", choices=["small", "large"], help="size of the peak measurements")
-    t.add_argument("--kernel-cache", default=None, metavar="DIR",
-                   help="keep each system's kernel caches in DIR/<system> (default: temporary folders)")
-    t.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per worker process (default 600)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--out", required=True, help="folder for the records and the report")
     t.set_defaults(func=_train)
 
     q = bench.add_parser("quality", help="ours and the PyTorch reference trained from the same weights on the same batches",
@@ -123,28 +129,17 @@ def add_commands(sub) -> None:
                                      "each in a process of its own, and compare the loss curves: the mean relative "
                                      "difference per step. Writes records.jsonl, quality.md and quality-loss.png to "
                                      "--out (euler_core/measure/quality.py).")
-    q.add_argument("--backend", action="append", default=None,
-                   help="a kernel selection; repeat for several (the first is compared with the rest; default triton)")
-    q.add_argument("--reference", default="", help="PyTorch reference modes, comma-separated: eager, compile")
-    q.add_argument("--preset", default="gpt2", help="model preset (default gpt2)")
+    _add_systems_options(q, "a kernel selection; repeat for several (the first is compared with the rest; default triton)",
+                         "each system's kernel caches in DIR/<system>, as `bench train --kernel-cache` keeps them",
+                         1800.0)
     q.add_argument("--batch-size", type=int, default=16, help="B (default 16)")
-    q.add_argument("--seq-len", type=int, default=None, help="T (default: the preset's block size)")
     q.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
     q.add_argument("--lr", type=float, default=6e-4, help="peak learning rate (default 6e-4)")
     q.add_argument("--warmup", type=int, default=30, help="learning-rate warmup steps (default 30)")
-    q.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on the GPU, float32 on the CPU)")
-    q.add_argument("--no-graph", action="store_true", help="run our steps eagerly (no CUDA graph)")
     q.add_argument("--data", default=None, help="glob of llm.c .bin token shards (default: the embedded corpus)")
     q.add_argument("--tokenizer", default="gpt2", help="tokenises the embedded corpus: gpt2, bytes or a .tiktoken file")
-    q.add_argument("--torch-python", default=None,
-                   help="interpreter with torch for the reference (default: $EULER_TORCH_PYTHON, else this one)")
     q.add_argument("--budget", type=float, default=None,
                    help="seconds of training for the first system; every system then runs the steps it finished")
-    q.add_argument("--kernel-cache", default=None, metavar="DIR",
-                   help="each system's kernel caches in DIR/<system>, as `bench train --kernel-cache` keeps them")
-    q.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per worker process (default 1800)")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--out", required=True, help="folder for the records and the report")
     q.set_defaults(func=_quality)
 
     g = bench.add_parser("generate", help="generation speed (prefill, decode, time to first token) beside "
