@@ -16,7 +16,6 @@ import argparse
 import os
 import signal
 import sys
-from dataclasses import fields
 
 from conformance import cli as conformance_cli
 
@@ -27,7 +26,7 @@ from .data import cli as data_cli
 from .sft import cli as sft_cli
 from .rundir import sigterm_is_ctrl_c
 from .tokenizer import cli as tokenizer_cli
-from .cli_options import TRAIN_HELP, add_config_options, add_sampling_options
+from .cli_options import TRAIN_HELP, add_config_options, add_sampling_options, run_training_command
 from .values import flag_type, integer, resumable
 
 def _add_train(sub) -> None:
@@ -42,20 +41,8 @@ def _add_train(sub) -> None:
 
 
 def _train(args) -> int:
-    from .train import TrainConfig, describe_summary, resume_training, train
-    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
-             if f.name != "progress" and getattr(args, f.name) is not None}
-    given["progress"] = not args.no_progress
-    if args.resume:
-        if args.out is None:
-            raise ValueError("--resume needs --out RUN_DIR (the run to continue)")
-        summary = resume_training(args.out, given)
-    else:
-        summary = train(TrainConfig(**given))
-    print("\n" + describe_summary(summary))
-    if "sample" in summary:
-        print("sample:\n" + summary["sample"])
-    return 0
+    from .train import TrainConfig, resume_training, train
+    return run_training_command(args, TrainConfig, train, resume_training, "run")
 
 
 def _add_generate(sub) -> None:

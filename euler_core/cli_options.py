@@ -55,6 +55,26 @@ def add_config_options(parser, config_class, helps: dict, skip=("progress",)) ->
                             help=f"{helps[f.name]} ({rule.describe()}; default: {f.default})")
 
 
+def run_training_command(args, config_class, start, resume, what: str) -> int:
+    """`euler train` and `euler sft`: the settings given on the command line (a flag left None is
+    not given, so a resume can tell what changed; a switch given as False is given), then a new run
+    `start(config_class(**given))` or `resume(args.out, given)`, then its summary and sample."""
+    from .train import describe_summary
+    given = {f.name: getattr(args, f.name) for f in fields(config_class)
+             if f.name != "progress" and getattr(args, f.name) is not None}
+    given["progress"] = not args.no_progress
+    if args.resume:
+        if args.out is None:
+            raise ValueError(f"--resume needs --out RUN_DIR (the {what} to continue)")
+        summary = resume(args.out, given)
+    else:
+        summary = start(config_class(**given))
+    print("\n" + describe_summary(summary))
+    if "sample" in summary:
+        print("sample:\n" + summary["sample"])
+    return 0
+
+
 def add_sampling_options(p, temperature: float, max_new_tokens: int) -> None:
     """The sampling flags of `euler generate` and `euler chat`, each checked by its allowed values."""
     p.add_argument("--max-new-tokens", type=flag_type(integer(1)), default=max_new_tokens,

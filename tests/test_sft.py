@@ -211,3 +211,20 @@ def test_cli_sft_resume_chat_and_generate(base_run, tmp_path, monkeypatch, capsy
     assert main(["sft", "--init", str(base_run), "--data", str(bad), "--out", str(tmp_path / "s2"), "--strict",
                  "--no-progress"]) == 2
     assert "bad.jsonl:4: not valid JSON" in capsys.readouterr().err
+
+
+def test_sft_switches_given_false_reach_the_config(monkeypatch, tmp_path):
+    """`euler sft --no-graph` turns the CUDA graph off as `euler train --no-graph` does (a switch given
+    as False is given; the SFT command once dropped it with the flags left unset)."""
+    import euler_core.sft.run as sft_run
+    seen = {}
+
+    def fake_sft(cfg):
+        seen["cfg"] = cfg
+        return {"steps": 0}
+
+    monkeypatch.setattr(sft_run, "sft", fake_sft)
+    monkeypatch.setattr("euler_core.train.describe_summary", lambda summary: "done")
+    assert main(["sft", "--init", str(tmp_path), "--data", str(tmp_path / "x.jsonl"), "--no-graph",
+                 "--no-progress"]) == 0
+    assert seen["cfg"].graph is False and seen["cfg"].strict is False and seen["cfg"].progress is False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
+
 
 def _help() -> dict:
     """--help of every SFTConfig field: the training loop's (shared with euler train), and SFT's own."""
@@ -52,21 +52,9 @@ def add_commands(sub) -> None:
 
 
 def _sft(args) -> int:
-    from ..train import describe_summary
+    from ..cli_options import run_training_command
     from .run import SFTConfig, resume_sft, sft
-    given = {f.name: getattr(args, f.name) for f in fields(SFTConfig)
-             if f.name != "progress" and getattr(args, f.name) not in (None, False)}
-    given["progress"] = not args.no_progress
-    if args.resume:
-        if args.out is None:
-            raise ValueError("--resume needs --out RUN_DIR (the SFT run to continue)")
-        summary = resume_sft(args.out, given)
-    else:
-        summary = sft(SFTConfig(**given))
-    print("\n" + describe_summary(summary))
-    if "sample" in summary:
-        print("sample: " + summary["sample"])
-    return 0
+    return run_training_command(args, SFTConfig, sft, resume_sft, "SFT run")
 
 
 def _chat(args, stdin=None, stdout=None) -> int:
