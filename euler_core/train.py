@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -194,6 +195,21 @@ def train(cfg: TrainConfig, log=print) -> dict:
         return _run(cfg, data, model_config(cfg, data.vocab_size), None, log)
 
 
+@contextmanager
+def locked_resume(out: Path, command: str, log=print):
+    """`euler COMMAND --resume`'s run directory `out`, locked for the `with` and cleared of what
+    interrupted writes left: yields its newest checkpoint (CheckpointError where there is none)."""
+    if not out.is_dir():
+        raise CheckpointError(f"{command} --resume: {out} is not a run directory (no such directory)")
+    output_dir(out)
+    with run_lock(out, f"euler {command}"):
+        clean_leftovers(out, log)
+        if not (out / "latest").exists() and not checkpoints(out):
+            raise CheckpointError(f"{command} --resume: {out} holds no checkpoint yet (the run stopped before "
+                                  "its first): start it again without --resume")
+        yield load_checkpoint(out)
+
+
 def resume_training(out, changes: dict | None = None, log=print) -> dict:
     """Continue the run in `out` from its newest checkpoint, with its own settings; `changes` (flag
     values by setting name) may change only the settings a resume may change (see the module doc).
@@ -204,15 +220,7 @@ def resume_training(out, changes: dict | None = None, log=print) -> dict:
     """
     changes = {k: v for k, v in (changes or {}).items() if k != "out"}
     out = Path(out)
-    if not out.is_dir():
-        raise CheckpointError(f"train --resume: {out} is not a run directory (no such directory)")
-    output_dir(out)
-    with run_lock(out, "euler train"):
-        clean_leftovers(out, log)
-        if not (out / "latest").exists() and not checkpoints(out):
-            raise CheckpointError(f"train --resume: {out} holds no checkpoint yet (the run stopped before its "
-                                  "first): start it again without --resume")
-        checkpoint = load_checkpoint(out)
+    with locked_resume(out, "train", log) as checkpoint:
         meta = checkpoint.meta
         if "sft" in meta:
             raise ValueError(f"train --resume: {checkpoint.path} is an SFT run; continue it with `euler sft --resume`")

@@ -23,7 +23,7 @@ from ..checkpoint import CheckpointError, checkpoints, load_checkpoint, saved_se
 from ..model import GPT
 from ..optim import AdamW
 from ..rundir import clean_leftovers, new_run_dir, run_lock
-from ..train import Data, LoopConfig, run_loop, select_kernels
+from ..train import Data, LoopConfig, locked_resume, run_loop, select_kernels
 from ..values import check_settings, integer, number, optional, output_dir, resume_settings, setting, switch, text
 from .data import read_jsonl
 from .pack import PackedSource, pack
@@ -108,15 +108,7 @@ def resume_sft(out, changes: dict | None = None, log=print) -> dict:
     from ..tokenizer import tokenizer_from_checkpoint
     changes = {k: v for k, v in (changes or {}).items() if k != "out"}
     out = Path(out)
-    if not out.is_dir():
-        raise CheckpointError(f"sft --resume: {out} is not a run directory (no such directory)")
-    output_dir(out)
-    with run_lock(out, "euler sft"):
-        clean_leftovers(out, log)
-        if not (out / "latest").exists() and not checkpoints(out):
-            raise CheckpointError(f"sft --resume: {out} holds no checkpoint yet (the run stopped before its "
-                                  "first): start it again without --resume")
-        checkpoint = load_checkpoint(out)
+    with locked_resume(out, "sft", log) as checkpoint:
         if "sft" not in checkpoint.meta:
             raise ValueError(f"sft --resume: {checkpoint.path} is not an SFT checkpoint (no 'sft' in its meta.json)")
         cfg = resume_settings(saved_settings(checkpoint, "sft", SFTConfig), changes, "sft")
