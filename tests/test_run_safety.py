@@ -482,3 +482,14 @@ def test_a_bad_token_id_names_the_shard_and_position_and_the_completed_steps_are
     err = capsys.readouterr().err
     assert f"{bad_path}: token id 70 at token position {bad:,} is outside the vocabulary of 64" in err, err
     assert load_checkpoint(run).meta["step"] == 3 and len(records(run)) == 3
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_resume_of_a_folder_without_a_checkpoint_says_so(command, tmp_path, capsys):
+    from euler_core.cli import main
+    empty = tmp_path / "run"
+    empty.mkdir()
+    assert main([command, "--resume", "--out", str(empty)]) == 2
+    assert f"{command} --resume: {empty} holds no checkpoint yet" in capsys.readouterr().err
+    assert main([command, "--resume", "--out", str(tmp_path / "none")]) == 2
+    assert f"{command} --resume: {tmp_path / 'none'} is not a run directory" in capsys.readouterr().err
