@@ -13,9 +13,10 @@ Kept for the backward (one slice per layer, in the activation dtype):
     atty      (L, N, C)    attention's output, c_proj's input
     res2      (L, N, C)    the residual stream after attention (ln_2's input)
     ln2       (L, N, C)    ln_2's output, c_fc's input
-    fch       (L, N, 4C)   c_fc's output, the GELU's input (unused when matmul_gelu is fused:
-                           the fused op keeps its own pre-activation)
-    fch_gelu  (L, N, 4C)   the GELU's output, the MLP projection's input
+    fch       (L, N, 4C)   c_fc's output, the GELU's input (not kept when matmul_gelu is fused:
+                           the fused op keeps gelu'(pre) instead)
+    fch_gelu  (L, N, 4C)   the GELU's output, the MLP projection's input (with the plan's
+                           recompute_gelu, one (N, 4C) buffer among the scratch instead)
     res3      (L, N, C)    the residual stream after the MLP (layer l+1's input)
     encoded   (N, C)       the embedding's output, the stream entering layer 0
     lnf       (N, C)       ln_f's output, the classifier's input
@@ -25,6 +26,10 @@ Kept for the backward (one slice per layer, in the activation dtype):
 Scratch, reused by every layer (the forward's projections feed the residual add at once; the
 backward's activation gradients flow through one layer at a time):
 
+    fch_gelu  (N, 4C)      only with recompute_gelu: the GELU output of the layer at hand, remade
+                           from fch[l] in the backward just before the MLP projection's backward
+                           reads it (llm.c's recompute): one GELU forward more a layer for 4C values
+                           a row a layer less (2.2 GB of GPT-2 124M at B=32 in bf16)
     proj      (N, C)       c_proj's / the MLP projection's output
     dstream   (2, N, C)    the residual stream's gradient, two buffers used in turn
     dnorm     (N, C)       the gradient of a layernorm's output
@@ -49,27 +54,45 @@ from .config import MIXED, parameter_layout
 from .device import storage_dtype
 
 
-def layout(L: int, N: int, C: int, Vp: int, fused_classifier: bool, fused_gelu: bool) -> list[tuple[str, tuple]]:
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What shapes the arena besides (B, T): which fused ops the model runs (each keeps its own
+    values instead of the arena's) and whether the GELU output is remade in the backward."""
+
+    fused_classifier: bool = False  # classifier_crossentropy: no (N, Vp) logits or dlogits
+    fused_gelu: bool = False        # matmul_gelu: no pre-activation fch (the op keeps gelu'(pre))
+    recompute_gelu: bool = False    # one fch_gelu for all layers, remade in the backward
+
+    def __post_init__(self):
+        if self.recompute_gelu and self.fused_gelu:
+            raise ValueError("recompute: the GELU is recomputed from the unfused c_fc output, but the selection "
+                             "fuses matmul_gelu, which keeps its own output for the backward (use one or the other: "
+                             "leave out --recompute, or select matmul_gelu=none)")
+
+
+def layout(L: int, N: int, C: int, Vp: int, plan: MemoryPlan) -> list[tuple[str, tuple]]:
     """(name, shape) of every buffer in the activation dtype, in arena order."""
+    fch = [] if plan.fused_gelu else [("fch", (L, N, 4 * C))]
+    kept_gelu = [] if plan.recompute_gelu else [("fch_gelu", (L, N, 4 * C))]
     per_layer = [("ln1", (L, N, C)), ("qkv", (L, N, 3 * C)), ("atty", (L, N, C)), ("res2", (L, N, C)),
-                 ("ln2", (L, N, C))] + ([] if fused_gelu else [("fch", (L, N, 4 * C))]) + \
-                [("fch_gelu", (L, N, 4 * C)), ("res3", (L, N, C))]
-    once = [("encoded", (N, C)), ("lnf", (N, C))] + ([] if fused_classifier else [("logits", (N, Vp))])
-    scratch = [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
+                 ("ln2", (L, N, C))] + fch + kept_gelu + [("res3", (L, N, C))]
+    once = [("encoded", (N, C)), ("lnf", (N, C))] + ([] if plan.fused_classifier else [("logits", (N, Vp))])
+    scratch = ([("fch_gelu", (N, 4 * C))] if plan.recompute_gelu else []) + \
+              [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
                ("dqkv", (N, 3 * C)), ("dfch_gelu", (N, 4 * C)), ("dfch", (N, 4 * C))] + \
-              ([] if fused_classifier else [("dlogits", (N, Vp))])
+              ([] if plan.fused_classifier else [("dlogits", (N, Vp))])
     return per_layer + once + scratch
 
 
-def arena_bytes(L: int, N: int, C: int, Vp: int, dtype: str, fused_classifier: bool, fused_gelu: bool) -> int:
+def arena_bytes(L: int, N: int, C: int, Vp: int, dtype: str, plan: MemoryPlan) -> int:
     """Bytes of the arena (activations and scratch, not the kernels' own saved values)."""
     item = np.dtype(storage_dtype(dtype)).itemsize
-    elems = sum(int(np.prod(s)) for _, s in layout(L, N, C, Vp, fused_classifier, fused_gelu))
+    elems = sum(int(np.prod(s)) for _, s in layout(L, N, C, Vp, plan))
     loss_item = 8 if dtype == "float64" else 4
     return elems * item + N * loss_item
 
 
-def step_bytes(config, B: int, T: int, dtype: str, fused_classifier: bool, fused_gelu: bool) -> dict:
+def step_bytes(config, B: int, T: int, dtype: str, plan: MemoryPlan) -> dict:
     """About how many bytes a training step of `config` at (B, T) needs on the device: the weights'
     state (master, working copy, gradients, AdamW's m and v), the arena, and the kernels' own saved
     values (attention keeps a (N,C) rounding residual and a logsumexp per head in 16-bit dtypes, a
@@ -79,20 +102,20 @@ def step_bytes(config, B: int, T: int, dtype: str, fused_classifier: bool, fused
     master = 8 if dtype == "float64" else 4
     weights = n * (master * 4 + (np.dtype(storage_dtype(dtype)).itemsize if dtype in MIXED else 0))
     N, C, L = B * T, config.n_embd, config.n_layer
-    arena = arena_bytes(L, N, C, config.padded_vocab_size, dtype, fused_classifier, fused_gelu)
+    arena = arena_bytes(L, N, C, config.padded_vocab_size, dtype, plan)
     item = np.dtype(storage_dtype(dtype)).itemsize
     saved = L * N * (C * item + config.n_head * 4) + (2 * L + 1) * N * 8
-    if fused_gelu:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena would keep pre
+    if plan.fused_gelu:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena would keep pre
         saved += L * N * 4 * C * item
-    if fused_classifier:  # its chunk of logits in x's dtype (<= 1 GiB), float32 dW and its dx (N,C)
+    if plan.fused_classifier:  # its chunk of logits in x's dtype (<= 1 GiB), float32 dW and its dx (N,C)
         saved += min(2**30, N * config.padded_vocab_size * item) + config.padded_vocab_size * C * 4 + N * C * item
     return {"weights": weights, "arena": arena, "saved": saved, "total": int(1.1 * (weights + arena + saved))}
 
 
-def largest_batch(config, T: int, dtype: str, fused_classifier: bool, fused_gelu: bool, device_bytes: int) -> int:
+def largest_batch(config, T: int, dtype: str, plan: MemoryPlan, device_bytes: int) -> int:
     """The largest batch size whose step_bytes fit in `device_bytes` (0 if not even B=1)."""
     def fits(B):
-        return step_bytes(config, B, T, dtype, fused_classifier, fused_gelu)["total"] <= device_bytes
+        return step_bytes(config, B, T, dtype, plan)["total"] <= device_bytes
     lo, hi = 0, 1
     while fits(hi):  # step_bytes grows with B: double, then bisect
         lo, hi = hi, hi * 2
@@ -113,9 +136,9 @@ class Activations:
     losses: object
 
     @classmethod
-    def allocate(cls, xp, config, B: int, T: int, dtype: str, fused_classifier: bool, fused_gelu: bool):
+    def allocate(cls, xp, config, B: int, T: int, dtype: str, plan: MemoryPlan):
         N, C = B * T, config.n_embd
-        shapes = layout(config.n_layer, N, C, config.padded_vocab_size, fused_classifier, fused_gelu)
+        shapes = layout(config.n_layer, N, C, config.padded_vocab_size, plan)
         flat = xp.empty(sum(int(np.prod(s)) for _, s in shapes), dtype=storage_dtype(dtype))
         views, offset = {}, 0
         for name, shape in shapes:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .activations import Activations
+from .activations import Activations, MemoryPlan
 from .config import MIXED, GPTConfig, parameter_layout
 from .device import STORAGE_DTYPES, array_module, storage_dtype, to_device
 from .kernels import Kernels
@@ -89,7 +89,7 @@ class GPT:
     """
 
     def __init__(self, config: GPTConfig, kernels: Kernels | str = "naive", dtype: str = "float32",
-                 seed: int | None = 0):
+                 seed: int | None = 0, recompute: bool = False):
         if dtype not in STORAGE_DTYPES:
             raise ValueError(f"GPT: dtype must be one of {', '.join(STORAGE_DTYPES)}, got {dtype!r}")
         self.config = config
@@ -109,6 +109,13 @@ class GPT:
         self.params = _views(self.flat_params, self.layout)   # what the kernels read
         self.grads = _views(self.flat_grads, self.layout)
         self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_gelu", "classifier_crossentropy")}
+        # recompute: the training arena keeps one GELU output, remade layer by layer in the backward
+        # from c_fc's output, which the fused matmul_gelu does not keep: the MLP is then composed
+        if recompute and self.fused["matmul_gelu"]:
+            self.fused["matmul_gelu"] = False
+            self.kernels.notes.append("matmul_gelu: not used with recompute (the fused op keeps its GELU output "
+                                      "a layer); the MLP is composed of matmul and gelu")
+        self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute)
         self._acts: Activations | None = None
         self._tape: Tape | None = None
         if seed is not None:
@@ -179,8 +186,7 @@ class GPT:
         """The arena for (B, T), allocated on first use and kept until another (B, T) is asked for."""
         if self._acts is None or (self._acts.B, self._acts.T) != (B, T):
             self._acts = None  # free the old one first
-            self._acts = Activations.allocate(self.xp, self.config, B, T, self.dtype,
-                                              self.fused["classifier_crossentropy"], self.fused["matmul_gelu"])
+            self._acts = Activations.allocate(self.xp, self.config, B, T, self.dtype, self.plan)
         return self._acts
 
     # ---- forward ----------------------------------------------------------------------------
@@ -305,7 +311,7 @@ class GPT:
         else:
             fc, s_fc = k["matmul"].forward({"x": h2, "weight": p[pre + "mlp.c_fc.weight"],
                                             "bias": p[pre + "mlp.c_fc.bias"]}, out=buf("fch"))  # (N,4C)
-            act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu"))
+            act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
         mlp, s_mlp = k["matmul"].forward({"x": act, "weight": p[pre + "mlp.c_proj.weight"],
                                           "bias": p[pre + "mlp.c_proj.bias"]}, out=buf("proj", False))  # (N,C)
         next_out = acts.ln1[i + 1] if acts is not None and i + 1 < cfg.n_layer else (acts.lnf if acts is not None else None)
@@ -351,6 +357,10 @@ class GPT:
             # x_out, h_next = add_norm(x_mid, mlp): the gradient reaches x_mid and mlp alike
             dx = self._add_norm_backward(s.add_norm_next, dx, dh, nxt, acts.dstream[turn], acts)
             turn ^= 1
+            if self.plan.recompute_gelu and i + 1 < cfg.n_layer:
+                # the arena keeps one GELU output (activations.py): remake layer i's where the MLP
+                # projection's saved input points (the last layer's is still there from the forward)
+                k["gelu"].forward({"x": acts.fch[i]}, out=acts.fch_gelu)
             dact = k["matmul"].backward(s.mlp_proj, dx, {"weight": g[pre + "mlp.c_proj.weight"],
                                                          "bias": g[pre + "mlp.c_proj.bias"], "x": acts.dfch_gelu})["x"]
             if s.gelu is None:  # matmul_gelu

@@ -211,10 +211,9 @@ class TrainStep:
             import cupy
             from .activations import largest_batch, step_bytes
             m = self.model
-            fused = (m.fused["classifier_crossentropy"], m.fused["matmul_gelu"])
-            need = step_bytes(m.config, self.B, self.T, m.dtype, *fused)["total"]
+            need = step_bytes(m.config, self.B, self.T, m.dtype, m.plan)["total"]
             total = cupy.cuda.Device().mem_info[1]
-            fits = largest_batch(m.config, self.T, m.dtype, *fused, total)
+            fits = largest_batch(m.config, self.T, m.dtype, m.plan, total)
             raise MemoryError(
                 f"out of GPU memory for a step at batch size {self.B} x {self.T} tokens ({m.dtype}): it needs about "
                 f"{need / 2**30:.1f} GiB and this GPU has {total / 2**30:.1f} GiB in all. The largest batch size "

@@ -59,6 +59,7 @@ class LoopConfig:
     dtype: str | None = setting(None, optional(one_of("float32", "float64", "bfloat16", "float16")))
     # None: float32 on the CPU, bfloat16 (mixed precision) on a GPU
     graph: bool = setting(True, switch(), resume=True)       # on the GPU, capture the step as a CUDA graph
+    recompute: bool = setting(False, switch(), resume=True)  # remake each layer's GELU output in the backward
     check_finite: bool = setting(False, switch(), resume=True)  # check every kernel's output for NaN/Inf (slow)
     batch_size: int = setting(16, integer(1))
     seq_len: int | None = setting(None, optional(integer(1)))   # default: the model's block size
@@ -270,9 +271,9 @@ def _settings_to_start_from_weights(checkpoint, changes: dict) -> TrainConfig:
 def _run(cfg: TrainConfig, data: Data, config: GPTConfig, checkpoint, log) -> dict:
     out = Path(cfg.out)
     kernels = select_kernels(cfg)
+    model = GPT(config, kernels, dtype=cfg.dtype, seed=cfg.seed, recompute=cfg.recompute)
     for note in kernels.notes:
         log(f"note: {note}")
-    model = GPT(config, kernels, dtype=cfg.dtype, seed=cfg.seed)
     optimizer = AdamW(model, weight_decay=cfg.weight_decay)
     start = 0
     if checkpoint is not None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import conformance
-from euler_core.activations import Activations, arena_bytes, largest_batch, layout, step_bytes
+from euler_core.activations import Activations, MemoryPlan, arena_bytes, largest_batch, layout, step_bytes
 from euler_core.config import GPTConfig, preset
 from euler_core.kernels import Kernels
 from euler_core.model import GPT
@@ -22,9 +22,9 @@ from euler_core.step import TrainStep
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
 
 
-def micro(dtype="float64", backend="naive", seed=0, registry=None):
-    config = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=29, vocab_multiple=8)
-    return GPT(config, Kernels(backend, dtype=dtype, registry=registry), dtype=dtype, seed=seed)
+def micro(dtype="float64", backend="naive", seed=0, registry=None, recompute=False, n_layer=2):
+    config = GPTConfig(n_layer=n_layer, n_head=2, n_embd=16, block_size=16, vocab_size=29, vocab_multiple=8)
+    return GPT(config, Kernels(backend, dtype=dtype, registry=registry), dtype=dtype, seed=seed, recompute=recompute)
 
 
 def batches(k, B=2, T=8, V=29, seed=1):
@@ -171,28 +171,60 @@ def test_mixed_precision_layout_and_update_refresh_the_working_copy():
 def test_the_arena_is_the_map_of_memory():
     config = preset("gpt2")
     N, C, L, Vp = 16 * 1024, 768, 12, config.padded_vocab_size
-    unfused = arena_bytes(L, N, C, Vp, "bfloat16", fused_classifier=False, fused_gelu=False)
-    fused = arena_bytes(L, N, C, Vp, "bfloat16", fused_classifier=True, fused_gelu=True)
+    unfused = arena_bytes(L, N, C, Vp, "bfloat16", MemoryPlan())
+    fused = arena_bytes(L, N, C, Vp, "bfloat16", MemoryPlan(fused_classifier=True, fused_gelu=True))
+    recomputed = arena_bytes(L, N, C, Vp, "bfloat16", MemoryPlan(recompute_gelu=True))
     # per layer 5 (N,C) + 3C + 2 x 4C = 16 C a row; once 2 C (+ Vp logits); scratch 6 C + 3C + 8C (+ Vp)
     per_row = L * 16 * C + 2 * C + 17 * C
     assert unfused == 2 * N * (per_row + 2 * Vp) + 4 * N
     assert fused == 2 * N * (per_row - L * 4 * C) + 4 * N
-    acts = Activations.allocate(np, GPTConfig(2, 2, 16, 16, 29, 8), 2, 8, "float32", False, False)
+    # recompute: one GELU output among the scratch instead of one a layer (2.2 GB less at B=32)
+    assert recomputed == unfused - 2 * N * (L - 1) * 4 * C
+    assert arena_bytes(L, 2 * N, C, Vp, "bfloat16", MemoryPlan()) - \
+        arena_bytes(L, 2 * N, C, Vp, "bfloat16", MemoryPlan(recompute_gelu=True)) == pytest.approx(2.2e9, rel=0.02)
+    acts = Activations.allocate(np, GPTConfig(2, 2, 16, 16, 29, 8), 2, 8, "float32", MemoryPlan())
     assert acts.qkv.shape == (2, 16, 48) and acts.losses.shape == (16,)
     assert np.shares_memory(acts.qkv, acts.flat) and "total" in acts.describe()
-    names = [n for n, _ in layout(2, 16, 16, 32, True, True)]
+    names = [n for n, _ in layout(2, 16, 16, 32, MemoryPlan(True, True))]
     assert "logits" not in names and "fch" not in names
+    shapes = dict(layout(2, 16, 16, 32, MemoryPlan(recompute_gelu=True)))
+    assert shapes["fch_gelu"] == (16, 64) and shapes["fch"] == (2, 16, 64)
+
+
+def test_recompute_trains_bit_for_bit_like_keeping_the_gelu():
+    """--recompute remakes each layer's GELU output in the backward from the same input by the same
+    kernel: the same losses and weights, bit for bit, over steps; the last layer's is the one the
+    forward left in the shared buffer, every other layer's must be remade (a backward that skipped it
+    would use the last layer's output in every layer)."""
+    kept = micro(n_layer=3, backend="naive,matmul_gelu=none")
+    remade = micro(n_layer=3, recompute=True)
+    assert not remade.fused["matmul_gelu"] and any("recompute" in n for n in remade.kernels.notes)
+    assert remade.activations(2, 8).fch_gelu.shape == (16, 64)
+    losses = []
+    for model in (kept, remade):
+        step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8, grad_clip=1.0)
+        losses.append([step.run([b], lr=1e-2).loss for b in batches(3)])
+    assert losses[0] == losses[1]
+    np.testing.assert_array_equal(kept.flat_master, remade.flat_master)
+
+
+def test_recompute_with_the_fused_gelu_is_refused():
+    """The model composes the MLP under recompute (above); a plan asking for both is a bug."""
+    with pytest.raises(ValueError, match="recompute.*matmul_gelu"):
+        MemoryPlan(fused_gelu=True, recompute_gelu=True)
 
 
 def test_the_step_says_which_batch_fits():
     """The out-of-memory message's arithmetic: step_bytes grows linearly in B, and the largest batch
     is the last one under the device's bytes."""
     config = preset("gpt2")
-    args = (config, 1024, "bfloat16", True, True)
+    plan = MemoryPlan(fused_classifier=True, fused_gelu=True)
+    args = (config, 1024, "bfloat16", plan)
     device = 80 * 2**30
     fits = largest_batch(*args, device)
-    assert step_bytes(config, fits, 1024, "bfloat16", True, True)["total"] <= device
-    assert step_bytes(config, fits + 1, 1024, "bfloat16", True, True)["total"] > device
-    unfused = largest_batch(config, 1024, "bfloat16", False, False, device)
+    assert step_bytes(config, fits, 1024, "bfloat16", plan)["total"] <= device
+    assert step_bytes(config, fits + 1, 1024, "bfloat16", plan)["total"] > device
+    unfused = largest_batch(config, 1024, "bfloat16", MemoryPlan(), device)
     assert unfused < fits  # the full logits cost rows
+    assert largest_batch(config, 1024, "bfloat16", MemoryPlan(recompute_gelu=True), device) > unfused
     assert largest_batch(*args, 2**20) == 0

@@ -120,6 +120,9 @@ def add_commands(sub) -> None:
     t.add_argument("--steps", type=int, default=10, help="timed steps per measurement (default 10)")
     t.add_argument("--no-cold", action="store_true", help="no separate cold-cache first step")
     t.add_argument("--no-profile", action="store_true", help="no per-op breakdown")
+    t.add_argument("--recompute", action="store_true",
+                   help="our models remake each layer's GELU output in the backward instead of keeping it "
+                        "(euler train --recompute)")
     t.add_argument("--peak-size", default="large", choices=["small", "large"], help="size of the peak measurements")
     t.set_defaults(func=_train)
 
@@ -252,8 +255,9 @@ def _train(args) -> int:
     from .train import TrainBenchConfig, run
     cfg = TrainBenchConfig(backends=args.backend or ["triton"], batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
                            preset=args.preset, seq_len=args.seq_len, dtype=args.dtype, accum=args.accum,
-                           graph=False if args.no_graph else None, warmup=args.warmup, steps=args.steps,
-                           cold=not args.no_cold, profile=not args.no_profile, references=_csv(args.reference) or [],
+                           graph=False if args.no_graph else None, recompute=args.recompute,
+                           warmup=args.warmup, steps=args.steps, cold=not args.no_cold, profile=not args.no_profile,
+                           references=_csv(args.reference) or [],
                            torch_python=args.torch_python, seed=args.seed, peak_size=args.peak_size,
                            kernel_cache=args.kernel_cache, timeout_s=args.timeout)
     _sigterm_as_interrupt()

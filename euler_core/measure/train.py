@@ -72,6 +72,7 @@ class TrainBenchConfig:
     dtype: str | None = None            # default: bfloat16 for a selection on the GPU, float32 on the CPU
     accum: int = 1                      # micro-batches per step
     graph: bool | None = None           # None: TrainStep's default (a CUDA graph where it can)
+    recompute: bool = False             # our models remake the GELU output in the backward (GPT(recompute=))
     warmup: int = 3
     steps: int = 10
     cold: bool = True                   # a first step with cold kernel caches, at the first batch size
@@ -134,7 +135,7 @@ def _build(spec: dict, graph):
     from euler_core.step import TrainStep
     config = GPTConfig.from_dict(spec["config"])
     kernels = Kernels(spec["selection"], dtype=spec["dtype"])
-    model = GPT(config, kernels, dtype=spec["dtype"], seed=spec["seed"])
+    model = GPT(config, kernels, dtype=spec["dtype"], seed=spec["seed"], recompute=spec["recompute"])
     optimizer = AdamW(model, weight_decay=WEIGHT_DECAY)
     step = TrainStep(model, optimizer, batch_size=spec["B"], seq_len=spec["T"], accum=spec["accum"],
                      grad_clip=GRAD_CLIP, graph=graph)
@@ -255,9 +256,10 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
         for selection in cfg.backends:
             sys_device = systems[selection]["device"]
             dtype = cfg.dtype or ("bfloat16" if sys_device == "cuda" else "float32")
-            system = f"nanoeuler {selection}" + (" (no graph)" if cfg.graph is False else "")
+            system = (f"nanoeuler {selection}" + (" (no graph)" if cfg.graph is False else "")
+                      + (" (recompute)" if cfg.recompute else ""))
             common = {"system": system, "impl": "nanoeuler", "selection": selection, "dtype": dtype,
-                      "graph": cfg.graph, **model_fields}
+                      "graph": cfg.graph, "recompute": cfg.recompute, **model_fields}
             for note in systems[selection]["notes"]:
                 log(f"{system}: note: {note}")
             with _kernel_cache(cfg.kernel_cache, system) as (cache, state):
@@ -265,7 +267,7 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
                 for i, B in enumerate(cfg.batch_sizes):
                     spec = {"selection": selection, "config": config.to_dict(), "B": B, "T": T,
                             "accum": cfg.accum, "dtype": dtype, "graph": cfg.graph, "seed": cfg.seed,
-                            "warmup": cfg.warmup, "steps": cfg.steps}
+                            "recompute": cfg.recompute, "warmup": cfg.warmup, "steps": cfg.steps}
                     if i == 0 and cfg.cold and state == "cold":
                         o = launch(ours_command({**spec, "role": "step", "first_step_only": True}), cache_env,
                                    cfg.timeout_s, watch_gpu=sys_device == "cuda")
@@ -280,7 +282,7 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
                     if o.result is None and GRAPH_REFUSED in (o.error or "") and cfg.graph is not False:
                         # recorded as failed above, with the op that broke the capture; measure it eagerly too
                         log(f"{system} B={B}: the step cannot be captured as a CUDA graph; measuring it without")
-                        eager = {**common, "system": f"nanoeuler {selection} (no graph)", "graph": False}
+                        eager = {**common, "system": f"{system} (no graph)", "graph": False}
                         o = launch(ours_command({**spec, "graph": False, "role": "step", "first_step_only": False}),
                                    cache_env, cfg.timeout_s, watch_gpu=sys_device == "cuda")
                         _first_step(writer, base("first_step", sys_device), eager, B, state, o, log)

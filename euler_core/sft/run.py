@@ -163,9 +163,9 @@ def _run(cfg: SFTConfig, tokenizer, config, params: dict, checkpoint, init_path,
 
     # ---- the model, the optimizer and the loop -----------------------------------------------------
     kernels = select_kernels(cfg)
+    model = GPT(config, kernels, dtype=cfg.dtype, seed=None, recompute=cfg.recompute)
     for note in kernels.notes:
         log(f"note: {note}")
-    model = GPT(config, kernels, dtype=cfg.dtype, seed=None)
     model.load_parameters(params)
     optimizer = AdamW(model, weight_decay=cfg.weight_decay)
     start = 0
