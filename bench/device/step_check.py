@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 
 
-def make(preset_name, B, T, backend, dtype, seed=0, graph=None, vocab=50257):
+def make(preset_name, B, T, backend, dtype, seed=0, graph=None, vocab=50257, recompute=False):
     from euler_core.config import preset
     from euler_core.kernels import Kernels
     from euler_core.model import GPT
     from euler_core.optim import AdamW
     from euler_core.step import TrainStep
     config = preset(preset_name, vocab_size=vocab, block_size=max(T, 16)) if preset_name != "gpt2" else preset("gpt2")
-    model = GPT(config, Kernels(backend, dtype=dtype), dtype=dtype, seed=seed)
+    model = GPT(config, Kernels(backend, dtype=dtype), dtype=dtype, seed=seed, recompute=recompute)
     opt = AdamW(model)
     return model, TrainStep(model, opt, B, T, accum=1, grad_clip=1.0, graph=graph)
 

@@ -16,6 +16,9 @@
 #            both loss curves and the mean relative difference of the losses.
 #            Data: .h200/pydocs (Python's documentation as GPT-2 tokens: bench/device/train_data.sh),
 #            else the embedded corpus (the stdlib's source) tokenised with GPT-2's BPE  (~90 s, cap 100)
+#   memory   (between the two) the least-memory selection, MEM_SEL (triton with the classifier fused)
+#            with --recompute, at MEM_BS=32, into bench-recompute/: its nvidia-smi peak against
+#            llm.c's 13,947 MiB; MEMORY=0 leaves it out                                 (~50 s, cap 70)
 #
 # Modes: full (default, about 290 s; give it 330); SMOKE=1: B=4, 2 timed steps, eager reference only,
 # 20 quality steps (about 110 s: the first Triton compile, ~25 s, dominates); DRY=1: the same script on the CPU
@@ -53,10 +56,10 @@ else
   EXTRA=(--backend "triton,matmul_gelu=triton,classifier_crossentropy=triton")
 fi
 # a narrower re-run: TRAIN_BS=32 TRAIN_REFS=compile TRAIN_EXTRA="triton,classifier_crossentropy=triton" QUALITY=0
-# NO_COLD=1 (no cold-cache first step: one process fewer per system)
+# NO_COLD=1 (no cold-cache first step: one process fewer per system); TRAIN_EXTRA=none: the default selection alone
 BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS}
 if [[ -n ${NO_COLD:-} ]]; then COLD=--no-cold; fi
-if [[ -n ${TRAIN_EXTRA:-} ]]; then EXTRA=(); for sel in $TRAIN_EXTRA; do EXTRA+=(--backend "$sel"); done; fi
+if [[ -n ${TRAIN_EXTRA:-} ]]; then EXTRA=(); for sel in $TRAIN_EXTRA; do [[ $sel != none ]] && EXTRA+=(--backend "$sel"); done; fi
 if [[ -z ${DRY:-} ]]; then
   if compgen -G ".h200/pydocs/pydocs_train_*.bin" > /dev/null; then QDATA=(--data ".h200/pydocs/pydocs_train_*.bin")
   else QDATA=(--tokenizer gpt2); fi   # the embedded corpus, GPT-2's BPE (its ranks ship with the package)
@@ -78,6 +81,18 @@ timeout "$TT" "$PY" -m euler_core.cli bench train --backend "$BACKEND" "${EXTRA[
   | tee -a "$D/log.txt"
 echo "train exit ${PIPESTATUS[0]}" | tee -a "$D/log.txt"
 
+# memory: the smallest-memory selection at one batch size (the classifier fused with the loss, the GELU
+# recomputed: --recompute), beside llm.c's 13,947 MiB at B=32 (issue 12); MEMORY=0 leaves it out
+if [[ ${MEMORY:-1} != 0 && -z ${SMOKE:-} ]]; then
+  MEM_BS=${MEM_BS:-32}; MEM_SEL=${MEM_SEL:-$BACKEND,classifier_crossentropy=$BACKEND}
+  [[ -n ${DRY:-} ]] && MEM_BS=2 MEM_SEL=$BACKEND
+  log "memory: $MEM_SEL --recompute at B=$MEM_BS"
+  timeout "${MEM_T:-70}" "$PY" -m euler_core.cli bench train --backend "$MEM_SEL" --recompute --preset "$PRESET" \
+    --batch-sizes "$MEM_BS" --warmup 2 --steps 5 --no-cold --no-profile --peak-size small --kernel-cache "$KC" \
+    --out "$D/bench-recompute" 2>&1 | tee -a "$D/log.txt"
+  echo "memory exit ${PIPESTATUS[0]}" | tee -a "$D/log.txt"
+fi
+
 
 if [[ ${QUALITY:-1} != 0 ]]; then
 log "quality: $BACKEND vs torch eager, $PRESET, B=$QB, $QSTEPS steps (ours at most ${QBUDGET}s), ${QDATA[*]}"
@@ -93,5 +108,7 @@ echo
 echo "=================== summary (the full tables: train.tar.gz: train/bench/train.md, train/quality/quality.md)"
 tar xzf "$OUT/train.tar.gz" -C "$S" train/bench/train.md train/quality/quality.md 2>/dev/null
 sed -n '/^## Throughput/,/^pool \/ reserved/p' "$S/train/bench/train.md" 2>/dev/null | grep '^|'
+tar xzf "$OUT/train.tar.gz" -C "$S" train/bench-recompute/train.md 2>/dev/null \
+  && sed -n '/^## Throughput/,/^pool \/ reserved/p' "$S/train/bench-recompute/train.md" | grep '^| nanoeuler'
 sed -n '/^## Time to first step/,/^## Where/p' "$S/train/bench/train.md" 2>/dev/null | grep '^|'
 grep -E '^\| (system|nanoeuler|torch)' "$S/train/quality/quality.md" 2>/dev/null
