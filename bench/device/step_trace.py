@@ -1,6 +1,6 @@
 """Where a captured training step's GPU time goes, kernel by kernel, recorded by an outside profiler.
 
-    python3 bench/device/step_trace.py --out DIR [--batch-sizes 16,64] [--backend triton] [--recompute]
+    python3 bench/device/step_trace.py --out DIR [--batch-sizes 16,64] [--backend SEL ...] [--recompute]
 
 `euler bench train`'s breakdown times each op between CUDA events in an eager step, where the
 host's launch gaps inflate the small kernels; a replayed graph has no op calls to time at all. This
@@ -8,15 +8,15 @@ script asks CUPTI instead, through PyTorch's profiler (kineto), which records ev
 process runs, CuPy's graph replays and Triton's launches included, with its start and duration on
 the GPU. torch is only the recorder here, on the device (never part of the product).
 
-For each batch size, GPT-2 124M (T=1024, bf16, the given selection):
+For each selection (--backend, repeatable; default triton) and batch size, GPT-2 124M (T=1024, bf16):
 1. one eager step, each op call inside a profiler range and followed by a stream synchronisation:
    the kernels each op launched, in order (a kernel belongs to the range its GPU interval lies in);
 2. `--steps` steps replayed from the captured graphs, timed on the host too: each kernel's time in
    the real step, matched to the eager step's kernels by position (the graph replays the same
    sequence; the names are checked), and the GPU's idle time inside a step (between kernels) and
    between steps (the host reading the loss and queueing the next step).
-Writes step-B<B>.md (the tables), step-B<B>.json (every kernel of one replayed step, with its op)
-and trace-B<B>.json.gz (the profiler's chrome trace of the replayed steps).
+Writes, for the n-th selection, step-<n>-B<B>.md (the tables), step-<n>-B<B>.json (every kernel of
+one replayed step, with its op) and trace-<n>-B<B>.json.gz (the chrome trace of the replayed steps).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def ranges_of(trace_path: Path) -> list[dict]:
                    for e in marks), key=lambda r: r["ts"])
 
 
-def eager_map(model, step, data, torch, out: Path, B: int) -> list[dict]:
+def eager_map(model, step, data, torch, out: Path, tag: str) -> list[dict]:
     """One eager step with each op in a range: [{"name", "op"}] per GPU kernel, in order."""
     import cupy
 
@@ -72,7 +72,7 @@ def eager_map(model, step, data, torch, out: Path, B: int) -> list[dict]:
             cupy.cuda.Device().synchronize()
     finally:
         Kernel.watchers.remove(ranged)
-    path = out / f"eager-B{B}.json"
+    path = out / f"eager-{tag}.json"
     prof.export_chrome_trace(str(path))
     kernels, ranges = kernels_of(path), ranges_of(path)
     path.unlink()
@@ -86,7 +86,7 @@ def eager_map(model, step, data, torch, out: Path, B: int) -> list[dict]:
     return kernels
 
 
-def replayed(step, data, steps: int, torch, out: Path, B: int):
+def replayed(step, data, steps: int, torch, out: Path, tag: str):
     import cupy
     walls = []
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -95,7 +95,7 @@ def replayed(step, data, steps: int, torch, out: Path, B: int):
             step.run(d, 3e-4).loss
             walls.append(time.perf_counter() - t0)
         cupy.cuda.Device().synchronize()
-    path = out / f"trace-B{B}.json"
+    path = out / f"trace-{tag}.json"
     prof.export_chrome_trace(str(path))
     kernels = kernels_of(path)
     with open(path, "rb") as src, gzip.open(str(path) + ".gz", "wb") as dst:
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--batch-sizes", default="16,64")
-    p.add_argument("--backend", default="triton")
+    p.add_argument("--backend", action="append", default=None, help="a selection (repeatable; default triton)")
     p.add_argument("--recompute", action="store_true")
     p.add_argument("--steps", type=int, default=4)
     args = p.parse_args(argv)
@@ -183,35 +183,37 @@ def main(argv=None) -> int:
     import torch
 
     from euler_core.graph import work_stream
+    from euler_core.optim import AdamW
+    from euler_core.step import TrainStep
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     T = 1024
-    for B in [int(b) for b in args.batch_sizes.split(",")]:
-        rng = np.random.default_rng(0)
-        data = [batch(rng, B, T, 50257) for _ in range(args.steps + 4)]
-        model, eager_step = make("gpt2", B, T, args.backend, "bfloat16", graph=False, recompute=args.recompute)
-        for d in data[:2]:
-            eager_step.run(d, 3e-4).loss  # compiles every kernel
-        with work_stream():
-            eager = eager_map(model, eager_step, data[2], torch, out, B)
-        from euler_core.optim import AdamW
-        from euler_core.step import TrainStep
-        step = TrainStep(model, AdamW(model), B, T, accum=1, grad_clip=1.0, graph=True)
-        for d in data[:3]:
-            step.run(d, 3e-4).loss  # eager, capture, first replay
-        kernels, walls = replayed(step, data[3:], args.steps, torch, out, B)
-        per_step = len(eager)
-        if len(kernels) != per_step * args.steps:
-            print(f"B={B}: {len(kernels)} kernels in {args.steps} replayed steps, the eager step has {per_step}: "
-                  "matching by position is off (the tables below may misattribute)", flush=True)
-        result = analyse(eager, split_steps(kernels, per_step, args.steps), walls, B, T)
-        result.update(selection=args.backend, recompute=args.recompute)
-        (out / f"step-B{B}.json").write_text(json.dumps(result, indent=1))
-        text = markdown(result, args.backend, args.recompute)
-        (out / f"step-B{B}.md").write_text(text)
-        print(text.split("## Kernels")[0], flush=True)
-        del model, eager_step, step
-        cupy.get_default_memory_pool().free_all_blocks()
+    for n, selection in enumerate(args.backend or ["triton"]):
+        for B in [int(b) for b in args.batch_sizes.split(",")]:
+            tag = f"{n}-B{B}"
+            rng = np.random.default_rng(0)
+            data = [batch(rng, B, T, 50257) for _ in range(args.steps + 4)]
+            model, eager_step = make("gpt2", B, T, selection, "bfloat16", graph=False, recompute=args.recompute)
+            for d in data[:2]:
+                eager_step.run(d, 3e-4).loss  # compiles every kernel
+            with work_stream():
+                eager = eager_map(model, eager_step, data[2], torch, out, tag)
+            step = TrainStep(model, AdamW(model), B, T, accum=1, grad_clip=1.0, graph=True)
+            for d in data[:3]:
+                step.run(d, 3e-4).loss  # eager, capture, first replay
+            kernels, walls = replayed(step, data[3:], args.steps, torch, out, tag)
+            per_step = len(eager)
+            if len(kernels) != per_step * args.steps:
+                print(f"{selection} B={B}: {len(kernels)} kernels in {args.steps} replayed steps, the eager step has "
+                      f"{per_step}: matching by position is off (the tables below may misattribute)", flush=True)
+            result = analyse(eager, split_steps(kernels, per_step, args.steps), walls, B, T)
+            result.update(selection=selection, recompute=args.recompute)
+            (out / f"step-{tag}.json").write_text(json.dumps(result, indent=1))
+            text = markdown(result, selection, args.recompute)
+            (out / f"step-{tag}.md").write_text(text)
+            print(text.split("## Kernels")[0], flush=True)
+            del model, eager_step, step
+            cupy.get_default_memory_pool().free_all_blocks()
     return 0
 
 
