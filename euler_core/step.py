@@ -46,21 +46,32 @@ from .optim import AdamW
 
 @dataclass
 class StepResult:
-    """The outcome of one step; the floats are read from the device on first access."""
+    """The outcome of one step; the floats are read on first access. On the GPU the step's per-position
+    losses and gradient sum of squares were copied into pinned host memory at the end of the step, in
+    stream order: reading them waits for this step only, not for steps queued after it (the training
+    loop reads step k while step k+1 runs, docs/training-loop.md)."""
 
     trainer: "TrainStep"
     step: int                  # the optimizer step this was (1 = the first)
     dlosses: np.ndarray        # (K, N) host copy of the loss weights
     batches: list
+    losses: np.ndarray         # (K, N) the step's losses, host memory (filled when `done` has passed)
+    sumsq: np.ndarray          # (1,) the gradient's sum of squares, likewise
+    done: object = None        # a CUDA event recorded after the copies (None on the CPU: already there)
     _loss: float | None = None
     _norm: float | None = None
 
     def _read(self) -> None:
         if self._loss is None:
-            t = self.trainer
-            losses = to_device(t.losses, "cpu").astype(np.float64)           # (K, N)
-            self._loss = float(np.sum(losses * self.dlosses))
-            self._norm = float(math.sqrt(float(to_device(t.sumsq, "cpu")[0])))
+            if self.done is not None:
+                self.done.synchronize()
+            self._loss = float(np.sum(self.losses.astype(np.float64) * self.dlosses))
+            self._norm = float(math.sqrt(float(self.sumsq[0])))
+
+    @property
+    def ready(self) -> bool:
+        """Whether the device has finished the step (reading its floats would not wait)."""
+        return self.done is None or self.done.done
 
     @property
     def loss(self) -> float:
@@ -121,6 +132,9 @@ class TrainStep:
         self.sumsq = xp.zeros(1, dtype="float64" if model.master_dtype == "float64" else "float32")
         self.graphs = None  # (micro-batch graph, update graph) once captured
         self.eager_steps = 0  # steps run eagerly so far (a capture needs one first: kernels compile there)
+        on_device = not isinstance(self.tokens, np.ndarray)
+        self._batch_staging = _Staging(2 * accum) if on_device else None  # two steps' micro-batches in flight
+        self._scalar_staging = _Staging(2) if on_device else None
 
     # ---- the host's part ----------------------------------------------------------------------
     def _prepare(self, inputs, targets) -> tuple:
@@ -142,20 +156,19 @@ class TrainStep:
         return inputs.astype(np.int32), targets.astype(np.int32), weights
 
     def _upload(self, tokens, targets, dlosses) -> None:
-        for buf, host in ((self.tokens, tokens), (self.targets, targets), (self.dlosses, dlosses)):
-            host = np.ascontiguousarray(host, dtype=buf.dtype)
-            if isinstance(buf, np.ndarray):
-                buf[...] = host
-            else:
-                buf.set(host)
+        self._copy_in(self._batch_staging, ((self.tokens, tokens), (self.targets, targets), (self.dlosses, dlosses)))
 
     def _set_scalars(self, lr: float, step: int) -> None:
-        for buf, value in ((self.lr, lr), (self.step_number, step)):
-            host = np.array([value], dtype=np.float32)
-            if isinstance(buf, np.ndarray):
+        self._copy_in(self._scalar_staging, ((self.lr, np.float32(lr)), (self.step_number, np.float32(step))))
+
+    @staticmethod
+    def _copy_in(staging, pairs) -> None:
+        """Fill device buffers from host values: on the CPU in place, on the GPU through `staging`."""
+        if staging is None:
+            for buf, host in pairs:
                 buf[...] = host
-            else:
-                buf.set(host)
+        else:
+            staging.upload(pairs)
 
     # ---- the device's part ----------------------------------------------------------------------
     def _micro(self) -> None:
@@ -193,12 +206,28 @@ class TrainStep:
             else:
                 with _checking(self.check_finite):
                     self._update()
+            losses, sumsq, done = self._snapshot()
         self.optimizer.step_count = step
         self.eager_steps += self.graphs is None
-        result = StepResult(self, step, np.stack([d for _, _, d in prepared]), batches)
+        result = StepResult(self, step, np.stack([d for _, _, d in prepared]), batches, losses, sumsq, done)
         if self.check_finite:
             result.check()
         return result
+
+    def _snapshot(self) -> tuple:
+        """(losses, sumsq, event): host copies of the step's results. On the GPU, asynchronous copies
+        into pinned memory queued on the step's stream, then an event to wait on (the buffers are
+        reused by the next step, which may already be queued when the caller reads this one)."""
+        if isinstance(self.losses, np.ndarray):
+            return self.losses.copy(), self.sumsq.copy(), None
+        import cupy
+        import cupyx
+        stream = cupy.cuda.get_current_stream()
+        losses = cupyx.empty_pinned(self.losses.shape, self.losses.dtype)
+        sumsq = cupyx.empty_pinned(self.sumsq.shape, self.sumsq.dtype)
+        self.losses.get(stream=stream, out=losses, blocking=False)
+        self.sumsq.get(stream=stream, out=sumsq, blocking=False)
+        return losses, sumsq, stream.record()
 
     @contextlib.contextmanager
     def _memory_named(self):
@@ -249,6 +278,33 @@ class TrainStep:
             except _NonFinite as e:
                 return f"The first non-finite output: {e}"
         return "Run again eagerly, every kernel's output was finite: the inputs or the weights are the cause"
+
+
+class _Staging:
+    """Pinned host buffers that uploads to the GPU go through. A copy from pageable memory may wait
+    for the stream, which would stall the host behind a step still queued; from pinned memory it is
+    queued like a kernel. `slots` sets of buffers are used in turn, each refilled only once the copies
+    queued from it have run (its event): with two steps in flight, a step's inputs stay untouched
+    until the device has read them."""
+
+    def __init__(self, slots: int):
+        self.buffers: list = [None] * slots
+        self.events: list = [None] * slots
+        self.turn = 0
+
+    def upload(self, pairs) -> None:
+        import cupy
+        import cupyx
+        i, self.turn = self.turn, (self.turn + 1) % len(self.buffers)
+        if self.events[i] is not None:
+            self.events[i].synchronize()
+        if self.buffers[i] is None:
+            self.buffers[i] = [cupyx.empty_pinned(buf.shape, buf.dtype) for buf, _ in pairs]
+        stream = cupy.cuda.get_current_stream()
+        for (buf, host), pinned in zip(pairs, self.buffers[i]):
+            pinned[...] = host
+            buf.set(pinned, stream=stream)
+        self.events[i] = stream.record()
 
 
 class _NonFinite(FloatingPointError):

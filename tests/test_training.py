@@ -188,3 +188,67 @@ def test_token_ids_beyond_the_vocabulary_are_a_clear_error(tmp_path, capsys):
                  "--vocab-size", "64", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "x_val.bin: token id 70 at token position 539 is outside the vocabulary of 64" in err
+
+
+def _watch_the_order(monkeypatch, events):
+    """Record each TrainStep.run (by the step it runs) and each first read of a StepResult."""
+    from euler_core import step as step_module
+    run, read = step_module.TrainStep.run, step_module.StepResult._read
+
+    def logged_run(self, batches, lr):
+        events.append(("run", self.optimizer.step_count))
+        return run(self, batches, lr)
+
+    def logged_read(self):
+        if self._loss is None:
+            events.append(("read", self.step - 1))
+        return read(self)
+    monkeypatch.setattr(step_module.TrainStep, "run", logged_run)
+    monkeypatch.setattr(step_module.StepResult, "_read", logged_read)
+
+
+def _without_times(records):
+    return [{k: v for k, v in r.items() if k not in ("time_s", "tokens_per_s")} for r in records]
+
+
+def test_the_loop_reads_each_step_while_the_next_runs(shards, tmp_path, monkeypatch):
+    """With the overlap on (what a GPU with captured graphs gets), step k+1 is queued before step k's
+    result is read, except where the weights are read or saved next (an evaluation before step 4, 8
+    and 11, a checkpoint after step 3, 7 and 11, the last step); the records and the weights are
+    those of the loop without the overlap."""
+    train(micro_config(shards, tmp_path / "plain"), log=lambda *a: None)
+    events = []
+    _watch_the_order(monkeypatch, events)
+    monkeypatch.setattr("euler_core.train.overlaps", lambda trainer: True)
+    train(micro_config(shards, tmp_path / "overlapped"), log=lambda *a: None)
+    assert _without_times(read_metrics(tmp_path / "overlapped")) == _without_times(read_metrics(tmp_path / "plain"))
+    np.testing.assert_array_equal(load_checkpoint(tmp_path / "overlapped").params["wte.weight"],
+                                  load_checkpoint(tmp_path / "plain").params["wte.weight"])
+    read_before_next = [k for k in range(11) if events.index(("read", k)) < events.index(("run", k + 1))]
+    assert read_before_next == [3, 7, 10]
+
+
+def test_a_stop_while_a_step_is_queued_saves_it_and_resumes_alike(shards, tmp_path, monkeypatch):
+    """SIGINT arrives inside step 5's launch with step 4 unread: both are read and recorded, the
+    checkpoint is at step 6, and the resumed run's records equal an uninterrupted run's."""
+    import os
+
+    from euler_core import step as step_module
+    from euler_core.rundir import StopRequested
+    from euler_core.train import resume_training
+    train(micro_config(shards, tmp_path / "plain", checkpoint_every=0, eval_every=0), log=lambda *a: None)
+    monkeypatch.setattr("euler_core.train.overlaps", lambda trainer: True)
+    run = step_module.TrainStep.run
+
+    def interrupted_at_5(self, batches, lr):
+        if self.optimizer.step_count == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return run(self, batches, lr)
+    monkeypatch.setattr(step_module.TrainStep, "run", interrupted_at_5)
+    with pytest.raises(StopRequested):
+        train(micro_config(shards, tmp_path / "run", checkpoint_every=0, eval_every=0), log=lambda *a: None)
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == list(range(6))
+    assert load_checkpoint(tmp_path / "run").meta["step"] == 6
+    monkeypatch.setattr(step_module.TrainStep, "run", run)
+    resume_training(tmp_path / "run", {"progress": False}, log=lambda *a: None)
+    assert _without_times(read_metrics(tmp_path / "run")) == _without_times(read_metrics(tmp_path / "plain"))

@@ -10,8 +10,10 @@ What it measures, each in a worker process of its own (workers.py says why), one
   `--warmup` more, on random tokens, through euler_core.step.TrainStep (the step `euler train`
   takes: forward and backward of every micro-batch, the gradient norm, clipping, AdamW; a CUDA graph
   where the model is on the GPU, unless --no-graph; a step that cannot be captured is recorded as
-  failed, naming the op, and measured again without the graph). Each step ends by reading the loss, as a loop
-  that logs every step does. Tokens/s is B*T*accum over the median step; MFU is that times the
+  failed, naming the op, and measured again without the graph). Every step's loss is read, as a loop
+  that logs every step does, and the way `euler train` reads it: with captured graphs step k's result
+  after step k+1 is queued (euler_core.train.overlaps), so a step is the interval between two reads;
+  the PyTorch reference reads its loss the same way. Tokens/s is B*T*accum over the median step; MFU is that times the
   training FLOPs per token (flops_per_token) over the measured matmul peak;
 - peak memory: on the GPU, the bytes CuPy's pools hold (the default pool and the private pools of
   the step's CUDA graphs; the most seen at the end of a step), the device's used memory from
@@ -166,17 +168,26 @@ def worker_step(spec: dict) -> dict:
            "t_first_step_start": t_first, "t_first_step_end": t_first_end}
     times = []
     if not spec["first_step_only"]:
-        for i in range(spec["warmup"] + spec["steps"]):
-            batches = _batches(rng, spec, vocab)
-            t0 = time.perf_counter()
-            result = step.run(batches, LR)
-            loss = float(result.loss)
-            dt = time.perf_counter() - t0
-            losses.append(loss)
+        from euler_core.train import overlaps
+        # as euler train's loop runs them (euler_core.train.overlaps): with captured graphs step i+1 is
+        # queued before step i's result is read, so a step's time is the interval between two reads
+        queued, read_at = [], [time.perf_counter()]
+
+        def read(index, result):
+            losses.append(float(result.loss))                   # waits for that step
+            now = time.perf_counter()
+            if index >= spec["warmup"]:
+                times.append(now - read_at[0])
+            read_at[0] = now
             memory.sample(step)
-            if i >= spec["warmup"]:
-                times.append(dt)
-        out["grad_norm"] = float(result.grad_norm)
+            out["grad_norm"] = float(result.grad_norm)
+
+        for i in range(spec["warmup"] + spec["steps"]):
+            queued.append((i, step.run(_batches(rng, spec, vocab), LR)))
+            if len(queued) > (1 if overlaps(step) else 0):
+                read(*queued.pop(0))
+        for item in queued:
+            read(*item)
     return {**out, "losses": losses, "step_times": times, **memory.result()}
 
 
@@ -440,7 +451,9 @@ def markdown(records: list[dict], meta: dict | None = None) -> str:
         refs = {(r["B"]): r for r in train if r.get("reference_mode") == "compile" and r["status"] == "ok"}
         eager = {(r["B"]): r for r in train if r.get("reference_mode") == "eager" and r["status"] == "ok"}
         L += ["", "## Throughput", "",
-              "Median step over the timed steps (p20-p80 in brackets); each step ends by reading the loss.", "",
+              "Median step over the timed steps (p20-p80 in brackets): the interval between reading two steps' "
+              "losses, each read after the next step is queued (ours with CUDA graphs, and the PyTorch reference "
+              "on the GPU).", "",
               "| system | B | tokens/s | step (ms) | MFU | vs torch compile | vs torch eager | pool / reserved | "
               "device used | nvidia-smi | first loss |",
               "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -205,9 +205,29 @@ def main(argv=None):
 
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
     step_times, losses, grad_norms, device_used, first_step_end = [], [], [], [], None
+    # As NanoEuler's loop reads its losses (euler_core.train.overlaps): on the GPU step k's loss and
+    # gradient norm are copied to the host without waiting and read once step k+1 is queued (the first
+    # step at once: the time to it is measured); a step's time is the interval between two reads.
+    queued, read_at = [], None
+
+    def read(step, loss_host, norm_host, done):
+        nonlocal read_at, first_step_end
+        if done is not None:
+            done.synchronize()
+        losses.append(float(loss_host))
+        grad_norms.append(float(norm_host))
+        now = time.perf_counter()
+        if step == 0:
+            first_step_end = time.time()
+        elif step > args.warmup:
+            step_times.append(now - read_at)
+        read_at = now
+        if cuda:
+            free, total = torch.cuda.mem_get_info()
+            device_used.append(total - free)
+
     for step in range(n_steps):
         x, y, lr = batch(step)
-        t0 = time.perf_counter()
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -217,16 +237,17 @@ def main(argv=None):
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
         opt.step()
-        losses.append(loss.item())                              # waits for the step to finish
-        dt = time.perf_counter() - t0
-        grad_norms.append(float(norm))
-        if step == 0:
-            first_step_end = time.time()
-        elif step > args.warmup:
-            step_times.append(dt)
         if cuda:
-            free, total = torch.cuda.mem_get_info()
-            device_used.append(total - free)
+            done = torch.cuda.Event()
+            queued.append((step, loss.detach().to("cpu", non_blocking=True),
+                           norm.detach().to("cpu", non_blocking=True), done))
+            done.record()
+        else:
+            queued.append((step, loss.detach(), norm.detach(), None))
+        if len(queued) > (1 if cuda and step > 0 else 0):
+            read(*queued.pop(0))
+    for item in queued:
+        read(*item)
     result = {"impl": "torch", "version": torch.__version__, "device": device, "compile": args.compile,
               "autocast": "bfloat16" if cuda else None, "fused_adamw": cuda, "threads": torch.get_num_threads(),
               "t_start": T_START, "t_first_step_end": first_step_end, "step_times": step_times, "losses": losses,
