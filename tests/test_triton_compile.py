@@ -51,6 +51,7 @@ SHAPES = [
     # the fused ops at GPT-2 124M's shapes (their ragged shapes run under the interpreter)
     ("layernorm_residual", {"N": 256, "C": 768}),
     ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}),
+    ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}, "epilogue"),    # the GELU and pre from the epilogue
     ("classifier_crossentropy", {"N": 256, "C": 768, "V": 50304, "n_valid": 50257}),
 ]
 DTYPES = ("float32", "float16", "bfloat16")
@@ -77,9 +78,9 @@ def _mixed_adamw_launches(dtype: str) -> list[dict]:
 
 def _launches():
     seen = {}
-    for op, dims in SHAPES:
+    for op, dims, *variant in SHAPES:
         for dtype in DTYPES:
-            for e in recorded_launches(op, dims, dtype):
+            for e in recorded_launches(op, dims, dtype, variant=variant[0] if variant else None):
                 seen.setdefault(_key(e), (op, dtype, e))
     for dtype in ("float16", "bfloat16"):
         for e in _mixed_adamw_launches(dtype):

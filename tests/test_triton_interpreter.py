@@ -41,19 +41,20 @@ SLOW = {("layernorm", "T257", "float32"), ("layernorm", "T257", "float16"),
         ("classifier_crossentropy", "small", "float32"), ("classifier_crossentropy", "padded-vocab", "float32"),
         ("classifier_crossentropy", "large-logits", "float32"), ("matmul_gelu", "N128-K65-M96", "float32")}
 
-OPS = [op for op, _, _ in _VARIANTS]  # the ops this backend implements
+OPS = list(dict.fromkeys(op for op, _, _ in _VARIANTS))  # the ops this backend implements
 pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning"),
               # GELU's exp(-2u) at pre ~ -15 is inf in float32, as on the GPU, and 1 / (1 + inf) = 0 is meant
               pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")]
 
-PARAMS = [pytest.param(op, case.name, dtype, id=f"{op}-{case.name}-{dtype}")
-          for op in OPS for case in CASES[op] for dtype in ("float32", "float16")
+_MANY = {op for op in OPS if sum(o == op for o, _, _ in _VARIANTS) > 1}  # ops with several variants
+PARAMS = [pytest.param(op, name, case.name, dtype, id=f"{op}{':' + name if op in _MANY else ''}-{case.name}-{dtype}")
+          for op, name, _ in _VARIANTS for case in CASES[op] for dtype in ("float32", "float16")
           if (op, case.name, dtype) not in SLOW]
 
 
-@pytest.mark.parametrize("op,case,dtype", PARAMS)
-def test_case_checks_under_interpreter(op, case, dtype):
-    results = run_case(interpreted_variant(op), op, case, dtype, seed=0)
+@pytest.mark.parametrize("op,variant,case,dtype", PARAMS)
+def test_case_checks_under_interpreter(op, variant, case, dtype):
+    results = run_case(interpreted_variant(op, variant), op, case, dtype, seed=0)
     assert results, "no check ran"
     bad = [str(r) for r in results if r.status != PASSED]
     assert not bad, "\n".join(bad)

@@ -23,14 +23,17 @@ from euler_core.ops import OPS
 from euler_core.registry import Backend, Variant
 
 from . import _runtime
+from .plugin import _VARIANTS, impl_of
 
 
 class InterpretedImpl:
-    """forward/backward of backends.triton.<op>, each call under Triton's interpreter."""
+    """forward/backward of a triton variant's implementation, each call under Triton's interpreter."""
 
-    def __init__(self, op: str):
-        self.op = op
-        self.module = importlib.import_module(f"backends.triton.{op}")
+    def __init__(self, impl: str):
+        module, _, attr = impl.partition(":")
+        self.module = importlib.import_module(module)
+        if attr:
+            self.module = getattr(self.module, attr)
 
     def forward(self, inputs, attrs, out=None):
         with _runtime.interpreter():
@@ -41,14 +44,17 @@ class InterpretedImpl:
             return self.module.backward(saved, dout, grads)
 
 
-for _op in OPS:
-    if importlib.util.find_spec(f"backends.triton.{_op}") is not None:
-        globals()[_op] = InterpretedImpl(_op)
+#: "<op>" (its first variant) and "<op>__<name>" (each variant): the interpreted implementations
+for _op, _name, _ in _VARIANTS:
+    globals().setdefault(_op, InterpretedImpl(impl_of(_op, _name)))
+    globals()[f"{_op}__{_name}"] = InterpretedImpl(impl_of(_op, _name))
 
 
-def interpreted_variant(op: str) -> Variant:
-    """A cpu Variant of `op` running the triton kernels under the interpreter (NumPy arrays)."""
-    v = Variant(op, "interpreted", impl=f"backends.triton._testing:{op}", device="cpu",
+def interpreted_variant(op: str, name: str | None = None) -> Variant:
+    """A cpu Variant of `op` (its variant `name`, default the first) running the triton kernels under
+    the interpreter (NumPy arrays)."""
+    attr = op if name is None else f"{op}__{name}"
+    v = Variant(op, "interpreted", impl=f"backends.triton._testing:{attr}", device="cpu",
                 dtypes=("float32", "float16"), contiguous=True,
                 description="the triton kernels under Triton's interpreter (tests)")
     Backend("triton-interpreter", "the triton backend's kernels under Triton's interpreter", [v])
@@ -62,10 +68,11 @@ def _np_dtype(dtype: str):
     return np.dtype(dtype)
 
 
-def recorded_launches(op: str, dims: dict, dtype: str, seed: int = 0) -> list[dict]:
-    """Every launch one forward and one backward of `op` at `dims` in `dtype` make (nothing runs)."""
+def recorded_launches(op: str, dims: dict, dtype: str, seed: int = 0, variant: str | None = None) -> list[dict]:
+    """Every launch one forward and one backward of `op` (its variant named `variant`, default the
+    first) at `dims` in `dtype` make (nothing runs)."""
     spec = OPS[op]
-    impl = importlib.import_module(f"backends.triton.{op}")
+    impl = InterpretedImpl(impl_of(op, variant or next(n for o, n, _ in _VARIANTS if o == op))).module
     inputs, attrs = spec.example(dims, "float32", np.random.default_rng(seed))
     dt = _np_dtype(dtype)
     inputs = {k: (v.astype(dt) if v.dtype.kind == "f" and k != spec.grad_input else v)  # dlosses stay float32

@@ -468,15 +468,17 @@ def forward(inputs, attrs, out=None):
     return y, Saved(x, weight, bias is not None)
 
 
-def backward(saved, dout, grads):
+def backward(saved, dout, grads, op="matmul"):
+    """dx, dW (+)=, db (+)= of y = x @ W.T + b; `op` names the op in errors (matmul_gelu's epilogue
+    variant ends with this backward)."""
     x, weight = saved.x, saved.weight
-    _common.check_contiguous("matmul", dout=dout)
+    _common.check_contiguous(op, dout=dout)
     N, K = x.shape
     M = weight.shape[0]
     xp = xp_of(x)
-    dx = _common.grad_buffer("matmul", grads, "x", x, xp)
-    dW = _common.param_grad("matmul", grads, "weight", (M, K), x.dtype)   # float32 for 16-bit x: mixed precision
-    db = _common.param_grad("matmul", grads, "bias", (M,), x.dtype) if saved.has_bias else None
+    dx = _common.grad_buffer(op, grads, "x", x, xp)
+    dW = _common.param_grad(op, grads, "weight", (M, K), x.dtype)   # float32 for 16-bit x: mixed precision
+    db = _common.param_grad(op, grads, "bias", (M,), x.dtype) if saved.has_bias else None
     gemm(dout, weight, dx, (M, 1), (K, 1), N, K, M, product="dx", weight_shape=(M, K))    # dx = dy @ W
     separate = db is not None and (M, K) in DB_SEPARATE
     gemm(dout, x, dW, (1, M), (K, 1), M, K, N, accumulate=True,                            # dW += dy.T @ x

@@ -22,6 +22,8 @@ reports/train-h200; the classifier saves the full logits' memory):
     layernorm_residual       fused    x = a + b written and normalised in one pass; da = dx + dln in one
     matmul_gelu              fused    GELU (and gelu' for the backward) in the GEMM epilogue; the backward
                                       GEMMs multiply dy by gelu' as they load it (no dpre pass)
+                             epilogue GELU and pre from the GEMM epilogue (no pass to activate pre);
+                                      the backward composed (gelu's kernel, then matmul's)
     classifier_crossentropy  chunked  lm_head GEMM, loss, dlogits, dx and dW GEMMs a chunk of rows at a
                                       time: no (N, Vp) logits
 """
@@ -43,8 +45,18 @@ _VARIANTS = [
     ("sumsq", "blocks", "sum of squares in fixed slices, then the partials in order"),
     ("layernorm_residual", "fused", "residual add and layernorm in one pass each way (layernorm's kernels)"),
     ("matmul_gelu", "fused", "GELU in the GEMM epilogue; backward GEMMs scale dy by the saved gelu' as they load"),
+    ("matmul_gelu", "epilogue", "GELU and pre from the GEMM epilogue; the backward composed of gelu's and matmul's"),
     ("classifier_crossentropy", "chunked", "lm_head GEMM, loss, dlogits, dx and dW a chunk of rows at a time"),
 ]
+
+
+#: variants whose implementation is not the module of their op's name
+_IMPLS = {("matmul_gelu", "epilogue"): "backends.triton.matmul_gelu:Epilogue"}
+
+
+def impl_of(op: str, name: str) -> str:
+    """The `impl` string ("module" or "module:attr") of variant `name` of `op`."""
+    return _IMPLS.get((op, name), f"backends.triton.{op}")
 
 
 @hookimpl
@@ -54,7 +66,7 @@ def nanoeuler_backends():
     # reads q as a strided view of qkv; every other variant has the dispatcher refuse non-contiguous input.
     takes_views = ("embedding", "crossentropy", "classifier_crossentropy", "attention_cached")
     opt_in = ("matmul_gelu", "classifier_crossentropy")
-    variants = [Variant(op, name, impl=f"backends.triton.{op}", device="cuda", dtypes=DTYPES,
+    variants = [Variant(op, name, impl=impl_of(op, name), device="cuda", dtypes=DTYPES,
                         requires=("triton", "cupy"), contiguous=op not in takes_views,
                         description=description + ("; opt-in" if op in opt_in else ""), opt_in=op in opt_in)
                 for op, name, description in _VARIANTS]
