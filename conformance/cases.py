@@ -220,6 +220,7 @@ CASES: dict[str, list[Case]] = {
           note="4 new tokens a row over caches of different lengths"),
     ],
 }
+CASES["crossentropy_onepass"] = CASES["crossentropy"]  # the same math, the gradient given ahead
 
 #: small shapes for the finite-difference check of each op (every input element is perturbed)
 GRADCHECK_DIMS: dict[str, dict] = {
@@ -234,6 +235,7 @@ GRADCHECK_DIMS: dict[str, dict] = {
     "matmul_gelu": {"N": 3, "K": 4, "M": 5},
     "classifier_crossentropy": {"N": 4, "C": 3, "V": 6, "n_valid": 5},
 }
+GRADCHECK_DIMS["crossentropy_onepass"] = GRADCHECK_DIMS["crossentropy"]
 
 
 def case_names(op: str) -> list[str]:
@@ -396,6 +398,10 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
         ("lengths-under-queries", _set("lengths", lambda i: np.full(i["q"].shape[0], 1, np.int32))),
     ],
 }
+BAD_INPUTS["crossentropy_onepass"] = BAD_INPUTS["crossentropy"] + [
+    ("dlosses-shape", _set("dlosses", lambda i: i["dlosses"][:, :-1].copy())),
+    ("dlosses-dtype", _float64("dlosses")),
+]
 
 #: the valid example that BAD_INPUTS break (float32, or the variant's first dtype)
 BAD_INPUT_DIMS: dict[str, dict] = {
@@ -413,3 +419,6 @@ BAD_INPUT_DIMS: dict[str, dict] = {
     "matmul_gelu": {"N": 3, "K": 4, "M": 5},
     "classifier_crossentropy": {"N": 4, "C": 3, "V": 6},
 }
+
+# crossentropy_onepass is crossentropy with the losses' gradient given ahead: its cases, its checks
+BAD_INPUT_DIMS["crossentropy_onepass"] = BAD_INPUT_DIMS["crossentropy"]

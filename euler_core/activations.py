@@ -38,7 +38,8 @@ backward's activation gradients flow through one layer at a time):
     dqkv      (N, 3C)      attention backward's dqkv
     dfch_gelu (N, 4C)      the MLP projection backward's dx
     dfch      (N, 4C)      the GELU backward's dx
-    dlogits   (N, Vp)      the loss backward's dlogits (only when the classifier is not fused)
+    dlogits   (N, Vp)      the loss backward's dlogits (only when neither the classifier nor the loss
+                           is fused: crossentropy_onepass keeps its own)
 
 Kernels keep small saved values of their own (a layernorm's mean and rstd, attention's logsumexp):
 they allocate them from CuPy's pool, which a captured step gives a private pool (euler_core/graph.py).
@@ -62,6 +63,7 @@ class MemoryPlan:
     fused_classifier: bool = False  # classifier_crossentropy: no (N, Vp) logits or dlogits
     fused_gelu: bool = False        # matmul_gelu: no pre-activation fch (the op keeps gelu'(pre))
     recompute_gelu: bool = False    # one fch_gelu for all layers, remade in the backward
+    fused_loss: bool = False        # crossentropy_onepass (unfused classifier): the op keeps dlogits
 
     def __post_init__(self):
         if self.recompute_gelu and self.fused_gelu:
@@ -80,7 +82,7 @@ def layout(L: int, N: int, C: int, Vp: int, plan: MemoryPlan) -> list[tuple[str,
     scratch = ([("fch_gelu", (N, 4 * C))] if plan.recompute_gelu else []) + \
               [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
                ("dqkv", (N, 3 * C)), ("dfch_gelu", (N, 4 * C)), ("dfch", (N, 4 * C))] + \
-              ([] if plan.fused_classifier else [("dlogits", (N, Vp))])
+              ([] if plan.fused_classifier or plan.fused_loss else [("dlogits", (N, Vp))])
     return per_layer + once + scratch
 
 
@@ -107,6 +109,8 @@ def step_bytes(config, B: int, T: int, dtype: str, plan: MemoryPlan) -> dict:
     saved = L * N * (C * item + config.n_head * 4) + (2 * L + 1) * N * 8
     if plan.fused_gelu:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena would keep pre
         saved += L * N * 4 * C * item
+    if plan.fused_loss:  # crossentropy_onepass keeps dlogits (N, Vp) where the arena would
+        saved += N * config.padded_vocab_size * item
     if plan.fused_classifier:  # its chunk of logits in x's dtype (<= 1 GiB), float32 dW and its dx (N,C)
         saved += min(2**30, N * config.padded_vocab_size * item) + config.padded_vocab_size * C * 4 + N * C * item
     return {"weights": weights, "arena": arena, "saved": saved, "total": int(1.1 * (weights + arena + saved))}

@@ -108,14 +108,16 @@ class GPT:
         self.master = _views(self.flat_master, self.layout)   # what AdamW updates
         self.params = _views(self.flat_params, self.layout)   # what the kernels read
         self.grads = _views(self.flat_grads, self.layout)
-        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_gelu", "classifier_crossentropy")}
+        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_gelu", "classifier_crossentropy",
+                                                          "crossentropy_onepass")}
         # recompute: the training arena keeps one GELU output, remade layer by layer in the backward
         # from c_fc's output, which the fused matmul_gelu does not keep: the MLP is then composed
         if recompute and self.fused["matmul_gelu"]:
             self.fused["matmul_gelu"] = False
             self.kernels.notes.append("matmul_gelu: not used with recompute (the fused op keeps its GELU output "
                                       "a layer); the MLP is composed of matmul and gelu")
-        self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute)
+        self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute,
+                               self.fused["crossentropy_onepass"] and not self.fused["classifier_crossentropy"])
         self._acts: Activations | None = None
         self._tape: Tape | None = None
         if seed is not None:
@@ -268,8 +270,11 @@ class GPT:
                 {"n_valid": cfg.vocab_size}, out=acts.losses)
         else:
             logits, s_head = k["matmul"].forward({"x": h, "weight": p["wte.weight"]}, out=acts.logits)
-            _, s_loss = k["crossentropy"].forward({"logits": logits.reshape(B, T, -1), "targets": targets.reshape(B, T)},
-                                                  {"n_valid": cfg.vocab_size}, out=acts.losses.reshape(B, T))
+            loss_inputs = {"logits": logits.reshape(B, T, -1), "targets": targets.reshape(B, T)}
+            if self.plan.fused_loss:  # dlogits computed here, from the same pass over the logits
+                loss_inputs["dlosses"] = dlosses.reshape(B, T)
+            _, s_loss = k["crossentropy_onepass" if self.plan.fused_loss else "crossentropy"].forward(
+                loss_inputs, {"n_valid": cfg.vocab_size}, out=acts.losses.reshape(B, T))
             head = (s_head, s_loss)
         self._tape = Tape(acts, s_emb, s_ln1, layers, head, dlosses)
 
@@ -346,8 +351,11 @@ class GPT:
             dh = k["classifier_crossentropy"].backward(tape.head, tape.dlosses, {"weight": g["wte.weight"]})["x"]
         else:
             s_head, s_loss = tape.head
-            dlogits = k["crossentropy"].backward(s_loss, tape.dlosses.reshape(B, T),
-                                                 {"logits": acts.dlogits.reshape(B, T, -1)})["logits"]
+            if self.plan.fused_loss:  # the forward computed dlogits (the op's own buffer)
+                dlogits = k["crossentropy_onepass"].backward(s_loss, None, {})["logits"]
+            else:
+                dlogits = k["crossentropy"].backward(s_loss, tape.dlosses.reshape(B, T),
+                                                     {"logits": acts.dlogits.reshape(B, T, -1)})["logits"]
             dh = k["matmul"].backward(s_head, dlogits.reshape(N, -1), {"weight": g["wte.weight"], "x": acts.dnorm})["x"]
         dx = None  # the stream's gradient past the last layer: only ln_f reads that stream
         turn = 0   # which of the two dstream buffers the next residual gradient goes into

@@ -228,3 +228,18 @@ def test_the_step_says_which_batch_fits():
     assert unfused < fits  # the full logits cost rows
     assert largest_batch(config, 1024, "bfloat16", MemoryPlan(recompute_gelu=True), device) > unfused
     assert largest_batch(*args, 2**20) == 0
+
+
+def test_the_loss_and_its_gradient_in_one_pass_train_like_the_composition():
+    """crossentropy_onepass (dlogits computed in the loss's forward, the arena without its dlogits
+    buffer) gives the composition's steps bit for bit on naive, whose variant composes the two."""
+    fused = micro(n_layer=2, backend="naive,classifier_crossentropy=none")  # the unfused classifier's loss
+    composed = micro(n_layer=2, backend="naive,classifier_crossentropy=none,crossentropy_onepass=none")
+    assert fused.plan.fused_loss and not composed.plan.fused_loss
+    assert not fused.activations(2, 8).has("dlogits") and composed.activations(2, 8).has("dlogits")
+    losses = []
+    for model in (fused, composed):
+        step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8, grad_clip=1.0)
+        losses.append([step.run([b], lr=1e-2).loss for b in batches(3)])
+    assert losses[0] == losses[1]
+    np.testing.assert_array_equal(fused.flat_master, composed.flat_master)

@@ -53,6 +53,8 @@ SHAPES = [
     ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}),
     ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}, "epilogue"),    # the GELU and pre from the epilogue
     ("classifier_crossentropy", {"N": 256, "C": 768, "V": 50304, "n_valid": 50257}),
+    ("crossentropy_onepass", {"B": 2, "T": 2, "V": 50304, "n_valid": 50257}),
+    ("crossentropy_onepass", {"B": 2, "T": 3, "V": 37}),
 ]
 DTYPES = ("float32", "float16", "bfloat16")
 

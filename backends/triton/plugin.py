@@ -15,9 +15,9 @@ names its implementation by string, imported the first time it is used.
     adamw         fused    the whole update in one pass over param, grad, m, v
     sumsq         blocks   sum of squares in fixed slices, then the partials in order
 
-and the fused ops, built on those kernels (the last two opt-in: used only when named, e.g.
---backend triton,classifier_crossentropy=triton, as on the H200 they are slower than the composition,
-reports/train-h200; the classifier saves the full logits' memory):
+and the fused ops, built on those kernels (all but the first opt-in: used only when named, e.g.
+--backend triton,classifier_crossentropy=triton, until the H200 measures them faster than the
+composition in the whole step, reports/train-h200; the classifier saves the full logits' memory):
 
     layernorm_residual       fused    x = a + b written and normalised in one pass; da = dx + dln in one
     matmul_gelu              fused    GELU (and gelu' for the backward) in the GEMM epilogue; the backward
@@ -26,6 +26,8 @@ reports/train-h200; the classifier saves the full logits' memory):
                                       the backward composed (gelu's kernel, then matmul's)
     classifier_crossentropy  chunked  lm_head GEMM, loss, dlogits, dx and dW GEMMs a chunk of rows at a
                                       time: no (N, Vp) logits
+    crossentropy_onepass     rows     the loss and dlogits from one program per row (the dlosses given
+                                      ahead): one read of the logits where the unfused pair makes two
 """
 
 from euler_core.registry import Backend, Variant, hookimpl
@@ -47,6 +49,7 @@ _VARIANTS = [
     ("matmul_gelu", "fused", "GELU in the GEMM epilogue; backward GEMMs scale dy by the saved gelu' as they load"),
     ("matmul_gelu", "epilogue", "GELU and pre from the GEMM epilogue; the backward composed of gelu's and matmul's"),
     ("classifier_crossentropy", "chunked", "lm_head GEMM, loss, dlogits, dx and dW a chunk of rows at a time"),
+    ("crossentropy_onepass", "rows", "loss and dlogits from one program per row, the row's second read from L2"),
 ]
 
 
@@ -64,8 +67,8 @@ def nanoeuler_backends():
     # embedding and the two cross-entropies take integer ids that callers slice out of token windows
     # (views): they copy those to contiguous themselves and check their float inputs; attention_cached
     # reads q as a strided view of qkv; every other variant has the dispatcher refuse non-contiguous input.
-    takes_views = ("embedding", "crossentropy", "classifier_crossentropy", "attention_cached")
-    opt_in = ("matmul_gelu", "classifier_crossentropy")
+    takes_views = ("embedding", "crossentropy", "classifier_crossentropy", "crossentropy_onepass", "attention_cached")
+    opt_in = ("matmul_gelu", "classifier_crossentropy", "crossentropy_onepass")
     variants = [Variant(op, name, impl=impl_of(op, name), device="cuda", dtypes=DTYPES,
                         requires=("triton", "cupy"), contiguous=op not in takes_views,
                         description=description + ("; opt-in" if op in opt_in else ""), opt_in=op in opt_in)

@@ -59,6 +59,7 @@ fi
 # NO_COLD=1 (no cold-cache first step: one process fewer per system); TRAIN_EXTRA=none: the default selection alone
 BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS}
 if [[ -n ${NO_COLD:-} ]]; then COLD=--no-cold; fi
+PROFILE_FLAG=; [[ ${PROFILE:-1} == 0 ]] && PROFILE_FLAG=--no-profile   # PROFILE=0: no eager per-op breakdown
 if [[ -n ${TRAIN_EXTRA:-} ]]; then EXTRA=(); for sel in $TRAIN_EXTRA; do [[ $sel != none ]] && EXTRA+=(--backend "$sel"); done; fi
 if [[ -z ${DRY:-} ]]; then
   if compgen -G ".h200/pydocs/pydocs_train_*.bin" > /dev/null; then QDATA=(--data ".h200/pydocs/pydocs_train_*.bin")
@@ -77,7 +78,7 @@ fi
 
 log "train: $BACKEND at B=$BS, references $REFS"
 timeout "$TT" "$PY" -m euler_core.cli bench train --backend "$BACKEND" "${EXTRA[@]}" --preset "$PRESET" --batch-sizes "$BS" \
-  --warmup "$WARMUP" --steps "$STEPS" $COLD --peak-size "$PEAK" --reference "$REFS" --kernel-cache "$KC" --out "$D/bench" 2>&1 \
+  --warmup "$WARMUP" --steps "$STEPS" $COLD $PROFILE_FLAG --peak-size "$PEAK" --reference "$REFS" --kernel-cache "$KC" --out "$D/bench" 2>&1 \
   | tee -a "$D/log.txt"
 echo "train exit ${PIPESTATUS[0]}" | tee -a "$D/log.txt"
 

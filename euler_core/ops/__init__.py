@@ -6,6 +6,7 @@ from .attention_cached import SPEC as ATTENTION_CACHED
 from .base import OpSpec
 from .classifier_crossentropy import SPEC as CLASSIFIER_CROSSENTROPY
 from .crossentropy import SPEC as CROSSENTROPY
+from .crossentropy_onepass import SPEC as CROSSENTROPY_ONEPASS
 from .embedding import SPEC as EMBEDDING
 from .gelu import SPEC as GELU
 from .layernorm import SPEC as LAYERNORM
@@ -18,6 +19,7 @@ from .sumsq import SPEC as SUMSQ
 # the primitives, then the fused ops (each `replaces` some of the primitives: see base.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in (EMBEDDING, LAYERNORM, MATMUL, ATTENTION, GELU, RESIDUAL,
                                               CROSSENTROPY, ADAMW, SUMSQ, ATTENTION_CACHED,
-                                              LAYERNORM_RESIDUAL, MATMUL_GELU, CLASSIFIER_CROSSENTROPY)}
+                                              LAYERNORM_RESIDUAL, MATMUL_GELU, CLASSIFIER_CROSSENTROPY,
+                                              CROSSENTROPY_ONEPASS)}
 
 __all__ = ["OPS", "OpSpec"]

@@ -29,8 +29,8 @@ then layernorm) are specified and checked like the primitives, with two extensio
   `output_shape`/`output_dtype` return one shape/dtype per output, and backward's `grad_output` is
   a tuple with one gradient per output, where None means that output's gradient is zero (the
   residual stream after the last block feeds only the final layernorm).
-- The output's gradient given ahead (`grad_input` names an input, classifier_crossentropy's
-  `dlosses`): the forward computes the input gradients while its intermediates exist, so they never
+- The output's gradient given ahead (`grad_input` names an input, classifier_crossentropy's and
+  crossentropy_onepass's `dlosses`): the forward computes the input gradients while its intermediates exist, so they never
   have to be kept; backward then accumulates what the forward computed, and its `grad_output` must
   be None or that very input array (not a copy: the values were already used). Without that input
   the forward computes the outputs only (evaluation) and backward is refused with a ValueError.
@@ -126,6 +126,17 @@ class OpSpec:
     def bytes_moved(self, inputs: dict, attrs: dict) -> dict:
         """{'forward': bytes, 'backward': bytes}: the minimum DRAM traffic (each array once)."""
         raise NotImplementedError
+
+    def check_backward(self, forward_grad, grad_output) -> None:
+        """For an op with `grad_input`: a variant's backward calls this first. It needs a forward that
+        was given that input (kept as `forward_grad`), and grad_output None or that very array."""
+        if forward_grad is None:
+            raise ValueError(f"{self.name}: backward needs a forward that was given {self.grad_input} (this one "
+                             f"computed the outputs only); pass the gradient of the total loss per position as "
+                             f"input '{self.grad_input}'")
+        if grad_output is not None and grad_output is not forward_grad:
+            raise ValueError(f"{self.name}: backward's grad_output must be None or the {self.grad_input} array given "
+                             "to the forward (the gradient was applied there); got another array")
 
     # ---- examples -----------------------------------------------------------------------------
     def example(self, dims: dict, dtype: str, rng: np.random.Generator) -> tuple[dict, dict]:

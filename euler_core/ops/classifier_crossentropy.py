@@ -105,16 +105,6 @@ class ClassifierCrossEntropySpec(OpSpec):
         dweight = w.shape[0] * C * 4  # at least float32
         return {"forward": nbytes(x, w, t, d) + losses + nbytes(x) + dweight, "backward": 3 * dweight}
 
-    def check_backward(self, forward_dlosses, grad_output) -> None:
-        """A variant's backward calls this first: it needs a forward that was given dlosses (kept as
-        `forward_dlosses`), and grad_output None or that very array."""
-        if forward_dlosses is None:
-            raise ValueError(f"{self.name}: backward needs a forward that was given dlosses (this one computed "
-                             "the losses only); pass the gradient of the total loss per position as input 'dlosses'")
-        if grad_output is not None and grad_output is not forward_dlosses:
-            raise ValueError(f"{self.name}: backward's grad_output must be None or the dlosses array given to "
-                             "the forward (the gradient was applied there); got another array")
-
     def example(self, dims, dtype, rng):
         """dims: N rows, C channels, V (the padded vocabulary Vp), optionally n_valid < V."""
         N, C, V = dims["N"], dims["C"], dims["V"]

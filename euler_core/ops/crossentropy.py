@@ -37,16 +37,16 @@ class CrossEntropySpec(OpSpec):
         B, T, Vp = expect_array(self.name, "logits", inputs["logits"], 3)
         Bt, Tt = expect_array(self.name, "targets", inputs["targets"], 2, kind="int")
         if (Bt, Tt) != (B, T):
-            raise ValueError(f"crossentropy: targets must have shape {(B, T)} to match logits, got {(Bt, Tt)}")
+            raise ValueError(f"{self.name}: targets must have shape {(B, T)} to match logits, got {(Bt, Tt)}")
         n_valid = attrs["n_valid"]
         if n_valid is not None and not (1 <= n_valid <= Vp):
-            raise ValueError(f"crossentropy: n_valid must lie in [1, {Vp}], got {n_valid}")
+            raise ValueError(f"{self.name}: n_valid must lie in [1, {Vp}], got {n_valid}")
         targets = inputs["targets"]
         V = Vp if n_valid is None else n_valid
         if isinstance(targets, np.ndarray) and targets.size:
             lo, hi = int(targets.min()), int(targets.max())
             if lo < -1 or hi >= V:
-                raise ValueError(f"crossentropy: targets must lie in [0, {V}) or be -1 (ignored), "
+                raise ValueError(f"{self.name}: targets must lie in [0, {V}) or be -1 (ignored), "
                                  f"got values in [{lo}, {hi}]")
 
     def output_shape(self, inputs, attrs):

@@ -1,0 +1,116 @@
+"""crossentropy_onepass, triton: the loss and dlogits from one program per row, the row read from
+memory once.
+
+One program per row (position), two walks over its logits:
+
+    1. the first n_valid logits in BLOCK_V chunks, each lane keeping its running (max, sum of exp)
+       (crossentropy.py's forward loop, `_online_update`): lse, and the loss = lse - z[target];
+    2. the whole row again, writing dlogits = dloss * (exp(z - lse) - [v == target]) for v < n_valid,
+       0 in the padded columns and on ignored rows (crossentropy.py's backward, per element).
+
+The second walk re-reads a row the first has just read: with few rows in flight at once it comes
+from L2 (50 MB on the H200) instead of memory, so the pair costs one read and one write of the
+logits against the unfused forward's read plus the backward's read and write. Hence the launch
+configuration: wide programs (32 warps, 8192-wide chunks, two programs an SM at most) keep about
+264 rows of 100 KB (GPT-2's 50304 bf16 logits) in flight, 26 MB; crossentropy.py's forward (4 warps,
+2048 wide) has a few thousand, more than L2 holds. As there, the chunks wholly below n_valid are read
+unmasked (16-byte loads; n_valid = 50257 is odd) and the rest masked. Chosen from that arithmetic;
+bench/tune/crossentropy_onepass_sweep.py times it against other widths and the unfused pair.
+
+Without dlosses (evaluation) only the first walk runs (crossentropy.py's forward kernel).
+"""
+
+from dataclasses import dataclass
+
+from euler_core.ops.crossentropy_onepass import SPEC
+
+from . import _common, crossentropy
+from ._runtime import kernel, launch, next_pow2, tl, xp_of
+from .residual import copy_into
+
+OP = "crossentropy_onepass"
+
+
+@dataclass(frozen=True)
+class OnePassConfig:
+    """The launch of `_ce_onepass`: chunk width (at most; a smaller vocabulary takes the next power
+    of two above it), warps a program, the loops' load pipelining."""
+    block_v: int
+    num_warps: int
+    stages: int
+
+
+CONFIG = OnePassConfig(block_v=8192, num_warps=32, stages=2)
+
+
+@kernel
+def _ce_onepass(logits_ptr, targets_ptr, dlosses_ptr, losses_ptr, dlogits_ptr, V, n_valid,
+                BLOCK_V: tl.constexpr, STAGES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = logits_ptr + row * V
+    lanes = tl.arange(0, BLOCK_V)
+    n_full = n_valid - n_valid % BLOCK_V
+    # 1. the logsumexp over the valid columns (m starts finite: z - m is never -inf - (-inf))
+    m = tl.full((BLOCK_V,), -3.0e38, dtype=tl.float32)
+    s = tl.zeros((BLOCK_V,), dtype=tl.float32)
+    for v0 in tl.range(0, n_full, BLOCK_V, num_stages=STAGES):
+        m, s = crossentropy._online_update(m, s, tl.load(base + v0 + lanes).to(tl.float32))
+    cols = n_full + lanes
+    m, s = crossentropy._online_update(m, s, tl.load(base + cols, mask=cols < n_valid,
+                                                     other=float("-inf")).to(tl.float32))
+    m_row = tl.max(m, axis=0)
+    lse = m_row + tl.log(tl.sum(s * tl.exp(m - m_row), axis=0))
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    valid = target >= 0
+    picked = tl.load(base + tl.where(valid, target, 0)).to(tl.float32)
+    tl.store(losses_ptr + row, tl.where(valid, lse - picked, 0.0).to(losses_ptr.dtype.element_ty))
+    # 2. dlogits, the row read again (from L2)
+    dloss = tl.where(valid, tl.load(dlosses_ptr + row).to(tl.float32), 0.0)
+    out = dlogits_ptr + row * V
+    for v0 in tl.range(0, n_full, BLOCK_V, num_stages=STAGES):
+        c = v0 + lanes
+        p = tl.exp(tl.load(base + c).to(tl.float32) - lse)
+        tl.store(out + c, (dloss * (p - tl.where(c == target, 1.0, 0.0))).to(dlogits_ptr.dtype.element_ty))
+    for v0 in range(n_full, V, BLOCK_V):  # the valid tail and the padded columns
+        c = v0 + lanes
+        real = c < n_valid
+        p = tl.exp(tl.load(base + c, mask=real, other=0.0).to(tl.float32) - lse)
+        d = tl.where(real, dloss * (p - tl.where(c == target, 1.0, 0.0)), 0.0)
+        tl.store(out + c, d.to(dlogits_ptr.dtype.element_ty), mask=c < V)
+
+
+@dataclass
+class Saved:
+    dlosses: object  # (B,T) the gradient given ahead (None: an evaluation forward)
+    dlogits: object  # (B,T,Vp)
+
+
+def forward(inputs, attrs, out=None):
+    return forward_with(CONFIG, inputs, attrs, out)
+
+
+def forward_with(cfg: OnePassConfig, inputs, attrs, out=None):
+    """The op's forward at another launch configuration (`forward` is this with CONFIG)."""
+    logits, targets, dlosses = inputs["logits"], inputs["targets"], inputs.get("dlosses")
+    _common.check_float(OP, "logits", logits)
+    _common.check_contiguous(OP, logits=logits, dlosses=dlosses)
+    if dlosses is None:
+        losses, _ = crossentropy.forward({"logits": logits, "targets": targets}, attrs, out)
+        return losses, Saved(None, None)
+    B, T, V = logits.shape
+    n_valid = attrs["n_valid"] or V
+    xp = xp_of(logits)
+    targets = xp.ascontiguousarray(targets)  # often a view of a token window: copy (B*T ints)
+    losses = _common.output(OP, xp, out, (B, T), "float32")
+    dlogits = xp.empty_like(logits)
+    launch(_ce_onepass, (B * T,), logits, targets, dlosses, losses, dlogits, V, n_valid,
+           BLOCK_V=min(cfg.block_v, max(16, next_pow2(V))), STAGES=cfg.stages, num_warps=cfg.num_warps)
+    return losses, Saved(dlosses, dlogits)
+
+
+def backward(saved, grad_output, grads):
+    SPEC.check_backward(saved.dlosses, grad_output)
+    dlogits = saved.dlogits
+    if grads.get("logits") is None:
+        return {"logits": dlogits}
+    return {"logits": copy_into(dlogits, _common.grad_buffer(OP, grads, "logits", dlogits, xp_of(dlogits)))}
