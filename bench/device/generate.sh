@@ -97,7 +97,7 @@ fi
 if has bf16; then
   tail -2 "$DIR/train.log" | tee -a "$DIR/log.txt"
   if [[ -z ${DRY:-} ]]; then
-    EULER_TRAINED_CHECKPOINT="$DIR/ckpt" timeout 40 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py \
+    EULER_TRAINED_CHECKPOINT="$DIR/ckpt" timeout 70 $PY -m pytest -q -p no:cacheprovider tests/test_generate_gpu.py \
       -k "16_bit" >> "$DIR/pytest.txt" 2>&1
     tail -2 "$DIR/pytest.txt" | tee -a "$DIR/log.txt"
   fi
