@@ -1,5 +1,4 @@
-"""crossentropy_onepass, triton: the loss and dlogits from one program per row, the row read from
-memory once.
+"""crossentropy_onepass, triton: the loss and dlogits from one program per row, in one launch.
 
 One program per row (position), two walks over its logits:
 
@@ -8,14 +7,15 @@ One program per row (position), two walks over its logits:
     2. the whole row again, writing dlogits = dloss * (exp(z - lse) - [v == target]) for v < n_valid,
        0 in the padded columns and on ignored rows (crossentropy.py's backward, per element).
 
-The second walk re-reads a row the first has just read: with few rows in flight at once it comes
-from L2 (50 MB on the H200) instead of memory, so the pair costs one read and one write of the
-logits against the unfused forward's read plus the backward's read and write. Hence the launch
-configuration: wide programs (32 warps, 8192-wide chunks, two programs an SM at most) keep about
-264 rows of 100 KB (GPT-2's 50304 bf16 logits) in flight, 26 MB; crossentropy.py's forward (4 warps,
-2048 wide) has a few thousand, more than L2 holds. As there, the chunks wholly below n_valid are read
-unmasked (16-byte loads; n_valid = 50257 is odd) and the rest masked. Chosen from that arithmetic;
-bench/tune/crossentropy_onepass_sweep.py times it against other widths and the unfused pair.
+The second walk re-reads a row the first has just read. The plan was that with few rows in flight
+at once it would come from L2 (50 MB on the H200): wide programs (32 warps, 8192-wide chunks, two an
+SM at most) keep about 264 rows of 100 KB (GPT-2's 50304 bf16 logits) in flight, 26 MB. Measured on
+the H200 (reports/train-h200/265192d/onepass-sweep.json, bench/tune/crossentropy_onepass_sweep.py),
+it did not pay: at 65536 rows the unfused forward + backward take 5.30 ms, the 32-warp programs
+8.15 ms (6.64 with unpipelined loads), 16-warp ones 6.08-8.11 ms; the narrow programs of
+crossentropy.py's forward (4 warps, 2048 wide, loads two deep) 4.85 ms, 1.09x the pair (1.00x at
+16384 rows). That is CONFIG. As there, the chunks wholly below n_valid are read unmasked (16-byte
+loads; n_valid = 50257 is odd) and the rest masked.
 
 Without dlosses (evaluation) only the first walk runs (crossentropy.py's forward kernel).
 """
@@ -40,7 +40,7 @@ class OnePassConfig:
     stages: int
 
 
-CONFIG = OnePassConfig(block_v=8192, num_warps=32, stages=2)
+CONFIG = OnePassConfig(block_v=2048, num_warps=4, stages=2)
 
 
 @kernel

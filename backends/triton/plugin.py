@@ -27,7 +27,7 @@ composition in the whole step, reports/train-h200; the classifier saves the full
     classifier_crossentropy  chunked  lm_head GEMM, loss, dlogits, dx and dW GEMMs a chunk of rows at a
                                       time: no (N, Vp) logits
     crossentropy_onepass     rows     the loss and dlogits from one program per row (the dlosses given
-                                      ahead): one read of the logits where the unfused pair makes two
+                                      ahead), one launch where the unfused pair makes two
 """
 
 from euler_core.registry import Backend, Variant, hookimpl
@@ -49,7 +49,7 @@ _VARIANTS = [
     ("matmul_gelu", "fused", "GELU in the GEMM epilogue; backward GEMMs scale dy by the saved gelu' as they load"),
     ("matmul_gelu", "epilogue", "GELU and pre from the GEMM epilogue; the backward composed of gelu's and matmul's"),
     ("classifier_crossentropy", "chunked", "lm_head GEMM, loss, dlogits, dx and dW a chunk of rows at a time"),
-    ("crossentropy_onepass", "rows", "loss and dlogits from one program per row, the row's second read from L2"),
+    ("crossentropy_onepass", "rows", "loss and dlogits from one program per row, one launch"),
 ]
 
 
