@@ -5,15 +5,18 @@
 #                naive) in bfloat16 and float32 for the selections of I12_SELS        (~60 s)
 #   sweep        bench/tune/crossentropy_onepass_sweep.py at B*T = 65536 and 16384  (~40 s)
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh i12:170 ...", carry=[".h200"])
+# I12_OPS (default "crossentropy_onepass matmul_gelu"), I12_CONF_T (seconds a conformance run, 60),
+# I12_MODEL=0 / I12_SWEEP=0 leave the model steps / the sweep out.
 # Comes back as $OUT/i12.tar.gz: i12/{conformance-*.txt, model-step.txt, onepass-sweep.json, log.txt}.
 set -uo pipefail
 OUT=${OUT:-/tmp/i12-out}; D=$OUT/i12; mkdir -p "$D"
 export PYTHONUNBUFFERED=1
 SELS=${I12_SELS:-"triton triton,crossentropy_onepass=triton triton,crossentropy_onepass=triton,matmul_gelu=triton:epilogue"}
-for op in crossentropy_onepass matmul_gelu; do
-  timeout 60 euler conformance --backend triton --op $op > "$D/conformance-$op.txt" 2>&1
+for op in ${I12_OPS:-crossentropy_onepass matmul_gelu}; do
+  timeout ${I12_CONF_T:-60} euler conformance --backend triton --op $op > "$D/conformance-$op.txt" 2>&1
   echo "conformance $op: $(tail -2 "$D/conformance-$op.txt" | head -1)" | tee -a "$D/log.txt"
 done
+if [[ ${I12_MODEL:-1} != 0 ]]; then
 timeout 60 python3 - $SELS > "$D/model-step.txt" 2>&1 <<'PY'
 import sys
 from conformance.arrays import CheckFailed, CheckSkipped
@@ -27,5 +30,6 @@ for selection in sys.argv[1:]:
             print(f"{type(e).__name__} {selection} {dtype}: {e}", flush=True)
 PY
 cat "$D/model-step.txt" | tee -a "$D/log.txt"
-timeout 80 python3 bench/tune/crossentropy_onepass_sweep.py --out "$D/onepass-sweep.json" 2>&1 | tee -a "$D/log.txt" | tail -16
+fi
+[[ ${I12_SWEEP:-1} != 0 ]] && timeout 80 python3 bench/tune/crossentropy_onepass_sweep.py --out "$D/onepass-sweep.json" 2>&1 | tee -a "$D/log.txt" | tail -16
 tar czf "$OUT/i12.tar.gz" -C "$OUT" i12 && rm -rf "$D"

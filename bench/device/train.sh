@@ -58,6 +58,7 @@ fi
 # a narrower re-run: TRAIN_BS=32 TRAIN_REFS=compile TRAIN_EXTRA="triton,classifier_crossentropy=triton" QUALITY=0
 # NO_COLD=1 (no cold-cache first step: one process fewer per system); TRAIN_EXTRA=none: the default selection alone
 BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS}
+[[ $REFS == none ]] && REFS=   # TRAIN_REFS=none: ours alone
 if [[ -n ${NO_COLD:-} ]]; then COLD=--no-cold; fi
 PROFILE_FLAG=; [[ ${PROFILE:-1} == 0 ]] && PROFILE_FLAG=--no-profile   # PROFILE=0: no eager per-op breakdown
 if [[ -n ${TRAIN_EXTRA:-} ]]; then EXTRA=(); for sel in $TRAIN_EXTRA; do [[ $sel != none ]] && EXTRA+=(--backend "$sel"); done; fi
