@@ -15,9 +15,10 @@ names its implementation by string, imported the first time it is used.
     adamw         fused    the whole update in one pass over param, grad, m, v
     sumsq         blocks   sum of squares in fixed slices, then the partials in order
 
-and the fused ops, built on those kernels (all but the first opt-in: used only when named, e.g.
---backend triton,classifier_crossentropy=triton, until the H200 measures them faster than the
-composition in the whole step, reports/train-h200; the classifier saves the full logits' memory):
+and the fused ops, built on those kernels. layernorm_residual and crossentropy_onepass are used by
+default; matmul_gelu and classifier_crossentropy are opt-in, used only when named (e.g. --backend
+triton,classifier_crossentropy=triton), as in the whole step on the H200 they are not faster than
+the composition (reports/train-h200/README.md; the classifier saves the full logits' memory):
 
     layernorm_residual       fused    x = a + b written and normalised in one pass; da = dx + dln in one
     matmul_gelu              fused    GELU (and gelu' for the backward) in the GEMM epilogue; the backward
@@ -68,7 +69,7 @@ def nanoeuler_backends():
     # (views): they copy those to contiguous themselves and check their float inputs; attention_cached
     # reads q as a strided view of qkv; every other variant has the dispatcher refuse non-contiguous input.
     takes_views = ("embedding", "crossentropy", "classifier_crossentropy", "crossentropy_onepass", "attention_cached")
-    opt_in = ("matmul_gelu", "classifier_crossentropy", "crossentropy_onepass")
+    opt_in = ("matmul_gelu", "classifier_crossentropy")
     variants = [Variant(op, name, impl=impl_of(op, name), device="cuda", dtypes=DTYPES,
                         requires=("triton", "cupy"), contiguous=op not in takes_views,
                         description=description + ("; opt-in" if op in opt_in else ""), opt_in=op in opt_in)
