@@ -191,6 +191,16 @@ def test_the_arena_is_the_map_of_memory():
     assert shapes["fch_gelu"] == (16, 64) and shapes["fch"] == (2, 16, 64)
 
 
+def assert_trains_alike(a, b, steps=3):
+    """Two models from the same weights: the same losses and weights after `steps` steps, bit for bit."""
+    losses = []
+    for model in (a, b):
+        step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8, grad_clip=1.0)
+        losses.append([step.run([x], lr=1e-2).loss for x in batches(steps)])
+    assert losses[0] == losses[1]
+    np.testing.assert_array_equal(a.flat_master, b.flat_master)
+
+
 def test_recompute_trains_bit_for_bit_like_keeping_the_gelu():
     """--recompute remakes each layer's GELU output in the backward from the same input by the same
     kernel: the same losses and weights, bit for bit, over steps; the last layer's is the one the
@@ -200,12 +210,7 @@ def test_recompute_trains_bit_for_bit_like_keeping_the_gelu():
     remade = micro(n_layer=3, recompute=True)
     assert not remade.fused["matmul_gelu"] and any("recompute" in n for n in remade.kernels.notes)
     assert remade.activations(2, 8).fch_gelu.shape == (16, 64)
-    losses = []
-    for model in (kept, remade):
-        step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8, grad_clip=1.0)
-        losses.append([step.run([b], lr=1e-2).loss for b in batches(3)])
-    assert losses[0] == losses[1]
-    np.testing.assert_array_equal(kept.flat_master, remade.flat_master)
+    assert_trains_alike(kept, remade)
 
 
 def test_recompute_with_the_fused_gelu_is_refused():
@@ -237,9 +242,4 @@ def test_the_loss_and_its_gradient_in_one_pass_train_like_the_composition():
     composed = micro(n_layer=2, backend="naive,classifier_crossentropy=none,crossentropy_onepass=none")
     assert fused.plan.fused_loss and not composed.plan.fused_loss
     assert not fused.activations(2, 8).has("dlogits") and composed.activations(2, 8).has("dlogits")
-    losses = []
-    for model in (fused, composed):
-        step = TrainStep(model, AdamW(model), batch_size=2, seq_len=8, grad_clip=1.0)
-        losses.append([step.run([b], lr=1e-2).loss for b in batches(3)])
-    assert losses[0] == losses[1]
-    np.testing.assert_array_equal(fused.flat_master, composed.flat_master)
+    assert_trains_alike(fused, composed)

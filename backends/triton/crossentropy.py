@@ -54,11 +54,10 @@ def _online_update(m, s, z):
     return tl.maximum(m, z), tl.where(z > m, s * e + 1.0, s + e)
 
 
-@kernel
-def _ce_forward(logits_ptr, targets_ptr, losses_ptr, lse_ptr, V, n_valid, BLOCK_V: tl.constexpr,
-                STAGES: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    base = logits_ptr + row * V
+@triton.jit
+def row_loss(base, targets_ptr, losses_ptr, row, n_valid, BLOCK_V: tl.constexpr, STAGES: tl.constexpr):
+    """The loss of one row of logits at `base` (stored at losses_ptr[row]); returns (lse, target).
+    crossentropy_onepass.py's kernel starts with this too."""
     # per lane; m starts below any logit but finite, so that z - m is never -inf - (-inf)
     m = tl.full((BLOCK_V,), -3.0e38, dtype=tl.float32)
     s = tl.zeros((BLOCK_V,), dtype=tl.float32)
@@ -74,6 +73,14 @@ def _ce_forward(logits_ptr, targets_ptr, losses_ptr, lse_ptr, V, n_valid, BLOCK_
     valid = target >= 0
     picked = tl.load(base + tl.where(valid, target, 0)).to(tl.float32)
     tl.store(losses_ptr + row, tl.where(valid, lse - picked, 0.0).to(losses_ptr.dtype.element_ty))
+    return lse, target
+
+
+@kernel
+def _ce_forward(logits_ptr, targets_ptr, losses_ptr, lse_ptr, V, n_valid, BLOCK_V: tl.constexpr,
+                STAGES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    lse, _ = row_loss(logits_ptr + row * V, targets_ptr, losses_ptr, row, n_valid, BLOCK_V, STAGES)
     tl.store(lse_ptr + row, lse)
 
 

@@ -52,22 +52,9 @@ def _ce_onepass(logits_ptr, targets_ptr, dlosses_ptr, losses_ptr, dlogits_ptr, V
     base = logits_ptr + row * V
     lanes = tl.arange(0, BLOCK_V)
     n_full = n_valid - n_valid % BLOCK_V
-    # 1. the logsumexp over the valid columns (m starts finite: z - m is never -inf - (-inf))
-    m = tl.full((BLOCK_V,), -3.0e38, dtype=tl.float32)
-    s = tl.zeros((BLOCK_V,), dtype=tl.float32)
-    for v0 in tl.range(0, n_full, BLOCK_V, num_stages=STAGES):
-        m, s = crossentropy._online_update(m, s, tl.load(base + v0 + lanes).to(tl.float32))
-    cols = n_full + lanes
-    m, s = crossentropy._online_update(m, s, tl.load(base + cols, mask=cols < n_valid,
-                                                     other=float("-inf")).to(tl.float32))
-    m_row = tl.max(m, axis=0)
-    lse = m_row + tl.log(tl.sum(s * tl.exp(m - m_row), axis=0))
-    target = tl.load(targets_ptr + row).to(tl.int64)
-    valid = target >= 0
-    picked = tl.load(base + tl.where(valid, target, 0)).to(tl.float32)
-    tl.store(losses_ptr + row, tl.where(valid, lse - picked, 0.0).to(losses_ptr.dtype.element_ty))
-    # 2. dlogits, the row read again (from L2)
-    dloss = tl.where(valid, tl.load(dlosses_ptr + row).to(tl.float32), 0.0)
+    lse, target = crossentropy.row_loss(base, targets_ptr, losses_ptr, row, n_valid, BLOCK_V, STAGES)  # 1.
+    # 2. dlogits, the row read again
+    dloss = tl.where(target >= 0, tl.load(dlosses_ptr + row).to(tl.float32), 0.0)
     out = dlogits_ptr + row * V
     for v0 in tl.range(0, n_full, BLOCK_V, num_stages=STAGES):
         c = v0 + lanes

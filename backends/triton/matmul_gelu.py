@@ -79,17 +79,24 @@ class Saved:
     has_bias: bool
 
 
-def forward(inputs, attrs, out=None):
+def _gelu_gemm(inputs, out, pre_grad: bool):
+    """y = gelu(x @ W.T + b) from one GEMM, and what its epilogue keeps of pre = x @ W.T + b: with
+    pre_grad gelu'(pre) (in saved_dtype), else pre itself (in x's dtype). Returns (y, kept)."""
     x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
     matmul.check_operands(x, weight, bias, op=OP)
     N, K = x.shape
     M = weight.shape[0]
     xp = xp_of(x)
     y = _common.output(OP, xp, out, (N, M), x.dtype)
-    dgelu = xp.empty((N, M), dtype=saved_dtype(str(x.dtype)))
-    matmul.gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=dgelu, pre_grad=True,
-                weight_shape=(M, K))                                 # y = gelu(x @ W.T + b), dgelu = gelu'(...)
-    return y, Saved(x, weight, dgelu, bias is not None)
+    kept = xp.empty((N, M), dtype=saved_dtype(str(x.dtype)) if pre_grad else x.dtype)
+    matmul.gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=kept, pre_grad=pre_grad,
+                weight_shape=(M, K))
+    return y, kept
+
+
+def forward(inputs, attrs, out=None):
+    y, dgelu = _gelu_gemm(inputs, out, pre_grad=True)               # y = gelu(x @ W.T + b), dgelu = gelu'(...)
+    return y, Saved(inputs["x"], inputs["weight"], dgelu, inputs.get("bias") is not None)
 
 
 def saved_dtype(dtype: str) -> str:
@@ -126,16 +133,8 @@ class Epilogue:
 
     @staticmethod
     def forward(inputs, attrs, out=None):
-        x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
-        matmul.check_operands(x, weight, bias, op=OP)
-        N, K = x.shape
-        M = weight.shape[0]
-        xp = xp_of(x)
-        y = _common.output(OP, xp, out, (N, M), x.dtype)
-        pre = xp.empty((N, M), dtype=x.dtype)
-        matmul.gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=pre,
-                    weight_shape=(M, K))                             # y = gelu(x @ W.T + b), pre = x @ W.T + b
-        return y, (matmul.Saved(x, weight, bias is not None), gelu.Saved(pre))
+        y, pre = _gelu_gemm(inputs, out, pre_grad=False)            # y = gelu(x @ W.T + b), pre = x @ W.T + b
+        return y, (matmul.Saved(inputs["x"], inputs["weight"], inputs.get("bias") is not None), gelu.Saved(pre))
 
     @staticmethod
     def backward(saved, dout, grads):
