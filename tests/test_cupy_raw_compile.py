@@ -17,6 +17,7 @@ import importlib.util
 import pytest
 
 from backends.cupy_raw import _runtime as rt
+from backends.cupy_raw import _source
 from backends.cupy_raw._testing import recorded_launches
 from backends.cupy_raw.plugin import _VARIANTS
 from euler_core.ops import OPS
@@ -133,7 +134,7 @@ def test_gpt2_launches_do_not_spill_registers():
 
 def test_a_compile_error_is_reported_with_the_compilers_message(tmp_path, monkeypatch):
     (tmp_path / "broken.cu").write_text('extern "C" __global__ void broken(float* x) { x[0] = undefined_name; }\n')
-    monkeypatch.setattr(rt, "SOURCE_DIR", tmp_path)
+    monkeypatch.setattr(_source, "SOURCE_DIR", tmp_path)
     compilers = [c for c, ok in (("nvcc", rt.nvcc_path()), ("nvrtc", importlib.util.find_spec("cupy"))) if ok]
     if not compilers:
         pytest.skip("neither nvcc nor cupy's NVRTC is installed")

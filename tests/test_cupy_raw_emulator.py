@@ -21,6 +21,7 @@ import pytest
 
 from backends.cupy_raw import _emulator
 from backends.cupy_raw import _runtime as rt
+from backends.cupy_raw import _source
 
 pytestmark = pytest.mark.skipif(_emulator.unavailable_reason() is not None,
                                 reason=str(_emulator.unavailable_reason()))
@@ -233,7 +234,7 @@ def test_the_emulator_reports_a_barrier_not_every_thread_reaches(tmp_path, monke
         "    if (threadIdx.x % 32 < 16) x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);  // half a warp\n"
         "    else __syncthreads();                                                           // the other half\n"
         "}\n")
-    monkeypatch.setattr(rt, "SOURCE_DIR", tmp_path)
+    monkeypatch.setattr(_source, "SOURCE_DIR", tmp_path)
     x = np.zeros(64, np.float32)
     with rt.emulation(), pytest.raises(RuntimeError, match="divergent deadlocked"):
         rt.launch(rt.function("divergent", "divergent"), 1, 64, (x,))
@@ -254,8 +255,8 @@ def test_the_emulator_runs_blocks_threads_shuffles_and_shared_memory(tmp_path, m
         "    const float total = block_sum(rows[blockDim.x - 1 - threadIdx.x], scratch);\n"
         "    if (i < n) out[i] = total + warp_max(x[i]);\n"
         "}\n")
-    (tmp_path / "common.cuh").write_text((rt.SOURCE_DIR / "common.cuh").read_text())
-    monkeypatch.setattr(rt, "SOURCE_DIR", tmp_path)
+    (tmp_path / "common.cuh").write_text((_source.SOURCE_DIR / "common.cuh").read_text())
+    monkeypatch.setattr(_source, "SOURCE_DIR", tmp_path)
     x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
     out = np.full(256, np.nan, np.float32)
     with rt.emulation():

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _runtime as rt
+from . import _source
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "emulator"
 CXX_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-U_FORTIFY_SOURCE")  # fortify's longjmp check
@@ -62,12 +62,12 @@ def _cache_dir() -> Path:
 
 def emulator_source(name: str, defines: dict | None) -> str:
     """<name>.cu as the emulator compiles it, with a launcher per kernel appended."""
-    src = rt.source(name, defines)
+    src = _source.source(name, defines)
     src = _DYNAMIC_SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = reinterpret_cast<{m.group(1)}*>"
                                         "(emu::dynamic_shared());", src)
     launchers = []
-    for kernel, params in _KERNEL.findall(rt._strip_comments(src)):
-        names = [p.name for p in rt.signature(src, kernel, defines)]
+    for kernel, params in _KERNEL.findall(_source._strip_comments(src)):
+        names = [p.name for p in _source.signature(src, kernel, defines)]
         # weak: a kernel left out by the preprocessor (an #ifdef'd variant) leaves its launcher unused
         launchers.append(
             f'extern "C" void {kernel}({params}) __attribute__((weak));\n'
@@ -77,7 +77,7 @@ def emulator_source(name: str, defines: dict | None) -> str:
     return src + "\n// ---- launchers (emulator) ----\n" + "\n".join(launchers) + "\n"
 
 
-class _Struct128(ctypes.Structure):  # a 128-byte struct passed by value (rt.ByValue: a TMA descriptor)
+class _Struct128(ctypes.Structure):  # a 128-byte struct passed by value (_source.ByValue: a TMA descriptor)
     _fields_ = [("q", ctypes.c_uint64 * 16)]
 
 
@@ -95,7 +95,7 @@ class EmulatedFunction:
     def __call__(self, grid, block, args, shared_mem=0):
         values = []
         for p, a in zip(self.params, args):
-            if isinstance(a, rt.ByValue):
+            if isinstance(a, _source.ByValue):
                 values.append(_Struct128.from_buffer_copy(a.data))
             else:
                 values.append(a.ctypes.data if p.pointer else a.item())
@@ -127,16 +127,16 @@ def function(name: str, kernel: str, defines: dict | None) -> EmulatedFunction:
                                        str(EMULATOR_DIR / "emulator.hpp"), str(cpp), "-o", str(out)],
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
-                    raise rt.CompileError(f"cupy_raw emulator: {name}.cu with {defines} does not compile "
+                    raise _source.CompileError(f"cupy_raw emulator: {name}.cu with {defines} does not compile "
                                           f"with {cxx}:\n{proc.stderr[-4000:]}")
                 os.replace(out, lib)
         _LIBRARIES[digest] = ctypes.CDLL(str(lib))
     if (digest, kernel) not in _FUNCTIONS:
-        _FUNCTIONS[(digest, kernel)] = EmulatedFunction(_LIBRARIES[digest], kernel, rt.signature(src, kernel, defines))
+        _FUNCTIONS[(digest, kernel)] = EmulatedFunction(_LIBRARIES[digest], kernel, _source.signature(src, kernel, defines))
     return _FUNCTIONS[(digest, kernel)]
 
 
 def check_host_arrays(kernel: str, args) -> None:
     for a in args:
-        if rt.is_array(a) and not isinstance(a, np.ndarray):
+        if hasattr(a, "__cuda_array_interface__"):
             raise TypeError(f"cupy_raw emulator: kernel {kernel}: a device array passed (use NumPy arrays)")

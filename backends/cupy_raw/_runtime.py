@@ -2,12 +2,9 @@
 CuPy's RawModule (cached), launch its kernels with exactly typed arguments, and, with no GPU,
 compile the same source for sm_90 (nvcc or NVRTC) or record what would have been launched.
 
-Sources. Each op's kernels live in `backends/cupy_raw/<name>.cu`, beside its Python launcher.
-`source(name)` is that file's text with every local `#include "x.cuh"` replaced by the header's own
-text (once each), so the text handed to the compiler is complete: CuPy's kernel cache keys on the
-source text and options, and a header edited on disk must change the key. `defines` (a dict, e.g.
-{"floatX": "__nv_bfloat16"}) become `#define` lines at the top; they choose types and tile sizes
-at compile time, and every distinct set is its own compiled module.
+Sources. `source(name, defines)` and `signature(src, kernel)` (_source.py, re-exported here) give a
+`.cu` file's complete text and a kernel's parsed parameters; every distinct set of defines is its
+own compiled module.
 
 Arguments. CuPy does not check a kernel's arguments against its C signature: a Python float goes
 in as a double and an int as a 64-bit integer, and the kernel reads garbage. `launch` therefore
@@ -48,7 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["OPTIONS", "SOURCE_DIR", "source", "module", "function", "launch", "compile_check",
+from . import _source
+from ._source import C_ELEMENTS, C_SCALARS, ByValue, CompileError, Param, signature, source  # noqa: F401
+
+__all__ = ["OPTIONS", "source", "module", "function", "launch", "compile_check",
            "recording", "Recording", "emulation", "CompileError", "Kernel", "signature", "MAX_SHARED_PER_BLOCK", "is_array",
            "cdiv"]
 
@@ -56,131 +56,17 @@ __all__ = ["OPTIONS", "SOURCE_DIR", "source", "module", "function", "launch", "c
 #: and -arch=sm_<the current GPU's> itself; -arch=sm_90 here pins Hopper, the card this is tuned for)
 OPTIONS = ("--std=c++17", "-arch=sm_90", "-lineinfo")
 
-#: where the .cu sources and .cuh headers live
-SOURCE_DIR = Path(__file__).resolve().parent
-
 #: the most shared memory one block may have on sm_90 (227 KB; above 48 KB it must be opted into)
 MAX_SHARED_PER_BLOCK = 227 * 1024
 DEFAULT_SHARED_LIMIT = 48 * 1024
-
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILINE)
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-class CompileError(RuntimeError):
-    """A .cu source that does not compile; the message holds the compiler's own output."""
-
-
-# ---- sources ----------------------------------------------------------------------------------
-def _read(path: Path, seen: set) -> str:
-    text = path.read_text()
-
-    def expand(match):
-        header = (path.parent / match.group(1)).resolve()
-        if not header.is_file():
-            raise FileNotFoundError(f"{path.name}: #include \"{match.group(1)}\" not found beside it")
-        if header in seen:
-            return f"// {match.group(1)}: already included above"
-        seen.add(header)
-        return f"// ---- {match.group(1)} ----\n{_read(header, seen)}\n// ---- end of {match.group(1)} ----"
-
-    return _INCLUDE.sub(expand, text)
-
-
-def _define_lines(defines: dict | None) -> str:
-    if not defines:
-        return ""
-    lines = []
-    for key in sorted(defines):
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
-            raise ValueError(f"cupy_raw: define name {key!r} is not a C identifier")
-        value = defines[key]
-        if isinstance(value, bool):
-            value = int(value)
-        lines.append(f"#define {key} {value}")
-    return "\n".join(lines) + "\n"
-
-
-def source(name: str, defines: dict | None = None) -> str:
-    """The complete text of backends/cupy_raw/<name>.cu (local headers inlined), `defines` first."""
-    path = SOURCE_DIR / f"{name}.cu"
-    if not path.is_file():
-        known = sorted(p.stem for p in SOURCE_DIR.glob("*.cu"))
-        raise FileNotFoundError(f"cupy_raw: no source {name}.cu; sources: {', '.join(known)}")
-    return _define_lines(defines) + _read(path, {path})
-
-
 def _key(name: str, defines: dict | None) -> tuple:
     return (name, tuple(sorted((k, str(v)) for k, v in (defines or {}).items())))
-
-
-# ---- kernel signatures -----------------------------------------------------------------------
-#: C scalar types and the NumPy scalar a launch must pass for them
-C_SCALARS = {"int": np.int32, "int32_t": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32,
-             "uint32_t": np.uint32, "long long": np.int64, "long long int": np.int64, "int64_t": np.int64,
-             "unsigned long long": np.uint64, "uint64_t": np.uint64, "size_t": np.uint64,
-             "float": np.float32, "double": np.float64}
-
-#: C element types of pointers and the array dtypes that may be passed for them
-C_ELEMENTS = {"float": ("float32",), "double": ("float64",), "__half": ("float16",), "half": ("float16",),
-              "__nv_bfloat16": ("bfloat16",), "nv_bfloat16": ("bfloat16",), "int": ("int32",),
-              "int32_t": ("int32",), "unsigned": ("uint32",), "unsigned int": ("uint32",),
-              "uint32_t": ("uint32",), "long long": ("int64",), "int64_t": ("int64",),
-              "unsigned short": ("uint16", "bfloat16", "float16"), "uint16_t": ("uint16", "bfloat16", "float16"),
-              "unsigned long long": ("uint64",), "uint64_t": ("uint64",), "void": None}
-
-_QUALIFIERS = {"const", "__restrict__", "__restrict", "restrict", "volatile", "__grid_constant__"}
-
-
-@dataclass(frozen=True)
-class ByValue:
-    """A C struct passed by value (e.g. a TMA tensor map, `const __grid_constant__ TmaDescriptor m`):
-    its bytes and the C type the kernel's parameter names. CuPy passes it as a size-1 NumPy array of
-    that many bytes, which it hands the driver by value."""
-
-    ctype: str
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    ctype: str          # the element type for pointers, else the scalar type (defines substituted)
-    pointer: bool
-
-    def describe(self) -> str:
-        return f"{self.ctype}{' *' if self.pointer else ''} {self.name}"
-
-
-def _strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
-    return re.sub(r"//[^\n]*", " ", text)
-
-
-def signature(src: str, kernel: str, defines: dict | None = None) -> list[Param]:
-    """The parameters of `extern "C" __global__ void <kernel>(...)` in `src` (a __launch_bounds__(...)
-    before or after `void` allowed), with the defines' values substituted for names used as types
-    (floatX -> __nv_bfloat16)."""
-    text = _strip_comments(src)
-    bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s+)?"
-    m = re.search(r'extern\s+"C"\s+__global__\s+' + bounds + r"void\s+" + bounds + re.escape(kernel)
-                  + r"\s*\(([^)]*)\)", text)
-    if m is None:
-        raise CompileError(f"cupy_raw: no kernel `extern \"C\" __global__ void {kernel}(...)` in the source")
-    subst = {str(k): str(v) for k, v in (defines or {}).items()}
-    params = []
-    for raw in filter(None, (p.strip() for p in m.group(1).split(","))):
-        pointer = "*" in raw
-        tokens = [t for t in re.split(r"[\s*&]+", raw) if t and t not in _QUALIFIERS]
-        if len(tokens) < 2:
-            raise CompileError(f"cupy_raw: kernel {kernel}: cannot read parameter {raw!r}")
-        name = tokens[-1]
-        ctype = " ".join(subst.get(t, t) for t in tokens[:-1])
-        params.append(Param(name, ctype, pointer))
-    return params
 
 
 def _check_args(kernel: str, params: list[Param], args) -> None:
@@ -330,7 +216,7 @@ def function(name: str, kernel: str, defines: dict | None = None, arch: str = "s
 
 
 def kernel_signature(k: Kernel) -> list[Param]:
-    key = (str(SOURCE_DIR),) + _key(k.module, k.defines) + (k.name,)
+    key = (str(_source.SOURCE_DIR),) + _key(k.module, k.defines) + (k.name,)
     if key not in _SIGNATURES:
         _SIGNATURES[key] = signature(source(k.module, k.defines), k.name, k.defines)
     return _SIGNATURES[key]
