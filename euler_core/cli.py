@@ -3,7 +3,8 @@
     euler train        pretrain a GPT (no arguments: a small model on the embedded default corpus)
     euler generate     sample from a checkpoint
     euler backends     list every backend and variant, its device, dtypes and availability
-    euler conformance  run the conformance suite on a backend (conformance/cli.py)
+    euler conformance  run the conformance suite on a backend (conformance/cli.py, found through the
+                       entry-point group nanoeuler.commands: the core does not import the suite)
     euler tokenizer    train a BPE tokenizer, encode, decode (euler_core/tokenizer/cli.py)
     euler data         prepare llm.c token shards, download data sets (euler_core/data/cli.py)
     euler bench        time kernels, render reports (euler_core/measure/cli.py)
@@ -16,8 +17,6 @@ import argparse
 import os
 import signal
 import sys
-
-from conformance import cli as conformance_cli
 
 from . import scaffold
 from .measure import cli as bench_cli
@@ -137,6 +136,17 @@ def _backends(args) -> int:
     return 0
 
 
+#: commands that packages above the core add to `euler` (the conformance suite's `euler conformance`):
+#: each entry point is a function add_commands(subparsers)
+COMMAND_ENTRY_POINTS = "nanoeuler.commands"
+
+
+def _add_installed_commands(sub) -> None:
+    from importlib.metadata import entry_points
+    for ep in sorted(entry_points(group=COMMAND_ENTRY_POINTS), key=lambda ep: ep.name):
+        ep.load()(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="euler", description="NanoEuler: GPT-2 training with hand-written "
                                      "kernels on pluggable backends.")
@@ -144,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_generate(sub)
     _add_backends(sub)
-    conformance_cli.add_commands(sub)
+    _add_installed_commands(sub)
     tokenizer_cli.add_commands(sub)
     data_cli.add_commands(sub)
     bench_cli.add_commands(sub)
