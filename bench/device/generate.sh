@@ -22,7 +22,8 @@
 # Round 1 (default): at most 150 s of caps plus the install; FINAL=1: at most 300 s.
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh generate:170")
 #   run(command="GIT_SHA=<sha> FINAL=1 bash bench/device/round.sh generate:260")
-# PARTS picks what runs (default: check 124m 124m-compiled, plus bf16 350m with FINAL=1), e.g. a re-run of
+# GEN_BATCHES (default 1,64) sets the bench's batch sizes. PARTS picks what runs (default: check 124m
+# 124m-compiled, plus bf16 350m with FINAL=1), e.g. a re-run of
 # the last two alone: PARTS="bf16 350m" bash bench/device/round.sh generate:140
 # (alone: bash bench/device/generate.sh installs the checkout first when round.sh has not)
 # On the CPU, DRY=1 runs every stage's logic at tiny shapes (numba, the micro preset; Hugging Face
@@ -46,7 +47,7 @@ if [[ -n ${DRY:-} ]]; then
   HF=${HF_PYTHON:-}; TRAIN_STEPS=3; CONF_BACKEND=numba
 else
   PY=python3; EULER=euler
-  BACKEND=triton; PRESET=gpt2; BIG=gpt2-medium; BATCHES=1,64; PROMPT=448; NEW=64; REPEATS=3
+  BACKEND=triton; PRESET=gpt2; BIG=gpt2-medium; BATCHES=${GEN_BATCHES:-1,64}; PROMPT=448; NEW=64; REPEATS=3
   HF=python3; TRAIN_STEPS=2000; CONF_BACKEND=triton
   log "env"
   {
