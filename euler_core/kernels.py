@@ -71,7 +71,7 @@ class Selection:
 def select_variants(backend=None, ops=None, registry: Registry | None = None) -> list[Variant]:
     """The variants named by `backend`: None or "all" (every registered variant), a backend name,
     "backend:variant", a selection string ("numba,attention=naive": the variants it names per op,
-    without falling back to naive), or a list of those."""
+    without falling back to naive; "op=none" names none of that op), or a list of those."""
     registry = registry or get_registry()
     ops = list(ops) if ops else list(OPS)
     unknown = [op for op in ops if op not in OPS]
@@ -86,7 +86,7 @@ def select_variants(backend=None, ops=None, registry: Registry | None = None) ->
         selection = Selection.parse(backend)
         for op in OPS:
             choice = selection.overrides.get(op, selection.default)
-            if choice is None:
+            if choice is None or choice == COMPOSE:  # op=none: no variant of it (the model composes it)
                 continue
             name, _, variant_name = choice.partition(":")
             candidates = registry.backend(name).variants_of(op)

@@ -163,6 +163,12 @@ def test_selection_strings(registry):
     assert by_op["gelu"] == "planted:gelu_off" and by_op["layernorm"] == "naive:reference"
     with pytest.raises(ValueError, match="nosuch"):
         conformance.select_variants("nosuch", None, registry)
+    # op=none leaves a fused op out (the model composes it): no variant of it, the model row still runs
+    composed = {v.op for v in conformance.select_variants("naive,crossentropy_onepass=none", None, registry)}
+    assert "crossentropy_onepass" not in composed and "crossentropy" in composed
+    report = conformance.run(backend="naive,crossentropy_onepass=none,classifier_crossentropy=none",
+                             registry=registry, checks=["model_step"])
+    assert [(r.op, r.status) for r in report] == [("model", PASSED)]
 
 
 def test_cli_exit_status(registry, monkeypatch, capsys):
