@@ -366,7 +366,12 @@ def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Pat
         phase = "read"
         step, record, lr, result, launched = unread.pop(0)
         loss, norm = result.loss, result.grad_norm
-        result.check()  # a NaN/Inf loss or gradient stops the run, naming the op that made it
+        try:
+            result.check()  # a NaN/Inf loss or gradient stops the run, naming the op that made it
+        except FloatingPointError:
+            if not unread:  # the device skipped the update and nothing came after: the completed steps stand
+                phase = None
+            raise
         now = time.perf_counter()
         dt = now - max(launched, last_read[0] or launched)
         last_read[0] = now

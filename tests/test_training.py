@@ -252,3 +252,24 @@ def test_a_stop_while_a_step_is_queued_saves_it_and_resumes_alike(shards, tmp_pa
     monkeypatch.setattr(step_module.TrainStep, "run", run)
     resume_training(tmp_path / "run", {"progress": False}, log=lambda *a: None)
     assert _without_times(read_metrics(tmp_path / "run")) == _without_times(read_metrics(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_diverged_loss_saves_the_completed_steps_unless_a_later_step_ran(shards, tmp_path, monkeypatch, overlap):
+    """A NaN at step 5 (its update skipped on the device): without the overlap the 5 completed steps
+    are saved; with it, step 6 was already queued when step 5 was read, so nothing is saved (the
+    weights may hold step 6's update) and the newest checkpoint, step 4's, stands."""
+    from euler_core import step as step_module
+    monkeypatch.setattr("euler_core.train.overlaps", lambda trainer: overlap)
+    check = step_module.StepResult.check
+
+    def diverges_at_5(self):
+        if self.step - 1 == 5:
+            self.trainer.optimizer.step_count = self.step - 1  # as check() does: the update was skipped
+            raise FloatingPointError("step 5: loss nan (planted)")
+        return check(self)
+    monkeypatch.setattr(step_module.StepResult, "check", diverges_at_5)
+    with pytest.raises(FloatingPointError, match="planted"):
+        train(micro_config(shards, tmp_path / "run", checkpoint_every=4, eval_every=0), log=lambda *a: None)
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == list(range(5))
+    assert load_checkpoint(tmp_path / "run").meta["step"] == (4 if overlap else 5)
