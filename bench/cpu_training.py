@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from pathlib import Path
 T_START = time.time()
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from euler_core.measure.workers import reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
+from euler_core.measure.workers import peak_rss_mb, reference_command, reference_env  # noqa: E402  (light: no GPU, no torch)
 from euler_core.hostmem import GLIBC_TUNABLES, keep_freed_memory  # noqa: E402  (light: ctypes only)
 
 BABY = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 65, "vocab_multiple": 1,
@@ -65,19 +64,6 @@ def model_settings(name: str) -> dict:
 
 
 # ---- the worker: one implementation, one process ---------------------------------------------
-def peak_rss_mb() -> float:
-    """This process's peak resident memory. /proc's VmHWM starts afresh at exec; getrusage's
-    ru_maxrss does not (a child inherits its parent's peak across fork + exec), so it is only the
-    fallback where /proc is absent."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _batch(rng, B, T, V):
     return rng.integers(0, V, (B, T)).astype("int32"), rng.integers(0, V, (B, T)).astype("int32")
 

@@ -49,7 +49,7 @@ class StepResult:
     """The outcome of one step; the floats are read on first access. On the GPU the step's per-position
     losses and gradient sum of squares were copied into pinned host memory at the end of the step, in
     stream order: reading them waits for this step only, not for steps queued after it (the training
-    loop reads step k while step k+1 runs, docs/training-loop.md)."""
+    loop reads step k while step k+1 runs: euler_core/train.py, run_loop)."""
 
     trainer: "TrainStep"
     step: int                  # the optimizer step this was (1 = the first)
@@ -67,11 +67,6 @@ class StepResult:
                 self.done.synchronize()
             self._loss = float(np.sum(self.losses.astype(np.float64) * self.dlosses))
             self._norm = float(math.sqrt(float(self.sumsq[0])))
-
-    @property
-    def ready(self) -> bool:
-        """Whether the device has finished the step (reading its floats would not wait)."""
-        return self.done is None or self.done.done
 
     @property
     def loss(self) -> float:

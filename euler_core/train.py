@@ -349,7 +349,7 @@ def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Pat
     saving = False
     phase = None      # "run" inside TrainStep.run, "read" while a step's result is read and recorded
     unread: list = []  # [step, record, lr, result, launched at] of queued steps whose results are not read yet
-    last_read = [None]  # when the last result was read (a queued step's time runs from there)
+    last_read = None  # when the last result was read (a queued step's time runs from there)
 
     def save() -> Path:
         nonlocal saved, saving
@@ -362,7 +362,7 @@ def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Pat
 
     def complete() -> None:
         """Read the oldest queued step's result (waiting for that step only), check it, write its record."""
-        nonlocal done, phase
+        nonlocal done, phase, last_read
         phase = "read"
         step, record, lr, result, launched = unread.pop(0)
         loss, norm = result.loss, result.grad_norm
@@ -373,8 +373,8 @@ def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Pat
                 phase = None
             raise
         now = time.perf_counter()
-        dt = now - max(launched, last_read[0] or launched)
-        last_read[0] = now
+        dt = now - max(launched, last_read or launched)
+        last_read = now
         summary["tokens_per_s"] = total / dt
         record.update(loss=loss, lr=lr, grad_norm=norm, tokens_per_s=total / dt, time_s=dt)
         metrics.write(record)
@@ -388,6 +388,9 @@ def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Pat
     def due(step: int, every: int) -> bool:
         return bool(every) and (step + 1) % every == 0
 
+    def evaluates(step: int) -> bool:  # a validation loss before this step
+        return bool(cfg.eval_every) and (step % cfg.eval_every == 0 or step == cfg.steps - 1)
+
     bar = _progress(range(start, cfg.steps), cfg.progress, initial=start, total=cfg.steps)
     with stop_signals(log) as stop:
         try:
@@ -398,7 +401,7 @@ def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Pat
                     raise StopRequested(stop[0])
                 last = step == cfg.steps - 1
                 record = {"step": step}
-                if cfg.eval_every and (step % cfg.eval_every == 0 or last):
+                if evaluates(step):
                     val = evaluate(model, data.val, cfg.eval_batches, B, T, cfg.seed)
                     record["val_loss"] = val
                     summary["val_loss"] = val
@@ -414,9 +417,7 @@ def run_loop(cfg: LoopConfig, model: GPT, optimizer: AdamW, data: Data, out: Pat
                 if len(unread) > 1:
                     complete()    # the previous step, read while this one runs
                 # before anything that reads the weights or ends the run, this step's result is read
-                evaluates_next = bool(cfg.eval_every) and not last and (
-                    (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps - 1)
-                boundary = (not overlap or last or evaluates_next or stop[0] is not None
+                boundary = (not overlap or last or evaluates(step + 1) or stop[0] is not None
                             or due(step, cfg.sample_every) or due(step, cfg.checkpoint_every))
                 if not boundary:
                     continue

@@ -42,8 +42,7 @@ import numpy as np
 
 from . import records as rec
 from .train import GRAD_CLIP, REFERENCE_MODES, WEIGHT_DECAY, _headline, _kernel_cache
-from .workers import (kernel_cache_env, launch, ours_command, reference_command, reference_env, torch_python,
-                      torch_unavailable_reason)
+from .workers import kernel_cache_env, launch, ours_command, reference_command, reference_env, reference_python
 
 QUALITY_KINDS = ("quality_curve", "quality_compare")
 PLAN_FILE = "plan.npz"
@@ -164,11 +163,7 @@ def run(cfg: QualityConfig, out_dir, log=print, argv=None) -> list[dict]:
         raise ValueError(f"bench quality: unknown --reference {bad}; expected {', '.join(REFERENCE_MODES)}")
     if cfg.steps < 2 or cfg.batch_size < 1:
         raise ValueError(f"bench quality: need steps >= 2 and batch size >= 1, got {cfg.steps}, {cfg.batch_size}")
-    python = torch_python(cfg.torch_python)
-    if cfg.references:
-        reason = torch_unavailable_reason(python)
-        if reason:
-            raise ValueError(f"bench quality --reference: {reason}")
+    python = reference_python(cfg.torch_python, cfg.references, "bench quality")
     writer = rec.RecordWriter(out_dir)
     started = rec.now_iso()
     config, tokens, lrs, about = make_plan(cfg, log)

@@ -54,7 +54,7 @@ import numpy as np
 
 from . import records as rec
 from .workers import (Outcome, kernel_cache_env, launch, ours_command, peak_rss_mb, reference_command,
-                      reference_env, torch_python, torch_unavailable_reason)
+                      reference_env, reference_python)
 
 TRAIN_KINDS = ("train", "first_step", "op_profile")
 LR = 1e-4                 # a small constant rate: the benchmark times steps, it does not train
@@ -171,14 +171,15 @@ def worker_step(spec: dict) -> dict:
         from euler_core.train import overlaps
         # as euler train's loop runs them (euler_core.train.overlaps): with captured graphs step i+1 is
         # queued before step i's result is read, so a step's time is the interval between two reads
-        queued, read_at = [], [time.perf_counter()]
+        queued, read_at = [], time.perf_counter()
 
         def read(index, result):
+            nonlocal read_at
             losses.append(float(result.loss))                   # waits for that step
             now = time.perf_counter()
             if index >= spec["warmup"]:
-                times.append(now - read_at[0])
-            read_at[0] = now
+                times.append(now - read_at)
+            read_at = now
             memory.sample(step)
             out["grad_norm"] = float(result.grad_norm)
 
@@ -231,11 +232,7 @@ def run(cfg: TrainBenchConfig, out_dir, log=print, argv=None) -> list[dict]:
     T = cfg.seq_len or config.block_size
     if T > config.block_size:
         config = preset(cfg.preset, block_size=T)
-    python = torch_python(cfg.torch_python)
-    if cfg.references:
-        reason = torch_unavailable_reason(python)
-        if reason:
-            raise ValueError(f"bench train --reference: {reason}")
+    python = reference_python(cfg.torch_python, cfg.references, "bench train")
 
     writer = rec.RecordWriter(out_dir)
     started, load_before = rec.now_iso(), rec.loadavg()

@@ -175,6 +175,17 @@ def torch_unavailable_reason(python: str) -> str | None:
 
 
 # ---- our worker: the roles ------------------------------------------------------------------------------
+def reference_python(given: str | None, references, command: str) -> str:
+    """torch_python(given); when `references` asks for the PyTorch reference, a ValueError naming
+    `command` if that interpreter cannot import torch (before any measurement starts)."""
+    python = torch_python(given)
+    if references:
+        reason = torch_unavailable_reason(python)
+        if reason:
+            raise ValueError(f"{command} --reference: {reason}")
+    return python
+
+
 def peak_rss_mb() -> float | None:
     """This process's peak resident memory (VmHWM: fresh at exec); None where /proc is absent."""
     try:
