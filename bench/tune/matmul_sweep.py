@@ -2,8 +2,8 @@
 
     python3 bench/tune/matmul_sweep.py --out DIR/matmul.json [--compile-only]
 
-For every (N, linear, what) in PLAN - a forward, a whole backward as matmul.backward makes it
-(dx = dy W, dW += dy^T x, db += sum_n dy), or the column sum alone - each variant (launch configs of
+For every (N, linear, what) in the plan (--plan) - a forward, a whole backward as matmul.backward makes it
+(dx = dy W, dW += dy^T x, db += sum_n dy), dx alone, or the column sum alone - each variant (launch configs of
 the one `_gemm` kernel, None = the product's own) is checked on fresh random inputs, outputs
 poisoned with NaN and accumulated gradients pre-filled, against float32 PyTorch on the upcast
 inputs (TF32 off), then timed with euler_core.measure.timing (batches queued behind the spin kernel,
@@ -72,18 +72,35 @@ DW_FOR = {"fc": ("default", "128x256s4-noflat-ptrc", "128x256s3b9", "128x128s4w4
           "qkv": ("default", "128x256s3"),
           "attn_proj": ("default", "128x256s3b9"),
           "lm_head": ("default",)}
+#: round 3 (GPT-2 124M at B=64, 65536 rows): K slices four times deeper than at 16384 rows, so more
+#: of them (fuller waves) may now pay for their float32 partials
+DW.update({
+    "128x256s4-noflat-ptrc-b95": tile(128, 256, 4, flat=False, tma_store=False, busy=0.95),
+    "128x256s4-noflat-ptrc-b100": tile(128, 256, 4, flat=False, tma_store=False, busy=1.0),
+    "128x128s4w4h2-b95": tile(128, 128, 4, warps=4, h=2, busy=0.95),
+})
+DW_FOR_B64 = {"fc": ("default", "128x256s4-noflat-ptrc-b95", "128x256s4-noflat-ptrc-b100"),
+              "fc_proj": ("default", "128x256s4-noflat-ptrc-b95", "128x256s4-noflat-ptrc-b100"),
+              "qkv": ("default", "128x128s4w4h2-b95", "128x256s4-noflat-ptrc-b95", "128x256s4-noflat-ptrc-b100"),
+              "attn_proj": ("default", "128x256s4-noflat-ptrc-b100")}
+#: dx alone (dx = dy W; fc_proj's, N x 3072 over K = 768, runs at 0.83x the forward of the same output)
+DX_FOR = {None: ("default", "128x128s3c2w4h2", "128x128s3c2w4h2g4", "128x256s3h2g32")}
 COLSUM = {f"g{g}r{r}c{c}w{w}": _reduce.ColsumConfig(groups=g, block_r=r, block_c=c, num_warps=w)
           for g, r, c, w in ((256, 32, 128, 4), (128, 32, 128, 4), (512, 32, 128, 4), (256, 64, 128, 4),
                              (256, 64, 128, 8), (128, 64, 256, 8), (256, 32, 256, 4), (128, 64, 128, 4),
                              (64, 64, 256, 8), (128, 128, 128, 8))}
 CANDS = {"forward": FWD, "backward": DW}
 
-#: (N, linear, what)
-PLAN = ([(16384, lin, "backward") for lin in ("fc", "fc_proj", "qkv", "attn_proj")]
+#: (N, linear, what); "r2" (below) by default, "b64" with --plan b64
+PLANS = {}
+PLANS["r2"] = ([(16384, lin, "backward") for lin in ("fc", "fc_proj", "qkv", "attn_proj")]
         + [(N, lin, "forward") for N in (16384, 32768) for lin in ("attn_proj", "fc", "qkv", "fc_proj", "lm_head")]
         + [(32768, lin, "backward") for lin in ("fc", "fc_proj", "qkv", "attn_proj")]
         + [(N, lin, "colsum") for N in (16384,) for lin in ("fc", "qkv", "attn_proj")]
         + [(N, "lm_head", "backward") for N in (16384, 32768)])
+PLANS["b64"] = ([(65536, lin, "backward") for lin in ("fc", "fc_proj", "qkv", "attn_proj")]
+                + [(65536, lin, "dx") for lin in ("fc_proj", "fc", "qkv", "attn_proj")]
+                + [(65536, "qkv", "colsum")])
 
 
 def cands_for(table, lin):
@@ -121,7 +138,10 @@ def _thunks(N, lin, what, arrays):
         return [(n, lambda c=FWD[n]: call("forward", x, w, b, dy, out, c)) for n in cands_for(FWD_FOR, lin)]
     if what == "colsum":
         return [(n, lambda c=c: _reduce.colsum_into(dy, db, xp_of(dy), config=c)) for n, c in COLSUM.items()]
-    th = [(f"dW:{n}", lambda c=DW[n]: backward(x, w, dy, dx, dw, db, c)) for n in cands_for(DW_FOR, lin)]
+    if what == "dx":
+        return [(n, lambda c=FWD[n]: call("dx", x, w, None, dy, dx, c)) for n in cands_for(DX_FOR, lin)]
+    dw_for = DW_FOR_B64 if N == 65536 else DW_FOR
+    th = [(f"dW:{n}", lambda c=DW[n]: backward(x, w, dy, dx, dw, db, c)) for n in cands_for(dw_for, lin)]
     if db is not None:
         th.append(("dW:default+colsum", lambda: backward(x, w, dy, dx, dw, db, None, colsum=_reduce.COLSUM)))
     return th
@@ -226,11 +246,11 @@ def run(plan, out_path, log, tcfg):
         per_set = (N * K + N * M) * 2
         S = max(1, min(4, -(-(128 << 20) // per_set)))
         xs = [randn((N, K)) for _ in range(S)]
-        dys = [randn((N, M)) for _ in range(S)] if what == "backward" else [None] * S
+        dys = [randn((N, M)) for _ in range(S)] if what != "forward" else [None] * S
         w = randn((M, K), K ** -0.5)
         b = randn((M,)) if has_bias else None
         outs = [cp.empty((N, M), bf) for _ in range(S)] if what == "forward" else [None] * S
-        dxs = [cp.empty((N, K), bf) for _ in range(S)] if what == "backward" else [None] * S
+        dxs = [cp.empty((N, K), bf) for _ in range(S)] if what != "forward" else [None] * S
         g0, db0 = randn((M, K)), randn((M,)) if has_bias else None
         dw = cp.copy(g0)
         db = cp.copy(db0) if has_bias else None
@@ -240,6 +260,9 @@ def run(plan, out_path, log, tcfg):
         tdb = torch.zeros(M, dtype=torch.bfloat16, device="cuda")
         if what == "forward":
             cub = (lambda i: torch.addmm(tb, tx[i], tw.T)) if has_bias else (lambda i: tx[i] @ tw.T)
+        elif what == "dx":
+            def cub(i):
+                tdy[i] @ tw
         else:
             def cub(i):
                 tdy[i] @ tw
@@ -251,6 +274,8 @@ def run(plan, out_path, log, tcfg):
         fx, fw = tx[0].float(), tw.float()
         if what == "forward":
             refs = [fx @ fw.T + (tb.float() if has_bias else 0)]
+        elif what == "dx":
+            refs = [tdy[0].float() @ fw]
         else:
             fdy = tdy[0].float()
             refs = [fdy @ fw, fdy.T @ fx + th(g0).float()] + ([fdy.sum(0) + th(db0).float()] if has_bias else [])
@@ -268,7 +293,8 @@ def run(plan, out_path, log, tcfg):
                     if has_bias:
                         cp.copyto(db, db0)
                 dict(_thunks(N, lin, what, (xs[0], w, b, dys[0], outs[0], dxs[0], dw, db)))[name]()
-                got = [outs[0]] if what == "forward" else [dxs[0], dw] + ([db] if has_bias else [])
+                got = ([outs[0]] if what == "forward" else [dxs[0]] if what == "dx"
+                       else [dxs[0], dw] + ([db] if has_bias else []))
                 err = max(rel_err(o, r) for o, r in zip(got, refs))
                 if not err < 2e-2:
                     record(N=N, linear=lin, what=what, impl=name, seconds=None, err=err, ok=False)
@@ -314,13 +340,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--plan", choices=sorted(PLANS), default="r2",
+                    help="r2: round 2 at 16384 and 32768 rows (notes-matmul.md); b64: the backward products at 65536 rows")
     args = ap.parse_args()
     t0 = time.time()
 
     def log(s):
         print(f"[{time.time() - t0:6.1f}s] {s}", flush=True)
 
-    plan = PLAN
+    plan = PLANS[args.plan]
     precompile(plan, log)
     if args.compile_only:
         return
