@@ -8,6 +8,13 @@ Beyond the plain update, the same pass (the GPU training step's contract, docs/o
 - `lr` and `step` may be Python numbers or (1,) float32 device arrays, read on the device (never
   copied to the host), so that a captured CUDA graph replays with new values. Python numbers are
   put into a small device array by the launcher (a host-to-device copy: the eager path only).
+
+The kernel: each thread updates CHUNK = 8 consecutive elements, moved as 16-byte vectors (two float4
+of each float32 array, one pack of 8 of each 16-bit one) with every load issued before the math,
+one block per 8 x THREADS elements. The first version took one element per load in a grid-stride
+loop (45% of the copy bandwidth at bf16, 2-byte loads). Where a pointer is not 16-byte aligned (a
+slice of the flat buffer at an offset that is not a multiple of 16 bytes) the same kernel goes one
+element per load; the last n % 8 elements always do.
 """
 
 import numpy as np
@@ -15,7 +22,8 @@ import numpy as np
 from . import _common
 from . import _runtime as rt
 
-THREADS, BLOCKS_PER_SM = 256, 8
+#: threads per block; elements each thread updates (adamw.cu's CHUNK)
+THREADS, CHUNK = 256, 8
 
 
 def _device_scalar(name: str, value, xp):
@@ -54,12 +62,12 @@ def forward(inputs, attrs, out=None):
     lr = _device_scalar("lr", attrs["lr"], xp)
     step = _device_scalar("step", attrs["step"], xp)
     defines = {"paramT": _common.ctype(p), "copyT": _common.ctype(copy if copy is not None else p)}
-    grid = min(rt.cdiv(p.size, THREADS), BLOCKS_PER_SM * _common.num_sms(xp))
-    rt.launch(rt.function("adamw", "adamw_update", defines), grid, THREADS,
+    vec = _common.vector_ok(*(a for a in (p, g, m, v, copy) if a is not None))
+    rt.launch(rt.function("adamw", "adamw_update", defines), rt.cdiv(p.size, CHUNK * THREADS), THREADS,
               (p, g, m, v, copy if copy is not None else p, lr, step, sumsq if sumsq is not None else lr,
                np.int64(p.size), _common.f32(attrs["beta1"]), _common.f32(attrs["beta2"]), _common.f32(attrs["eps"]),
                _common.f32(attrs["weight_decay"]), _common.f32(attrs.get("grad_scale", 1.0)), np.float32(max_norm),
-               np.int32(copy is not None), np.int32(sumsq is not None)))
+               np.int32(copy is not None), np.int32(sumsq is not None), np.int32(vec)))
     return None, None
 
 
