@@ -4,7 +4,7 @@ Every launch one forward and one backward of each triton op would make (kernel, 
 stages, programmatic dependent launch, constexprs, argument types) is recorded with no GPU
 (backends.triton._runtime.recording: nothing runs) at the shapes `euler bench ops` times
 (euler_core/measure/shapes.py: the `gpt2` and `gpt2-b32` sets, B*T = 16384 and 32768, and the fused
-ops at the same widths) and at a decoding step's few rows (forward only: 1 and 16 rows, and a
+ops at the same widths), the linears' backward at 65536 rows (B=64: the deep dW entries) and at a decoding step's few rows (forward only: 1 and 16 rows, and a
 cache of 1024 positions), in bfloat16 and float32, and compared with
 tests/data/triton_launch_configs.json. That table was first recorded from the kernels as they were
 before their configuration tables were rewritten (main at 1d4a510), so this test shows the rewrite
@@ -60,6 +60,9 @@ def _cases() -> list[tuple[str, str, dict, bool]]:
     C, V = 768, 50304
     linears = {"qkv": (C, 3 * C, True), "attn_proj": (C, C, True), "fc": (C, 4 * C, True),
                "fc_proj": (4 * C, C, True), "lm_head": (C, V, False)}
+    for label, (K, M, bias) in linears.items():  # B=64: the deep dW entries (matmul.DEEP_ROWS)
+        if label != "lm_head":
+            cases.append((f"b64/matmul/{label}", "matmul", {"N": 65536, "K": K, "M": M, "bias": bias}, True))
     for rows in (1, 16):  # a decoding step: one new position for each of `rows` sequences
         for label, (K, M, bias) in linears.items():
             cases.append((f"decode{rows}/matmul/{label}", "matmul", {"N": rows, "K": K, "M": M, "bias": bias}, False))

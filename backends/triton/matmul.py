@@ -43,8 +43,8 @@ Bias gradient. With ROWSUM the dW kernel also sums the rows of its A = dy.T, i.e
 dy: one more wgmma per K step, A @ e0 with e0 (BLOCK_K, 16) ones in column 0 and zeros elsewhere,
 accumulated in float32 beside the tile; the programs of tile column 0 store it, one (slice, M)
 float32 row per K slice, and `_reduce.finish_into` adds the slices in order to db. That saves
-reading dy a second time (100 MB for fc at 16384 rows); `DB_SEPARATE` lists the shapes where the
-separate column sum is faster.
+reading dy a second time (100 MB for fc at 16384 rows); a dW configuration with `separate_db` takes
+the separate column sum instead, where that is faster.
 
 float32 inputs are multiplied in IEEE float32 (input_precision="ieee"), as the float32 contract
 asks; a TF32 variant would be about 8x faster and 1e-3 accurate.
@@ -267,6 +267,7 @@ class GemmConfig:
     busy: float = 0.8               # the wave occupancy that is enough when choosing the slices
     epi_halves: int = 2             # C staged for its TMA store in this many column parts
     tma_store: bool = True          # C through TMA where the operands allow it (False: plain stores)
+    separate_db: bool = False       # dW only: db by a separate column sum, not fused (ROWSUM; below)
 
 
 def _tile16(bm, bn, stages, **fields) -> GemmConfig:
@@ -276,11 +277,13 @@ def _tile16(bm, bn, stages, **fields) -> GemmConfig:
 
 #: forwards of at most this many rows take the few-row entry (a decoding step: one row per sequence)
 FEW_ROWS = 64
+#: dW products over at least this many rows (GPT-2 124M at B=64) take the deep entry where one exists
+DEEP_ROWS = 65536
 
 #: The launch configurations: (dtype class, product, weight shape (out, in) or ANY) -> GemmConfig.
 #: "16" is fp16/bf16, "32" float32; products: "forward" y = x @ W.T, "dx" dy @ W, "dW" dy.T @ x,
-#: "few_rows" a forward of at most FEW_ROWS rows. `launch_config` takes the few-row entry, else the
-#: weight shape's, else the product's ANY. Ratios are cuBLAS time / ours on the H200 at 16384 /
+#: "few_rows" a forward of at most FEW_ROWS rows, "dW_deep" a dW over at least DEEP_ROWS rows.
+#: `launch_config` takes the few-row or deep entry, else the weight shape's, else the product's ANY. Ratios are cuBLAS time / ours on the H200 at 16384 /
 #: 32768 rows, bf16 (reports/triton-h200/notes-matmul.md, "Final defaults" and round 2's tables).
 ANY = None
 _DW = _tile16(128, 256, 4, split_k=16, flatten=False, tma_store=False)
@@ -306,7 +309,15 @@ CONFIGS = {
     # qkv: 128 x 128 makes 108 tiles and needs no split; the float32 dW of mixed precision is staged
     # in two halves (64 KB for its load and store; 128 KB with 4 stages would pass the 227 KB of
     # shared memory): backward 0.94x / 1.00x with db separate (128 x 256 split in 2: 0.89x / 0.91x).
-    ("16", "dW", (2304, 768)): _tile16(128, 128, 4, num_warps=4, epi_halves=2),
+    ("16", "dW", (2304, 768)): _tile16(128, 128, 4, num_warps=4, epi_halves=2, separate_db=True),
+    # fc_proj: db separate (its dy is narrow): 0.95x / 0.95x (fused 0.93x / 0.90x).
+    ("16", "dW", (768, 3072)): replace(_DW, separate_db=True),
+    # Deep dW (65536 rows: a K slice is four times as deep as at 16384, so more slices, fuller waves,
+    # pay for their float32 partials; reports/train-h200/f3c5b97/matmul-b64.json, whole backward
+    # against cuBLAS): fc in 7 slices, busy 0.95: 0.96x (3 slices: 0.92x); qkv as 128 x 256 tiles in
+    # 6 slices with db fused: 1.03x (the 128 x 128 tiles and the separate db: 0.98x).
+    ("16", "dW_deep", (3072, 768)): replace(_DW, busy=0.95),
+    ("16", "dW_deep", (2304, 768)): replace(_DW, busy=0.95),
     # attn_proj: 18 tiles of 128 x 256 cut into 7 slices (126 of 132 SMs busy) rather than 6 (108):
     # backward 1.24x / 1.19x.
     ("16", "dW", (768, 768)): replace(_DW, busy=0.9),
@@ -320,17 +331,18 @@ CONFIGS = {
     ("32", "forward", ANY): _FLOAT32,
     ("32", "dx", ANY): _FLOAT32,
     ("32", "dW", ANY): _FLOAT32,
+    ("32", "dW", (2304, 768)): replace(_FLOAT32, separate_db=True),   # as the 16-bit entries (not swept)
+    ("32", "dW", (768, 3072)): replace(_FLOAT32, separate_db=True),
     ("32", "few_rows", ANY): replace(_FLOAT32, split_k=8),
 }
 
-#: weight shapes (out, in) whose bias gradient is a separate column sum (`_reduce.colsum_into`)
-#: rather than fused into the dW kernel (`gemm(rowsum=)`). The fused row sum is one more wgmma
-#: per K step (A @ e0, 16 columns): ~30 us on fc's dW, against 44 us for reading dy (100 MB) again;
-#: it loses where dy is narrow (fc_proj) or the dW tile is 128 x 128 on one warpgroup (qkv). Whole
-#: backward (notes-matmul.md, round 2): fc 0.96x / 0.94x fused (0.88x / 0.90x separate), attn_proj
-#: 1.24x / 1.19x (1.10x / 1.08x); fc_proj 0.95x / 0.95x separate (0.93x / 0.90x fused), qkv 0.94x /
-#: 1.00x separate (0.60x fused).
-DB_SEPARATE = {(2304, 768), (768, 3072)}
+# The bias gradient: fused into the dW kernel (`gemm(rowsum=)`) unless the dW entry says
+# `separate_db` (`_reduce.colsum_into`). The fused row sum is one more wgmma per K step (A @ e0, 16
+# columns): ~30 us on fc's dW, against 44 us for reading dy (100 MB) again; it loses where dy is
+# narrow (fc_proj) or the dW tile is 128 x 128 on one warpgroup (qkv). Whole backward
+# (notes-matmul.md, round 2): fc 0.96x / 0.94x fused (0.88x / 0.90x separate), attn_proj 1.24x /
+# 1.19x (1.10x / 1.08x); fc_proj 0.95x / 0.95x separate (0.93x / 0.90x fused), qkv 0.94x / 1.00x
+# separate (0.60x fused).
 
 
 def _split(cfg: GemmConfig, block_k: int, tiles: int, K: int, sms: int) -> int:
@@ -379,17 +391,20 @@ _SCRATCH: list = []
 
 def launch_config(dtype: str, product: str, weight_shape: tuple, rows: int) -> GemmConfig:
     """The entry of CONFIGS that `gemm` takes for `product` ("forward", "dx" or "dW") of a linear of
-    `weight_shape` (out, in) over `rows` rows, unless it is given one."""
+    `weight_shape` (out, in) over `rows` rows (the batch's: dW's K), unless it is given one."""
     kind = "32" if dtype == "float32" else "16"
+    shape = tuple(weight_shape)
     if product == "forward" and rows <= FEW_ROWS:
         product = "few_rows"
-    return CONFIGS.get((kind, product, tuple(weight_shape)), CONFIGS[(kind, product, ANY)])
+    if product == "dW" and rows >= DEEP_ROWS and (kind, "dW_deep", shape) in CONFIGS:
+        return CONFIGS[(kind, "dW_deep", shape)]
+    return CONFIGS.get((kind, product, shape), CONFIGS[(kind, product, ANY)])
 
 
 def tile_shape(dtype: str, M: int, N: int, K: int, product="forward", weight_shape=(), config=None) -> tuple:
     """(BLOCK_M, BLOCK_N, BLOCK_K) that `gemm` uses for these arguments: the configuration's tile,
     shrunk to small problems (tests, T=1), never below tl.dot's 16."""
-    cfg = config or launch_config(dtype, product, weight_shape, M)
+    cfg = config or launch_config(dtype, product, weight_shape, K if product == "dW" else M)
     return tuple(min(b, max(16, next_pow2(n))) for b, n in ((cfg.block_m, M), (cfg.block_n, N), (cfg.block_k, K)))
 
 
@@ -409,7 +424,7 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     classifier's logits, bench/tune/matmul_sweep.py's candidates)."""
     dt = str(a.dtype)
     xp = xp_of(a)
-    cfg = config or launch_config(dt, product, weight_shape, M)
+    cfg = config or launch_config(dt, product, weight_shape, K if product == "dW" else M)
     block_m, block_n, block_k = tile_shape(dt, M, N, K, config=cfg)
     sms = _common.num_sms(xp)
     tiles = cdiv(M, block_m) * cdiv(N, block_n)
@@ -480,7 +495,7 @@ def backward(saved, dout, grads, op="matmul"):
     dW = _common.param_grad(op, grads, "weight", (M, K), x.dtype)   # float32 for 16-bit x: mixed precision
     db = _common.param_grad(op, grads, "bias", (M,), x.dtype) if saved.has_bias else None
     gemm(dout, weight, dx, (M, 1), (K, 1), N, K, M, product="dx", weight_shape=(M, K))    # dx = dy @ W
-    separate = db is not None and (M, K) in DB_SEPARATE
+    separate = db is not None and launch_config(str(x.dtype), "dW", (M, K), N).separate_db
     gemm(dout, x, dW, (1, M), (K, 1), M, K, N, accumulate=True,                            # dW += dy.T @ x
          rowsum=None if separate else db, product="dW", weight_shape=(M, K))               # (db += sum_n dy)
     if separate:
