@@ -9,6 +9,8 @@
 //                                thread gets the result; all threads of the block must call it)
 //   POS_INF_F                    +infinity
 //   Pack<T>                      16 bytes of T (8 bf16/fp16 or 4 floats): one vector load/store
+//   load_pack_stream             the same load with the evict-first hint (__ldcs): for data a kernel
+//                                reads once, so that it does not push reusable lines out of L2
 //
 // Every function is written __device__ explicitly: NVRTC (CuPy) defaults to device code, nvcc
 // (the CI compile check) does not, and both must accept these sources.
@@ -74,4 +76,15 @@ template <typename T> __device__ __forceinline__ Pack<T> load_pack(const T* p) {
 
 template <typename T> __device__ __forceinline__ void store_pack(T* p, const Pack<T>& pack) {
     *reinterpret_cast<Pack<T>*>(p) = pack;
+}
+
+// load_pack with the cache-streaming hint (ld.global.cs: evict first): for data read once. The CPU
+// emulator has no caches: a plain load there.
+template <typename T> __device__ __forceinline__ Pack<T> load_pack_stream(const T* p) {
+#ifdef CUPY_RAW_EMULATOR
+    return load_pack(p);
+#else
+    const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p));
+    return *reinterpret_cast<const Pack<T>*>(&bits);
+#endif
 }

@@ -5,6 +5,14 @@ float32 saved. Backward: dx in the same one-warp-per-row pattern; dweight and db
 grid of blocks, each writing a (2C) float32 partial, summed in a fixed order by a second launch that
 adds them to the caller's buffers (float32 buffers for 16-bit inputs, mixed precision): bitwise
 repeatable, no atomics. Rows of at most MAX_C channels (a row lives in one warp's registers).
+
+Tuned for bytes in flight (both kernels are memory-bound): a lane keeps its share of a row as
+stored (8 bf16 in 4 registers) and converts where it computes, the forward reads weight and bias
+after the statistics, the backward reads weight (as float32) from shared memory at every row, x and
+dout are loaded evict-first. At C = 768 in bf16 that took the forward from 92 registers to 46 (44
+warps an SM instead of 20), and lets the backward run BACKWARD_WARPS = 8 warps a block, 2 blocks
+an SM (16 warps, within 128 registers, no spills) instead of 2 blocks of 4 warps (157 registers). The finish sums the partials with FINISH_SPLIT threads per column (one thread walking all
+G partials was a long chain of L2 reads on 6 blocks).
 """
 
 from dataclasses import dataclass
@@ -15,8 +23,8 @@ from . import _common
 from . import _runtime as rt
 
 MAX_C = 2048
-#: warps per block, forward and backward; the backward's blocks per SM
-FORWARD_WARPS, BACKWARD_WARPS, BACKWARD_BLOCKS_PER_SM = 4, 4, 2
+#: the launch table: warps per block, forward and backward; threads per column in the finish
+FORWARD_WARPS, BACKWARD_WARPS, FINISH_SPLIT = 4, 8, 16
 
 
 @dataclass
@@ -27,10 +35,22 @@ class Saved:
     rstd: object    # (N,) float32
 
 
+def _backward_blocks_per_sm(per_lane: int) -> int:
+    """Blocks of BACKWARD_WARPS an SM is given; the kernel's __launch_bounds__ then holds a thread to
+    65536 / (that x 32 x BACKWARD_WARPS) registers. A lane holds 2 float32 sums (dweight, dbias) per
+    column it owns, and x and dout as stored: at 24 columns a lane (C = 768) that fits 128 registers
+    without spilling in every dtype (ptxas, tests/test_cupy_raw_compile.py); at 32 (C = 1024) 16-bit
+    rows spill, so wider rows get 1 block (up to 255 registers)."""
+    return 2 if per_lane <= 24 else 1
+
+
 def _defines(x, C: int, vec: bool, grad_dtype=None) -> dict:
     elems = 16 // x.dtype.itemsize if vec and C % (16 // x.dtype.itemsize) == 0 else 1
+    packs = -(-C // (32 * elems))
     return {"floatX": _common.ctype(x), "gradT": _common.ctype(grad_dtype if grad_dtype is not None else x),
-            "ELEMS": elems, "PACKS": -(-C // (32 * elems))}
+            "ELEMS": elems, "PACKS": packs, "BACKWARD_THREADS": 32 * BACKWARD_WARPS,
+            "BACKWARD_MIN_BLOCKS": _backward_blocks_per_sm(packs * elems),
+            "FINISH_SPLIT": FINISH_SPLIT}
 
 
 def _check(x):
@@ -68,12 +88,12 @@ def backward(saved, dout, grads):
     if str(dweight.dtype) != str(dbias.dtype):
         raise TypeError(f"layernorm: grads['weight'] and grads['bias'] must share a dtype, got "
                         f"{dweight.dtype} and {dbias.dtype}")
-    groups = max(1, min(BACKWARD_BLOCKS_PER_SM * _common.num_sms(xp), rt.cdiv(N, BACKWARD_WARPS)))
-    partial = xp.empty((groups, 2 * C), dtype=np.float32)
     defines = _defines(x, C, _common.vector_ok(x, w, dout, dx), dweight.dtype)
+    groups = max(1, min(defines["BACKWARD_MIN_BLOCKS"] * _common.num_sms(xp), rt.cdiv(N, BACKWARD_WARPS)))
+    partial = xp.empty((groups, 2 * C), dtype=np.float32)
     rt.launch(rt.function("layernorm", "layernorm_backward", defines), groups, 32 * BACKWARD_WARPS,
               (x, w, dout, saved.mean, saved.rstd, dx, partial, _common.i32(N), _common.i32(C)),
-              shared_mem=2 * C * 4)
-    rt.launch(rt.function("layernorm", "layernorm_finish", defines), rt.cdiv(2 * C, 256), 256,
+              shared_mem=3 * C * 4)
+    rt.launch(rt.function("layernorm", "layernorm_finish", defines), rt.cdiv(2 * C, 32), (32, FINISH_SPLIT),
               (partial, dweight, dbias, _common.i32(groups), _common.i32(C)))
     return {"x": dx, "weight": dweight, "bias": dbias}
