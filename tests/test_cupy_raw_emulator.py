@@ -158,6 +158,123 @@ def test_adamw_refuses_clipping_without_grad_sumsq_and_bad_device_scalars():
         _adamw(inputs, lr=np.array([1e-3, 2e-3], np.float32), step=1)
 
 
+# ---- the memory-bound kernels' vector and scalar paths --------------------------------------------
+def _poisoned(shape, dtype):
+    from backends.cupy_raw import _common
+    return np.full(shape, np.nan, dtype=_common.np_dtype(dtype))
+
+
+def _unaligned(a):
+    """A copy of `a` whose data starts one element past a 16-byte boundary: the launchers then take
+    their scalar path (vector loads refused)."""
+    from backends.cupy_raw import _common
+    buf = np.empty(a.size + 16, dtype=a.dtype)
+    start = next(i for i in range(1, 16) if not _common.aligned(buf[i:]))
+    view = buf[start:start + a.size].reshape(a.shape)
+    view[...] = a
+    return view
+
+
+def _as(dtype, a, aligned=True):
+    from backends.cupy_raw import _common
+    out = np.asarray(a).astype(_common.np_dtype(dtype))
+    return out if aligned else _unaligned(out)
+
+
+def _check(name, got, ref, dtype, kind):
+    from euler_core.numerics import compare, tolerance
+    assert np.isfinite(got.astype(np.float64)).all(), f"{name}: not every element written (NaN left)"
+    compare(name, got.astype(np.float64), ref, tolerance(dtype, kind))
+
+
+GELU_SHAPES = [pytest.param((5, 3072), id="N5-C3072"), pytest.param((7, 37), id="N7-C37-tail"),
+               pytest.param((3, 2731), id="prime-2-blocks")]
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["vector", "scalar-unaligned"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", GELU_SHAPES)
+def test_gelu_vector_and_scalar_paths_match_float64(shape, dtype, aligned):
+    """gelu.cu's packs of ITEMS a thread (several blocks, the n % 8 tail) and its one-element path
+    for unaligned pointers, against the float64 naive GELU, outputs poisoned first."""
+    from backends.cupy_raw import gelu
+    from backends.naive import gelu as naive
+    rng = np.random.default_rng(1)
+    x64 = rng.uniform(-8.0, 8.0, size=shape)
+    d64 = rng.standard_normal(shape)
+    x, dout = _as(dtype, x64, aligned), _as(dtype, d64, aligned)
+    y, dx = _poisoned(shape, dtype), _poisoned(shape, dtype)
+    if not aligned:
+        y, dx = _unaligned(y), _unaligned(dx)
+    grads = {"x": dx}
+    with rt.emulation():
+        y, saved = gelu.forward({"x": x}, {}, out=y)
+        gelu.backward(saved, dout, grads)
+    ref_y, ref_saved = naive.forward({"x": x.astype(np.float64)}, {})
+    ref_dx = naive.backward(ref_saved, dout.astype(np.float64), {})["x"]
+    _check("gelu out", y, ref_y, dtype, "forward")
+    _check("gelu dx", grads["x"], ref_dx, dtype, "gradient")
+
+
+LAYERNORM_SHAPES = [pytest.param(20, 768, id="N20-C768"), pytest.param(2500, 40, id="N2500-C40-rows-per-warp"),
+                    pytest.param(9, 37, id="N9-C37")]
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["vector", "scalar-unaligned"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("N,C", LAYERNORM_SHAPES)
+def test_layernorm_vector_and_scalar_paths_match_float64(N, C, dtype, aligned):
+    """layernorm.cu with 16-byte packs (C=768: 3 packs a lane in bf16; more rows than the backward's
+    warps, so each warp walks several rows) and one element a load (C=37, or unaligned pointers),
+    against float64 naive: y, mean/rstd and dx poisoned, dweight/dbias accumulated into float32
+    buffers holding earlier sums (mixed precision for bf16)."""
+    from backends.cupy_raw import layernorm
+    from backends.naive import layernorm as naive
+    rng = np.random.default_rng(2)
+    x64, w64, b64 = rng.standard_normal((N, C)) * 2 + 0.5, 1 + 0.1 * rng.standard_normal(C), rng.standard_normal(C)
+    d64 = rng.standard_normal((N, C))
+    x, w, b, dout = (_as(dtype, a, aligned) for a in (x64, w64, b64, d64))
+    gdt = "float32"
+    dw0, db0 = rng.standard_normal(C), rng.standard_normal(C)
+    grads = {"x": _poisoned((N, C), dtype), "weight": _as(gdt, dw0, aligned), "bias": _as(gdt, db0, aligned)}
+    if not aligned:
+        grads["x"] = _unaligned(grads["x"])
+    y = _poisoned((N, C), dtype) if aligned else _unaligned(_poisoned((N, C), dtype))
+    with rt.emulation():
+        y, saved = layernorm.forward({"x": x, "weight": w, "bias": b}, {"eps": 1e-5}, out=y)
+        layernorm.backward(saved, dout, grads)
+    xs, ws, bs, ds = (a.astype(np.float64) for a in (x, w, b, dout))
+    ref_y, ref_saved = naive.forward({"x": xs, "weight": ws, "bias": bs}, {"eps": 1e-5})
+    ref = naive.backward(ref_saved, ds, {"weight": dw0.astype(np.float32).astype(np.float64),
+                                        "bias": db0.astype(np.float32).astype(np.float64)})
+    _check("layernorm y", y, ref_y, dtype, "forward")
+    _check("layernorm mean", saved.mean, ref_saved.mean, "float32", "forward")
+    _check("layernorm rstd", saved.rstd, ref_saved.rstd, "float32", "forward")
+    _check("layernorm dx", grads["x"], ref["x"], dtype, "gradient")
+    _check("layernorm dweight", grads["weight"], ref["weight"], dtype, "gradient")
+    _check("layernorm dbias", grads["bias"], ref["bias"], dtype, "gradient")
+
+
+@pytest.mark.parametrize("n", [4099, 1001], ids=["N4099-3-blocks", "N1001-tail"])
+@pytest.mark.parametrize("aligned", [True, False], ids=["vector", "scalar-unaligned"])
+def test_adamw_vector_and_scalar_paths_in_mixed_precision(n, aligned):
+    """adamw.cu's 8 elements a thread as 16-byte vectors (float32 state: 2 float4 an array; the bf16
+    copy: 1 pack) and its one-element path (unaligned slices, the n % 8 tail), against float64."""
+    import ml_dtypes
+    inputs = {k: (a if aligned else _unaligned(a)) for k, a in _adamw_inputs(n, seed=3).items()}
+    before = {k: v.astype(np.float64) for k, v in inputs.items()}
+    copy = _poisoned((n,), "bfloat16")
+    if not aligned:
+        copy = _unaligned(copy)
+    _adamw({**inputs, "param_copy": copy}, lr=1e-2, step=5)
+    p, m, v = _adamw_reference(before["param"], before["grad"], before["m"], before["v"], 1e-2, 5, 0.9, 0.95,
+                               1e-8, 0.1, 1.0)
+    np.testing.assert_allclose(inputs["param"], p, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(inputs["m"], m, rtol=2e-6, atol=2e-7)  # float32 cancellation in m at |g| ~ 4
+    np.testing.assert_allclose(inputs["v"], v, rtol=2e-6, atol=1e-10)
+    np.testing.assert_array_equal(copy.astype(np.float32), inputs["param"].astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
 # ---- sumsq -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("n", [1, 1000, 300_001])
 def test_sumsq_matches_float64_and_repeats_bitwise(n):
