@@ -73,6 +73,10 @@ def _gelu_tails(inputs, rng):
     return {**inputs, "x": inputs["x"] * 4.0}       # pre = x @ W.T + b reaches |pre| ~ 10: GELU's flat ends
 
 
+def _gelu_input_tails(inputs, rng):
+    return {**inputs, "x": inputs["x"] * 3.0}       # gelu_matmul's x is the pre-activation: |x| ~ 10
+
+
 def _large_classifier_logits(inputs, rng):
     # logits = x @ W.T of about 50, the largest past 88 where an unshifted exp() overflows float32;
     # not 100 as crossentropy's case: here the logits come out of a GEMM, whose float32 rounding of
@@ -197,6 +201,15 @@ CASES: dict[str, list[Case]] = {
         C("gelu-tails", {"N": 16, "K": 36, "M": 40}, transform=_gelu_tails, note="|pre| up to ~10"),
         C("K768-M3072", {"N": 16, "K": 768, "M": 3072}, note="GPT-2 124M's c_fc"),
     ],
+    "gelu_matmul": [
+        C("small", {"N": 4, "K": 8, "M": 6}),
+        C("T1", {"N": 1, "K": 36, "M": 20}),
+        C("T17-K36-M20", {"N": 17, "K": 36, "M": 20}),
+        C("prime-nobias", {"N": 13, "K": 37, "M": 11, "bias": False}),
+        C("N128-K96-M65", {"N": 128, "K": 96, "M": 65}),
+        C("gelu-tails", {"N": 16, "K": 40, "M": 36}, transform=_gelu_input_tails, note="|x| up to ~10"),
+        C("K3072-M768", {"N": 16, "K": 3072, "M": 768}, note="GPT-2 124M's MLP projection"),
+    ],
     "classifier_crossentropy": [
         C("small", {"N": 8, "C": 8, "V": 10}),
         C("T1", {"N": 1, "C": 20, "V": 7}),
@@ -233,6 +246,7 @@ GRADCHECK_DIMS: dict[str, dict] = {
     "crossentropy": {"B": 2, "T": 3, "V": 6, "n_valid": 5},
     "layernorm_residual": {"N": 3, "C": 5},
     "matmul_gelu": {"N": 3, "K": 4, "M": 5},
+    "gelu_matmul": {"N": 3, "K": 4, "M": 5},
     "classifier_crossentropy": {"N": 4, "C": 3, "V": 6, "n_valid": 5},
 }
 GRADCHECK_DIMS["crossentropy_onepass"] = GRADCHECK_DIMS["crossentropy"]
@@ -398,6 +412,7 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
         ("lengths-under-queries", _set("lengths", lambda i: np.full(i["q"].shape[0], 1, np.int32))),
     ],
 }
+BAD_INPUTS["gelu_matmul"] = BAD_INPUTS["matmul_gelu"]  # matmul's inputs and checks, as matmul_gelu
 BAD_INPUTS["crossentropy_onepass"] = BAD_INPUTS["crossentropy"] + [
     ("dlosses-shape", _set("dlosses", lambda i: i["dlosses"][:, :-1].copy())),
     ("dlosses-dtype", _float64("dlosses")),
@@ -417,6 +432,7 @@ BAD_INPUT_DIMS: dict[str, dict] = {
     "attention_cached": {"B": 1, "Tn": 2, "Tk": 4, "C": 6, "NH": 2},
     "layernorm_residual": {"N": 3, "C": 4},
     "matmul_gelu": {"N": 3, "K": 4, "M": 5},
+    "gelu_matmul": {"N": 3, "K": 4, "M": 5},
     "classifier_crossentropy": {"N": 4, "C": 3, "V": 6},
 }
 

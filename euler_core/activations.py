@@ -16,7 +16,8 @@ Kept for the backward (one slice per layer, in the activation dtype):
     fch       (L, N, 4C)   c_fc's output, the GELU's input (not kept when matmul_gelu is fused:
                            the fused op keeps gelu'(pre) instead)
     fch_gelu  (L, N, 4C)   the GELU's output, the MLP projection's input (with the plan's
-                           recompute_gelu, one (N, 4C) buffer among the scratch instead)
+                           recompute_gelu, one (N, 4C) buffer among the scratch instead; none
+                           when gelu_matmul is fused: the op keeps it)
     res3      (L, N, C)    the residual stream after the MLP (layer l+1's input)
     encoded   (N, C)       the embedding's output, the stream entering layer 0
     lnf       (N, C)       ln_f's output, the classifier's input
@@ -36,8 +37,8 @@ backward's activation gradients flow through one layer at a time):
     dlnin     (N, C)       a layernorm backward's dx
     datt      (N, C)       c_proj backward's dx
     dqkv      (N, 3C)      attention backward's dqkv
-    dfch_gelu (N, 4C)      the MLP projection backward's dx
-    dfch      (N, 4C)      the GELU backward's dx
+    dfch_gelu (N, 4C)      the MLP projection backward's dx (none with gelu_matmul: it is never written)
+    dfch      (N, 4C)      the GELU backward's dx (gelu_matmul's dx, when fused)
     dlogits   (N, Vp)      the loss backward's dlogits (only when neither the classifier nor the loss
                            is fused: crossentropy_onepass keeps its own)
 
@@ -64,24 +65,30 @@ class MemoryPlan:
     fused_gelu: bool = False        # matmul_gelu: no pre-activation fch (the op keeps gelu'(pre))
     recompute_gelu: bool = False    # one fch_gelu for all layers, remade in the backward
     fused_loss: bool = False        # crossentropy_onepass (unfused classifier): the op keeps dlogits
+    gelu_in_proj: bool = False      # gelu_matmul: no fch_gelu (the op keeps it) and no dfch_gelu
 
     def __post_init__(self):
-        if self.recompute_gelu and self.fused_gelu:
-            raise ValueError("recompute: the GELU is recomputed from the unfused c_fc output, but the selection "
-                             "fuses matmul_gelu, which keeps its own output for the backward (use one or the other: "
-                             "leave out --recompute, or select matmul_gelu=none)")
+        for fused, op in ((self.fused_gelu, "matmul_gelu"), (self.gelu_in_proj, "gelu_matmul")):
+            if self.recompute_gelu and fused:
+                raise ValueError(f"recompute: the GELU is recomputed from the unfused c_fc output, but the selection "
+                                 f"fuses {op}, which keeps its own output for the backward (use one or the other: "
+                                 f"leave out --recompute, or select {op}=none)")
+        if self.fused_gelu and self.gelu_in_proj:
+            raise ValueError("the GELU can be fused into c_fc (matmul_gelu) or into the MLP projection "
+                             "(gelu_matmul), not both")
 
 
 def layout(L: int, N: int, C: int, Vp: int, plan: MemoryPlan) -> list[tuple[str, tuple]]:
     """(name, shape) of every buffer in the activation dtype, in arena order."""
     fch = [] if plan.fused_gelu else [("fch", (L, N, 4 * C))]
-    kept_gelu = [] if plan.recompute_gelu else [("fch_gelu", (L, N, 4 * C))]
+    kept_gelu = [] if plan.recompute_gelu or plan.gelu_in_proj else [("fch_gelu", (L, N, 4 * C))]
     per_layer = [("ln1", (L, N, C)), ("qkv", (L, N, 3 * C)), ("atty", (L, N, C)), ("res2", (L, N, C)),
                  ("ln2", (L, N, C))] + fch + kept_gelu + [("res3", (L, N, C))]
     once = [("encoded", (N, C)), ("lnf", (N, C))] + ([] if plan.fused_classifier else [("logits", (N, Vp))])
     scratch = ([("fch_gelu", (N, 4 * C))] if plan.recompute_gelu else []) + \
               [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
-               ("dqkv", (N, 3 * C)), ("dfch_gelu", (N, 4 * C)), ("dfch", (N, 4 * C))] + \
+               ("dqkv", (N, 3 * C))] + ([] if plan.gelu_in_proj else [("dfch_gelu", (N, 4 * C))]) + \
+              [("dfch", (N, 4 * C))] + \
               ([] if plan.fused_classifier or plan.fused_loss else [("dlogits", (N, Vp))])
     return per_layer + once + scratch
 
@@ -107,8 +114,8 @@ def step_bytes(config, B: int, T: int, dtype: str, plan: MemoryPlan) -> dict:
     arena = arena_bytes(L, N, C, config.padded_vocab_size, dtype, plan)
     item = np.dtype(storage_dtype(dtype)).itemsize
     saved = L * N * (C * item + config.n_head * 4) + (2 * L + 1) * N * 8
-    if plan.fused_gelu:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena would keep pre
-        saved += L * N * 4 * C * item
+    if plan.fused_gelu or plan.gelu_in_proj:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena
+        saved += L * N * 4 * C * item          # would keep pre; gelu_matmul the GELU output, where it would
     if plan.fused_loss:  # crossentropy_onepass keeps dlogits (N, Vp) where the arena would
         saved += N * config.padded_vocab_size * item
     if plan.fused_classifier:  # its chunk of logits in x's dtype (<= 1 GiB), float32 dW and its dx (N,C)

@@ -65,8 +65,8 @@ class Layer:
     attn_proj: object
     add_norm_2: tuple      # ("fused", saved) or ("composed", layernorm's saved)
     c_fc: object           # matmul's saved, or matmul_gelu's when fused
-    gelu: object           # None when fused into c_fc
-    mlp_proj: object
+    gelu: object           # None when fused into c_fc (matmul_gelu) or into the MLP projection (gelu_matmul)
+    mlp_proj: object       # matmul's saved, or gelu_matmul's when fused
     add_norm_next: tuple   # the residual add after the MLP and the next layer's ln_1 (ln_f for the last)
 
 
@@ -108,16 +108,20 @@ class GPT:
         self.master = _views(self.flat_master, self.layout)   # what AdamW updates
         self.params = _views(self.flat_params, self.layout)   # what the kernels read
         self.grads = _views(self.flat_grads, self.layout)
-        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_gelu", "classifier_crossentropy",
-                                                          "crossentropy_onepass")}
+        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_gelu", "gelu_matmul",
+                                                          "classifier_crossentropy", "crossentropy_onepass")}
+        # the GELU goes into one fused op at most: into c_fc (matmul_gelu) where both are offered
+        self.fused["gelu_matmul"] = self.fused["gelu_matmul"] and not self.fused["matmul_gelu"]
         # recompute: the training arena keeps one GELU output, remade layer by layer in the backward
-        # from c_fc's output, which the fused matmul_gelu does not keep: the MLP is then composed
-        if recompute and self.fused["matmul_gelu"]:
-            self.fused["matmul_gelu"] = False
-            self.kernels.notes.append("matmul_gelu: not used with recompute (the fused op keeps its GELU output "
-                                      "a layer); the MLP is composed of matmul and gelu")
+        # from c_fc's output; the fused ops keep the GELU's output a layer: the MLP is then composed
+        for op in ("matmul_gelu", "gelu_matmul"):
+            if recompute and self.fused[op]:
+                self.fused[op] = False
+                self.kernels.notes.append(f"{op}: not used with recompute (the fused op keeps its GELU output "
+                                          "a layer); the MLP is composed of matmul and gelu")
         self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute,
-                               self.fused["crossentropy_onepass"] and not self.fused["classifier_crossentropy"])
+                               self.fused["crossentropy_onepass"] and not self.fused["classifier_crossentropy"],
+                               gelu_in_proj=self.fused["gelu_matmul"])
         self._acts: Activations | None = None
         self._tape: Tape | None = None
         if seed is not None:
@@ -309,16 +313,19 @@ class GPT:
         proj, s_proj = k["matmul"].forward({"x": att, "weight": p[pre + "attn.c_proj.weight"],
                                             "bias": p[pre + "attn.c_proj.bias"]}, out=buf("proj", False))  # (N,C)
         x, h2, s_an2 = self._add_norm(x, proj, pre + "ln_2", buf("res2"), buf("ln2"))
+        fc_params = {"weight": p[pre + "mlp.c_fc.weight"], "bias": p[pre + "mlp.c_fc.bias"]}
+        proj_params = {"weight": p[pre + "mlp.c_proj.weight"], "bias": p[pre + "mlp.c_proj.bias"]}
+        s_gelu = None
         if self.fused["matmul_gelu"]:
-            act, s_fc = k["matmul_gelu"].forward({"x": h2, "weight": p[pre + "mlp.c_fc.weight"],
-                                                  "bias": p[pre + "mlp.c_fc.bias"]}, out=buf("fch_gelu"))
-            s_gelu = None
+            act, s_fc = k["matmul_gelu"].forward({"x": h2, **fc_params}, out=buf("fch_gelu"))
         else:
-            fc, s_fc = k["matmul"].forward({"x": h2, "weight": p[pre + "mlp.c_fc.weight"],
-                                            "bias": p[pre + "mlp.c_fc.bias"]}, out=buf("fch"))  # (N,4C)
-            act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
-        mlp, s_mlp = k["matmul"].forward({"x": act, "weight": p[pre + "mlp.c_proj.weight"],
-                                          "bias": p[pre + "mlp.c_proj.bias"]}, out=buf("proj", False))  # (N,C)
+            fc, s_fc = k["matmul"].forward({"x": h2, **fc_params}, out=buf("fch"))  # (N,4C)
+        if self.fused["gelu_matmul"]:
+            mlp, s_mlp = k["gelu_matmul"].forward({"x": fc, **proj_params}, out=buf("proj", False))  # (N,C)
+        else:
+            if not self.fused["matmul_gelu"]:
+                act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
+            mlp, s_mlp = k["matmul"].forward({"x": act, **proj_params}, out=buf("proj", False))  # (N,C)
         next_out = acts.ln1[i + 1] if acts is not None and i + 1 < cfg.n_layer else (acts.lnf if acts is not None else None)
         x, h, s_next = self._add_norm(x, mlp, nxt, buf("res3"), next_out)
         return x, h, Layer(s_qkv, s_att, s_proj, s_an2, s_fc, s_gelu, s_mlp, s_next)
@@ -365,19 +372,22 @@ class GPT:
             # x_out, h_next = add_norm(x_mid, mlp): the gradient reaches x_mid and mlp alike
             dx = self._add_norm_backward(s.add_norm_next, dx, dh, nxt, acts.dstream[turn], acts)
             turn ^= 1
-            if self.plan.recompute_gelu and i + 1 < cfg.n_layer:
-                # the arena keeps one GELU output (activations.py): remake layer i's where the MLP
-                # projection's saved input points (the last layer's is still there from the forward)
-                k["gelu"].forward({"x": acts.fch[i]}, out=acts.fch_gelu)
-            dact = k["matmul"].backward(s.mlp_proj, dx, {"weight": g[pre + "mlp.c_proj.weight"],
-                                                         "bias": g[pre + "mlp.c_proj.bias"], "x": acts.dfch_gelu})["x"]
-            if s.gelu is None:  # matmul_gelu
-                dh2 = k["matmul_gelu"].backward(s.c_fc, dact, {"weight": g[pre + "mlp.c_fc.weight"],
-                                                               "bias": g[pre + "mlp.c_fc.bias"], "x": acts.dnorm})["x"]
+            proj_grads = {"weight": g[pre + "mlp.c_proj.weight"], "bias": g[pre + "mlp.c_proj.bias"]}
+            fc_grads = {"weight": g[pre + "mlp.c_fc.weight"], "bias": g[pre + "mlp.c_fc.bias"], "x": acts.dnorm}
+            if self.fused["gelu_matmul"]:  # d(c_fc's output) straight from the projection's backward
+                dfc = k["gelu_matmul"].backward(s.mlp_proj, dx, {**proj_grads, "x": acts.dfch})["x"]
+                dh2 = k["matmul"].backward(s.c_fc, dfc, fc_grads)["x"]
             else:
-                dfc = k["gelu"].backward(s.gelu, dact, {"x": acts.dfch})["x"]
-                dh2 = k["matmul"].backward(s.c_fc, dfc, {"weight": g[pre + "mlp.c_fc.weight"],
-                                                         "bias": g[pre + "mlp.c_fc.bias"], "x": acts.dnorm})["x"]
+                if self.plan.recompute_gelu and i + 1 < cfg.n_layer:
+                    # the arena keeps one GELU output (activations.py): remake layer i's where the MLP
+                    # projection's saved input points (the last layer's is still there from the forward)
+                    k["gelu"].forward({"x": acts.fch[i]}, out=acts.fch_gelu)
+                dact = k["matmul"].backward(s.mlp_proj, dx, {**proj_grads, "x": acts.dfch_gelu})["x"]
+                if s.gelu is None:  # matmul_gelu
+                    dh2 = k["matmul_gelu"].backward(s.c_fc, dact, fc_grads)["x"]
+                else:
+                    dfc = k["gelu"].backward(s.gelu, dact, {"x": acts.dfch})["x"]
+                    dh2 = k["matmul"].backward(s.c_fc, dfc, fc_grads)["x"]
             # x_mid, h2 = add_norm(x_in, attn_proj)
             dx = self._add_norm_backward(s.add_norm_2, dx, dh2, pre + "ln_2", acts.dstream[turn], acts)
             turn ^= 1

@@ -152,6 +152,15 @@ def test_mixed_precision_model_step_through_the_triton_kernels():
     conformance.check_model_step("tritoncpu", registry=registry, seed=0, dtype="float16")
 
 
+def test_mixed_precision_model_step_with_the_gelu_in_the_projections_backward():
+    """gelu_matmul (opt-in on triton): c_proj's dx GEMM multiplies by gelu'(c_fc's output) in its
+    epilogue; the whole step against float64 naive in float16, the MLP composed otherwise."""
+    registry = _interpreted_triton_registry()
+    model = micro(dtype="float16", backend="tritoncpu,matmul_gelu=none,gelu_matmul=tritoncpu", registry=registry)
+    assert model.fused["gelu_matmul"] and model.plan.gelu_in_proj
+    conformance.check_model_step("tritoncpu,matmul_gelu=none,gelu_matmul=tritoncpu", registry=registry, seed=0, dtype="float16")
+
+
 def test_mixed_precision_layout_and_update_refresh_the_working_copy():
     registry = _interpreted_triton_registry()
     model = micro(dtype="float16", backend="tritoncpu", registry=registry)
@@ -189,6 +198,12 @@ def test_the_arena_is_the_map_of_memory():
     assert "logits" not in names and "fch" not in names
     shapes = dict(layout(2, 16, 16, 32, MemoryPlan(recompute_gelu=True)))
     assert shapes["fch_gelu"] == (16, 64) and shapes["fch"] == (2, 16, 64)
+    # gelu_matmul keeps the GELU output itself and never writes d(GELU output): 4C a row a layer and
+    # 4C of scratch fewer (step_bytes counts the op's copy among the saved values)
+    in_proj = MemoryPlan(gelu_in_proj=True)
+    assert arena_bytes(L, N, C, Vp, "bfloat16", in_proj) == unfused - 2 * N * (L + 1) * 4 * C
+    assert step_bytes(config, 16, 1024, "bfloat16", in_proj)["saved"] == \
+        step_bytes(config, 16, 1024, "bfloat16", MemoryPlan())["saved"] + 2 * N * L * 4 * C
 
 
 def assert_trains_alike(a, b, steps=3):
@@ -214,9 +229,30 @@ def test_recompute_trains_bit_for_bit_like_keeping_the_gelu():
 
 
 def test_recompute_with_the_fused_gelu_is_refused():
-    """The model composes the MLP under recompute (above); a plan asking for both is a bug."""
+    """The model composes the MLP under recompute (above); a plan asking for both is a bug, and so
+    is one with the GELU fused into both of its neighbours."""
     with pytest.raises(ValueError, match="recompute.*matmul_gelu"):
         MemoryPlan(fused_gelu=True, recompute_gelu=True)
+    with pytest.raises(ValueError, match="recompute.*gelu_matmul"):
+        MemoryPlan(gelu_in_proj=True, recompute_gelu=True)
+    with pytest.raises(ValueError, match="not both"):
+        MemoryPlan(fused_gelu=True, gelu_in_proj=True)
+    remade = micro(recompute=True, backend="naive,matmul_gelu=none")
+    assert not remade.fused["gelu_matmul"] and any("gelu_matmul: not used with recompute" in n
+                                                   for n in remade.kernels.notes)
+
+
+def test_the_gelu_fused_into_the_projection_trains_like_the_composition():
+    """naive's gelu_matmul is gelu's kernel then matmul's (and back): with matmul_gelu left out the
+    model takes it, keeps no GELU output in the arena (the op does), and trains bit for bit like the
+    MLP composed of the primitives. Where both GELU fusions are offered, c_fc's (matmul_gelu) wins."""
+    fused = micro(n_layer=3, backend="naive,matmul_gelu=none")
+    composed = micro(n_layer=3, backend="naive,matmul_gelu=none,gelu_matmul=none")
+    assert fused.fused["gelu_matmul"] and not composed.fused["gelu_matmul"]
+    assert not fused.activations(2, 8).has("fch_gelu") and not fused.activations(2, 8).has("dfch_gelu")
+    assert_trains_alike(fused, composed)
+    both = micro()
+    assert both.fused["matmul_gelu"] and not both.fused["gelu_matmul"]
 
 
 def test_the_step_says_which_batch_fits():

@@ -39,7 +39,8 @@ SLOW = {("layernorm", "T257", "float32"), ("layernorm", "T257", "float16"),
         # float32 logits and GEMMs of the classifier are covered by the 5-chunk test below; c_fc's
         # SCALE_A path in float32 by the other matmul_gelu cases
         ("classifier_crossentropy", "small", "float32"), ("classifier_crossentropy", "padded-vocab", "float32"),
-        ("classifier_crossentropy", "large-logits", "float32"), ("matmul_gelu", "N128-K65-M96", "float32")}
+        ("classifier_crossentropy", "large-logits", "float32"), ("matmul_gelu", "N128-K65-M96", "float32"),
+        ("gelu_matmul", "K3072-M768", "float32"), ("gelu_matmul", "K3072-M768", "float16")}
 
 OPS = list(dict.fromkeys(op for op, _, _ in _VARIANTS))  # the ops this backend implements
 pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning"),
@@ -162,6 +163,33 @@ def test_gemm_gelu_epilogue_writes_the_pre_activation_or_its_derivative(pre_grad
     tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
     np.testing.assert_allclose(pre.astype(np.float64), expected, rtol=tol[pre_dtype], atol=tol[pre_dtype])
     np.testing.assert_allclose(y, naive_gelu.forward({"x": ref_pre}, {})[0], rtol=tol[dtype], atol=tol[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gemm_gelu_grad_epilogue(dtype):
+    """gemm(gelu_grad_of=x): (dy @ W) * gelu'(x) in the epilogue, never split along K (gelu_matmul's
+    dx). float16 rows of 64 and 48 elements are 16-byte aligned: x's tiles come through a TMA
+    descriptor beside C's store, in column halves; float32 takes the pointer loads."""
+    from backends.naive import gelu as naive_gelu
+    from backends.triton import matmul
+    rng = np.random.default_rng(2)
+    N, K, M = 17, 48, 64  # dx (N, K) = dy (N, M) @ W (M, K)
+    dy = rng.standard_normal((N, M)).astype(dtype)
+    w = (rng.standard_normal((M, K)) / 8).astype(dtype)
+    x = (3 * rng.standard_normal((N, K))).astype(dtype)
+    dx = np.full((N, K), np.nan, dtype=dtype)
+    cfg = replace(matmul.CONFIGS[("16", "dx", matmul.ANY)], block_m=16, block_n=16, block_k=16, split_k=4)
+    args = (dy, w, dx, (M, 1), (K, 1), N, K, M)
+    with _runtime.recording() as rec:
+        matmul.gemm(*args, product="dx", config=cfg, gelu_grad_of=x)
+    assert rec[0]["constexprs"]["TMA_C"] == (dtype == "float16") and rec[0]["constexprs"]["GELU_GRAD"]
+    assert len(rec) == 1  # one launch: no K slices to sum before the epilogue
+    with _runtime.interpreter():
+        matmul.gemm(*args, product="dx", config=cfg, gelu_grad_of=x)
+    dh = dy.astype(np.float64) @ w.astype(np.float64)
+    expected = naive_gelu.backward(naive_gelu.Saved(x.astype(np.float64)), dh, {})["x"]
+    tol = {"float32": 1e-5, "float16": 3e-3}[dtype]
+    np.testing.assert_allclose(dx, expected, rtol=tol, atol=tol * np.abs(expected).max())
 
 
 def test_gemm_softmax_stats_epilogue():

@@ -54,6 +54,7 @@ def _cases() -> list[tuple[str, str, dict, bool]]:
         n_valid = shapes["crossentropy"][0][1]["n_valid"]
         cases += [(f"{set_name}/layernorm_residual/ln", "layernorm_residual", {"N": N, "C": C}, True),
                   (f"{set_name}/matmul_gelu/fc", "matmul_gelu", {"N": N, "K": C, "M": 4 * C}, True),
+                  (f"{set_name}/gelu_matmul/fc_proj", "gelu_matmul", {"N": N, "K": 4 * C, "M": C}, True),
                   (f"{set_name}/classifier_crossentropy/lm_head", "classifier_crossentropy",
                    {"N": N, "C": C, "V": V, "n_valid": n_valid}, True),
                   (f"{set_name}/sumsq/grads", "sumsq", {"N": GPT2_PARAMS}, False)]

@@ -59,7 +59,10 @@ pre_ptr) as it is loaded: matmul_gelu's backward GEMMs take A = dy * gelu'(pre) 
 is never written. `SOFTMAX_STATS` makes the epilogue write, per row and tile, the max of the
 tile's columns below n_valid and the sum of exp(C - max) over them (a (2, M, tiles_n) float32
 array), and store C minus that max: classifier_crossentropy's logits, whose loss then needs no
-pass over them (classifier_crossentropy.py).
+pass over them (classifier_crossentropy.py). `GELU_GRAD` multiplies the result by gelu' of a second
+array laid out as C (pre_ptr), read through TMA in the epilogue where C is stored that way:
+gelu_matmul's dx = (dy @ W) * gelu'(x), so the GELU backward's pass over memory is gone
+(gelu_matmul.py).
 
 Launch configurations: one table, `CONFIGS` (a `GemmConfig` per dtype class, product and, where a
 GPT-2 linear measured better with its own, weight shape), chosen by `launch_config`; a forward of
@@ -78,7 +81,7 @@ from dataclasses import dataclass, replace
 
 from . import _common, _reduce
 from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
-from .gelu import gelu_gate, gelu_grad_gated
+from .gelu import gelu_gate, gelu_grad, gelu_grad_gated
 
 
 @kernel
@@ -89,7 +92,7 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, stats_ptr, M, N, K
           PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
           GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
           TMA_C: tl.constexpr, EPI_HALVES: tl.constexpr, FLATTEN: tl.constexpr, PRE_GRAD: tl.constexpr,
-          SCALE_A: tl.constexpr, SOFTMAX_STATS: tl.constexpr):
+          SCALE_A: tl.constexpr, SOFTMAX_STATS: tl.constexpr, GELU_GRAD: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
@@ -117,6 +120,9 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, stats_ptr, M, N, K
             # type one staging buffer, and a second one would leave room for only one program per SM
             p_desc = tl.make_tensor_descriptor(pre_ptr.to(c_ptr.dtype), shape=[1, M, N],
                                                strides=[tl.cast(M, tl.int64) * N, N, 1],
+                                               block_shape=[1, BLOCK_M, BLOCK_N // EPI_HALVES])
+        elif GELU_GRAD:  # the array whose gelu' scales the result, laid out as C, in its own dtype
+            p_desc = tl.make_tensor_descriptor(pre_ptr, shape=[1, M, N], strides=[tl.cast(M, tl.int64) * N, N, 1],
                                                block_shape=[1, BLOCK_M, BLOCK_N // EPI_HALVES])
         else:
             p_desc = c_desc  # unused
@@ -185,13 +191,15 @@ def _gemm(a_ptr, b_ptr, c_ptr, bias_ptr, pre_ptr, rowsum_ptr, stats_ptr, M, N, K
             if EPI_HALVES == 2:
                 acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
                 _finish_part(acc0, c_desc, p_desc, pre_ptr.dtype.element_ty, split, m0, n0, ACT, WRITE_PRE, PRE_GRAD,
-                             ACCUMULATE)
+                             ACCUMULATE, GELU_GRAD)
                 _finish_part(acc1, c_desc, p_desc, pre_ptr.dtype.element_ty, split, m0, n0 + BLOCK_N // 2, ACT,
-                             WRITE_PRE, PRE_GRAD, ACCUMULATE)
+                             WRITE_PRE, PRE_GRAD, ACCUMULATE, GELU_GRAD)
             else:
                 _finish_part(acc, c_desc, p_desc, pre_ptr.dtype.element_ty, split, m0, n0, ACT, WRITE_PRE, PRE_GRAD,
-                             ACCUMULATE)
+                             ACCUMULATE, GELU_GRAD)
         else:
+            if GELU_GRAD:
+                acc *= gelu_grad(tl.load(pre_ptr + offs, mask=cmask, other=0.0).to(tl.float32))
             if ACT == 1:
                 acc, saved = _activated(acc, PRE_GRAD)
                 if WRITE_PRE:
@@ -214,12 +222,15 @@ def _activated(pre, PRE_GRAD: tl.constexpr):
 
 @triton.jit
 def _finish_part(part, c_desc, p_desc, pre_dtype: tl.constexpr, split, m0, n0, ACT: tl.constexpr,
-                 WRITE_PRE: tl.constexpr, PRE_GRAD: tl.constexpr, ACCUMULATE: tl.constexpr):
+                 WRITE_PRE: tl.constexpr, PRE_GRAD: tl.constexpr, ACCUMULATE: tl.constexpr, GELU_GRAD: tl.constexpr):
     """One (BLOCK_M, W) float32 column part of the result at [m0, n0]: with ACT, its saved
     pre-activation (rounded to pre_dtype, stored through p_desc's type bit for bit) and the GELU;
-    then (added to C and) stored into C's K slice `split`."""
+    with GELU_GRAD, times gelu' of the same part of p_desc's array; then (added to C and) stored
+    into C's K slice `split`."""
     BLOCK_M: tl.constexpr = part.shape[0]
     W: tl.constexpr = part.shape[1]
+    if GELU_GRAD:
+        part *= gelu_grad(p_desc.load([0, m0, n0]).reshape(BLOCK_M, W).to(tl.float32))
     if ACT == 1:
         part, saved = _activated(part, PRE_GRAD)
         if WRITE_PRE:
@@ -409,7 +420,8 @@ def tile_shape(dtype: str, M: int, N: int, K: int, product="forward", weight_sha
 
 
 def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, act=0, pre=None, rowsum=None,
-         product="forward", weight_shape=(), config=None, pre_grad=False, scale_a=None, softmax_stats=None):
+         product="forward", weight_shape=(), config=None, pre_grad=False, scale_a=None, softmax_stats=None,
+         gelu_grad_of=None):
     """c (M,N) (+)= a @ b (+ bias), with a and b given by (pointer array, element strides); with
     `rowsum` (M,), also rowsum += a.sum(axis=1) (the bias gradient when a = dy.T).
     act=1: c = gelu(a @ b + bias), and `pre` (M,N), when given, gets a @ b + bias (with pre_grad:
@@ -418,7 +430,9 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     softmax_stats=(stats, n_valid): c gets each row of each (BLOCK_M, BLOCK_N) tile minus its max m
     over the tile's columns below n_valid, and stats, a (2, M, tiles_n) float32 array (tiles_n =
     ceil(N / BLOCK_N), BLOCK_N from `tile_shape`), gets m and sum(exp(c - m)) per row and tile
-    (the classifier's logits, classifier_crossentropy.py).
+    (the classifier's logits, classifier_crossentropy.py). `gelu_grad_of`, an array laid out as c
+    (contiguous rows): c = (a @ b) * gelu'(gelu_grad_of) elementwise, in float32 before the one
+    rounding (gelu_matmul's dx; never split along K).
     `product` and the linear's `weight_shape` (out, in) pick the launch configuration
     (`launch_config`); `config`, a GemmConfig, replaces that choice (matmul_gelu's backward, the
     classifier's logits, bench/tune/matmul_sweep.py's candidates)."""
@@ -428,7 +442,8 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
     block_m, block_n, block_k = tile_shape(dt, M, N, K, config=cfg)
     sms = _common.num_sms(xp)
     tiles = cdiv(M, block_m) * cdiv(N, block_n)
-    k_split = _split(cfg, block_k, tiles, K, sms) if act == 0 and softmax_stats is None else K
+    whole_k = act != 0 or softmax_stats is not None or gelu_grad_of is not None  # epilogues of the whole sum
+    k_split = K if whole_k else _split(cfg, block_k, tiles, K, sms)
     splits = cdiv(K, k_split)
     programs = tiles * splits if cfg.ctas_per_sm is None else min(tiles * splits, cfg.ctas_per_sm * sms)
     a_t, b_t = a_strides[0] == 1 and a_strides[1] != 1, b_strides[0] == 1 and b_strides[1] != 1
@@ -437,15 +452,17 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
                   *([(scale_a, *a_layout)] if scale_a is not None else []))
     one = splits == 1
     out = c if one else xp.empty((splits, M, N), dtype="float32")
-    tma_c = tma and cfg.tma_store and _tma_ok(xp, dt, (out, N, 1), *([(pre, N, 1)] if pre is not None else []))
+    second = pre if pre is not None else scale_a if scale_a is not None else gelu_grad_of  # pre_ptr
+    laid_as_c = [(second, N, 1)] if pre is not None or gelu_grad_of is not None else []
+    tma_c = tma and cfg.tma_store and _tma_ok(xp, dt, (out, N, 1), *laid_as_c)
     rows = xp.empty((splits, M), dtype="float32") if rowsum is not None else out
-    second = pre if pre is not None else scale_a if scale_a is not None else c  # pre_ptr: what ACT writes, or A's scale
+    second = c if second is None else second
     stats, n_valid = softmax_stats if softmax_stats is not None else (out, N)
     launch(_gemm, (programs,), a, b, out, bias if bias is not None else c, second, rows, stats,
            M, N, K, k_split, a_strides[0], a_strides[1], b_strides[0], b_strides[1], n_valid,
            HAS_BIAS=one and bias is not None, ROWSUM=rowsum is not None, ACCUMULATE=one and accumulate, ACT=act,
            WRITE_PRE=pre is not None, PRE_GRAD=pre_grad, SCALE_A=scale_a is not None,
-           SOFTMAX_STATS=softmax_stats is not None,
+           SOFTMAX_STATS=softmax_stats is not None, GELU_GRAD=gelu_grad_of is not None,
            PRECISION=_common.dot_precision(dt), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
            GROUP_M=cfg.group_m, TMA=tma, A_T=tma and a_t, B_T=tma and b_t, TMA_C=tma_c,
            EPI_HALVES=cfg.epi_halves if tma_c else 1, FLATTEN=cfg.flatten,
@@ -495,12 +512,20 @@ def backward(saved, dout, grads, op="matmul"):
     dW = _common.param_grad(op, grads, "weight", (M, K), x.dtype)   # float32 for 16-bit x: mixed precision
     db = _common.param_grad(op, grads, "bias", (M,), x.dtype) if saved.has_bias else None
     gemm(dout, weight, dx, (M, 1), (K, 1), N, K, M, product="dx", weight_shape=(M, K))    # dx = dy @ W
-    separate = db is not None and launch_config(str(x.dtype), "dW", (M, K), N).separate_db
-    gemm(dout, x, dW, (1, M), (K, 1), M, K, N, accumulate=True,                            # dW += dy.T @ x
-         rowsum=None if separate else db, product="dW", weight_shape=(M, K))               # (db += sum_n dy)
-    if separate:
-        _reduce.colsum_into(dout, db, xp)                                      # db += sum_n dy
+    weight_grads(dout, x, dW, db)
     result = {"x": dx, "weight": dW}
     if saved.has_bias:
         result["bias"] = db
     return result
+
+
+def weight_grads(dout, x, dW, db) -> None:
+    """dW (M,K) += dout.T @ x and, unless db is None, db (M) += sum_n dout, of y = x @ W.T + b: db
+    fused into the dW kernel (ROWSUM) unless the dW entry says separate_db."""
+    N, K = x.shape
+    M = dW.shape[0]
+    separate = db is not None and launch_config(str(x.dtype), "dW", (M, K), N).separate_db
+    gemm(dout, x, dW, (1, M), (K, 1), M, K, N, accumulate=True,                            # dW += dy.T @ x
+         rowsum=None if separate else db, product="dW", weight_shape=(M, K))               # (db += sum_n dy)
+    if separate:
+        _reduce.colsum_into(dout, db, xp_of(x))                                # db += sum_n dy

@@ -16,7 +16,7 @@ names its implementation by string, imported the first time it is used.
     sumsq         blocks   sum of squares in fixed slices, then the partials in order
 
 and the fused ops, built on those kernels. layernorm_residual and crossentropy_onepass are used by
-default; matmul_gelu and classifier_crossentropy are opt-in, used only when named (e.g. --backend
+default; matmul_gelu, gelu_matmul and classifier_crossentropy are opt-in, used only when named (e.g. --backend
 triton,classifier_crossentropy=triton), as in the whole step on the H200 they are not faster than
 the composition (reports/train-h200/README.md; the classifier saves the full logits' memory):
 
@@ -25,6 +25,8 @@ the composition (reports/train-h200/README.md; the classifier saves the full log
                                       GEMMs multiply dy by gelu' as they load it (no dpre pass)
                              epilogue GELU and pre from the GEMM epilogue (no pass to activate pre);
                                       the backward composed (gelu's kernel, then matmul's)
+    gelu_matmul              fused    the MLP projection of gelu(x): its dx GEMM multiplies by gelu'(x)
+                                      in the epilogue (no d(gelu) pass); the forward composed
     classifier_crossentropy  chunked  lm_head GEMM, loss, dlogits, dx and dW GEMMs a chunk of rows at a
                                       time: no (N, Vp) logits
     crossentropy_onepass     rows     the loss and dlogits from one program per row (the dlosses given
@@ -49,6 +51,7 @@ _VARIANTS = [
     ("layernorm_residual", "fused", "residual add and layernorm in one pass each way (layernorm's kernels)"),
     ("matmul_gelu", "fused", "GELU in the GEMM epilogue; backward GEMMs scale dy by the saved gelu' as they load"),
     ("matmul_gelu", "epilogue", "GELU and pre from the GEMM epilogue; the backward composed of gelu's and matmul's"),
+    ("gelu_matmul", "fused", "the GELU backward in the dx GEMM's epilogue (dx = (dy W) * gelu'(x)); forward composed"),
     ("classifier_crossentropy", "chunked", "lm_head GEMM, loss, dlogits, dx and dW a chunk of rows at a time"),
     ("crossentropy_onepass", "rows", "loss and dlogits from one program per row, one launch"),
 ]
@@ -69,7 +72,7 @@ def nanoeuler_backends():
     # (views): they copy those to contiguous themselves and check their float inputs; attention_cached
     # reads q as a strided view of qkv; every other variant has the dispatcher refuse non-contiguous input.
     takes_views = ("embedding", "crossentropy", "classifier_crossentropy", "crossentropy_onepass", "attention_cached")
-    opt_in = ("matmul_gelu", "classifier_crossentropy")
+    opt_in = ("matmul_gelu", "gelu_matmul", "classifier_crossentropy")
     variants = [Variant(op, name, impl=impl_of(op, name), device="cuda", dtypes=DTYPES,
                         requires=("triton", "cupy"), contiguous=op not in takes_views,
                         description=description + ("; opt-in" if op in opt_in else ""), opt_in=op in opt_in)

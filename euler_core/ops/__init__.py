@@ -9,6 +9,7 @@ from .crossentropy import SPEC as CROSSENTROPY
 from .crossentropy_onepass import SPEC as CROSSENTROPY_ONEPASS
 from .embedding import SPEC as EMBEDDING
 from .gelu import SPEC as GELU
+from .gelu_matmul import SPEC as GELU_MATMUL
 from .layernorm import SPEC as LAYERNORM
 from .layernorm_residual import SPEC as LAYERNORM_RESIDUAL
 from .matmul import SPEC as MATMUL
@@ -19,7 +20,7 @@ from .sumsq import SPEC as SUMSQ
 # the primitives, then the fused ops (each `replaces` some of the primitives: see base.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in (EMBEDDING, LAYERNORM, MATMUL, ATTENTION, GELU, RESIDUAL,
                                               CROSSENTROPY, ADAMW, SUMSQ, ATTENTION_CACHED,
-                                              LAYERNORM_RESIDUAL, MATMUL_GELU, CLASSIFIER_CROSSENTROPY,
-                                              CROSSENTROPY_ONEPASS)}
+                                              LAYERNORM_RESIDUAL, MATMUL_GELU, GELU_MATMUL,
+                                              CLASSIFIER_CROSSENTROPY, CROSSENTROPY_ONEPASS)}
 
 __all__ = ["OPS", "OpSpec"]
