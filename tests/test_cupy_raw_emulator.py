@@ -272,7 +272,8 @@ def test_adamw_vector_and_scalar_paths_in_mixed_precision(n, aligned):
     np.testing.assert_allclose(inputs["param"], p, rtol=2e-6, atol=1e-7)
     np.testing.assert_allclose(inputs["m"], m, rtol=2e-6, atol=2e-7)  # float32 cancellation in m at |g| ~ 4
     np.testing.assert_allclose(inputs["v"], v, rtol=2e-6, atol=1e-10)
-    np.testing.assert_array_equal(copy.astype(np.float32), inputs["param"].astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(copy.astype(np.float32),
+                                  inputs["param"].astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
 # ---- sumsq -------------------------------------------------------------------------------------

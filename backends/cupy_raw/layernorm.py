@@ -11,8 +11,9 @@ stored (8 bf16 in 4 registers) and converts where it computes, the forward reads
 after the statistics, the backward reads weight (as float32) from shared memory at every row, x and
 dout are loaded evict-first. At C = 768 in bf16 that took the forward from 92 registers to 46 (44
 warps an SM instead of 20), and lets the backward run BACKWARD_WARPS = 8 warps a block, 2 blocks
-an SM (16 warps, within 128 registers, no spills) instead of 2 blocks of 4 warps (157 registers). The finish sums the partials with FINISH_SPLIT threads per column (one thread walking all
-G partials was a long chain of L2 reads on 6 blocks).
+an SM (16 warps, within 128 registers, no spills) instead of 2 blocks of 4 warps (157 registers).
+The finish sums the partials with FINISH_SPLIT threads per column (one thread walking all G
+partials was a long chain of L2 reads on 6 blocks).
 """
 
 from dataclasses import dataclass
