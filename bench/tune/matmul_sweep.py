@@ -83,6 +83,13 @@ DW_FOR_B64 = {"fc": ("default", "128x256s4-noflat-ptrc-b95", "128x256s4-noflat-p
               "fc_proj": ("default", "128x256s4-noflat-ptrc-b95", "128x256s4-noflat-ptrc-b100"),
               "qkv": ("default", "128x128s4w4h2-b95", "128x256s4-noflat-ptrc-b95", "128x256s4-noflat-ptrc-b100"),
               "attn_proj": ("default", "128x256s4-noflat-ptrc-b100")}
+#: gelu_matmul's dx: (dy W) * gelu'(x), the GELU's derivative in the epilogue (x's tiles through TMA
+#: beside C's store, or with plain loads where C takes plain stores: -ptrc)
+DX_GELU = {"default": None, "128x128s3c2w4h2": tile(128, 128, 3, warps=4, c=2),
+           "128x128s3c2w4h2g4": tile(128, 128, 3, warps=4, c=2, g=4),
+           "128x256s3-ptrc": tile(128, 256, 3, tma_store=False),
+           "128x128s3c2w4-ptrc": tile(128, 128, 3, warps=4, c=2, tma_store=False),
+           "128x256s3h1": tile(128, 256, 3, h=1), "128x256s3-noflat": tile(128, 256, 3, flat=False)}
 #: dx alone (dx = dy W; fc_proj's, N x 3072 over K = 768, runs at 0.83x the forward of the same output)
 DX_FOR = {None: ("default", "128x128s3c2w4h2", "128x128s3c2w4h2g4", "128x256s3h2g32")}
 COLSUM = {f"g{g}r{r}c{c}w{w}": _reduce.ColsumConfig(groups=g, block_r=r, block_c=c, num_warps=w)
@@ -98,6 +105,7 @@ PLANS["r2"] = ([(16384, lin, "backward") for lin in ("fc", "fc_proj", "qkv", "at
         + [(32768, lin, "backward") for lin in ("fc", "fc_proj", "qkv", "attn_proj")]
         + [(N, lin, "colsum") for N in (16384,) for lin in ("fc", "qkv", "attn_proj")]
         + [(N, "lm_head", "backward") for N in (16384, 32768)])
+PLANS["gelu"] = [(65536, "fc_proj", "dx_gelu"), (65536, "fc_proj", "dx")]
 PLANS["b64"] = ([(65536, lin, "backward") for lin in ("fc", "fc_proj", "qkv", "attn_proj")]
                 + [(65536, lin, "dx") for lin in ("fc_proj", "fc", "qkv", "attn_proj")]
                 + [(65536, "qkv", "colsum")])
@@ -140,6 +148,11 @@ def _thunks(N, lin, what, arrays):
         return [(n, lambda c=c: _reduce.colsum_into(dy, db, xp_of(dy), config=c)) for n, c in COLSUM.items()]
     if what == "dx":
         return [(n, lambda c=FWD[n]: call("dx", x, w, None, dy, dx, c)) for n in cands_for(DX_FOR, lin)]
+    if what == "dx_gelu":  # x stands for the GELU's input, laid out as dx
+        N, K = x.shape
+        M = w.shape[0]
+        return [(n, lambda c=c: matmul.gemm(dy, w, dx, (M, 1), (K, 1), N, K, M, config=c, product="dx",
+                                            weight_shape=(M, K), gelu_grad_of=x)) for n, c in DX_GELU.items()]
     dw_for = DW_FOR_B64 if N == 65536 else DW_FOR
     th = [(f"dW:{n}", lambda c=DW[n]: backward(x, w, dy, dx, dw, db, c)) for n in cands_for(dw_for, lin)]
     if db is not None:
@@ -263,6 +276,9 @@ def run(plan, out_path, log, tcfg):
         elif what == "dx":
             def cub(i):
                 tdy[i] @ tw
+        elif what == "dx_gelu":  # the composition: dh = dy W, then the GELU's backward
+            def cub(i):
+                torch.ops.aten.gelu_backward(tdy[i] @ tw, tx[i], approximate="tanh")
         else:
             def cub(i):
                 tdy[i] @ tw
@@ -276,6 +292,8 @@ def run(plan, out_path, log, tcfg):
             refs = [fx @ fw.T + (tb.float() if has_bias else 0)]
         elif what == "dx":
             refs = [tdy[0].float() @ fw]
+        elif what == "dx_gelu":
+            refs = [torch.ops.aten.gelu_backward(tdy[0].float() @ fw, fx, approximate="tanh")]
         else:
             fdy = tdy[0].float()
             refs = [fdy @ fw, fdy.T @ fx + th(g0).float()] + ([fdy.sum(0) + th(db0).float()] if has_bias else [])
@@ -293,7 +311,7 @@ def run(plan, out_path, log, tcfg):
                     if has_bias:
                         cp.copyto(db, db0)
                 dict(_thunks(N, lin, what, (xs[0], w, b, dys[0], outs[0], dxs[0], dw, db)))[name]()
-                got = ([outs[0]] if what == "forward" else [dxs[0]] if what == "dx"
+                got = ([outs[0]] if what == "forward" else [dxs[0]] if what in ("dx", "dx_gelu")
                        else [dxs[0], dw] + ([db] if has_bias else []))
                 err = max(rel_err(o, r) for o, r in zip(got, refs))
                 if not err < 2e-2:
@@ -341,7 +359,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--plan", choices=sorted(PLANS), default="r2",
-                    help="r2: round 2 at 16384 and 32768 rows (notes-matmul.md); b64: the backward products at 65536 rows")
+                    help="r2: round 2 at 16384 and 32768 rows (notes-matmul.md); b64: the backward products at 65536 rows; "
+                         "gelu: gelu_matmul's dx (the GELU's derivative in the epilogue) at 65536 rows, beside plain dx")
     args = ap.parse_args()
     t0 = time.time()
 
