@@ -37,6 +37,7 @@ SHAPES = {
     "gelu": [{"N": 64, "C": 3072}, {"N": 17, "C": 37}],
     "residual": [{"N": 64, "C": 768}, {"N": 17, "C": 37}],
     "crossentropy": [{"B": 2, "T": 2, "V": 50304, "n_valid": 50257}, {"B": 2, "T": 3, "V": 37}],
+    "crossentropy_onepass": [{"B": 2, "T": 2, "V": 50304, "n_valid": 50257}, {"B": 2, "T": 3, "V": 37}],
     "adamw": [{"N": 4099}],
     "sumsq": [{"N": 70001}],
 }
@@ -81,7 +82,8 @@ def test_every_op_and_kernel_is_recorded():
     kernels = {launch.kernel for _, _, _, launch in LAUNCHES}
     assert {"embedding_forward", "embedding_dwpe", "embedding_count", "embedding_offsets", "embedding_bucket",
             "embedding_dwte", "layernorm_forward", "layernorm_backward", "layernorm_finish", "gelu_forward",
-            "gelu_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward", "adamw_update",
+            "gelu_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
+            "crossentropy_onepass", "adamw_update",
             "attention_simple_forward", "attention_simple_backward_query", "attention_simple_backward_key",
             "attention_flash_forward", "attention_flash_delta", "attention_flash_backward_dkdv",
             "attention_flash_backward_dq", "attention_cached_forward", "sumsq_partial", "sumsq_finish"} - (

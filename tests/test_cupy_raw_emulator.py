@@ -385,3 +385,33 @@ def test_the_emulator_runs_blocks_threads_shuffles_and_shared_memory(tmp_path, m
     blocks = x.reshape(2, 128)
     expected = blocks.sum(axis=1)[:, None] + blocks.reshape(2, 4, 32).max(axis=2).repeat(32, axis=1)
     np.testing.assert_allclose(out.reshape(2, 128), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["row-in-shared-memory", "row-read-again"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_crossentropy_onepass_staged_and_unstaged_match_float64(dtype, staged, monkeypatch):
+    """crossentropy_onepass.cu's second walk from the row's copy in shared memory, and (a row too
+    large for it: here the limit is lowered) from the logits again, 16-byte packs with the pack that
+    straddles n_valid, an ignored row; losses and dlogits against float64 naive, dlogits poisoned."""
+    from backends.cupy_raw import crossentropy_onepass as onepass
+    from backends.naive import crossentropy as naive
+    if not staged:
+        monkeypatch.setattr(rt, "MAX_SHARED_PER_BLOCK", 256)
+    rng = np.random.default_rng(3)
+    B, T, V, n_valid = 2, 3, 96, 83
+    logits = _as(dtype, 3 * rng.standard_normal((B, T, V)))
+    targets = rng.integers(0, n_valid, (B, T))
+    targets[1, 2] = -1
+    dlosses = rng.standard_normal((B, T)).astype(np.float32)
+    with rt.recording() as rec:
+        onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
+    assert rec[0].shared_mem == (V * logits.itemsize if staged else 0)  # the kernel's staged flag follows it
+    with rt.emulation():
+        losses, saved = onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
+        dlogits = np.full(logits.shape, np.nan, dtype=logits.dtype)
+        onepass.backward(saved, dlosses, {"logits": dlogits})
+    z = logits.astype(np.float64)
+    ref_losses, ref_saved = naive.forward({"logits": z, "targets": targets}, {"n_valid": n_valid})
+    ref_dlogits = naive.backward(ref_saved, dlosses.astype(np.float64), {})["logits"]
+    _check("losses", losses, ref_losses, dtype, "forward")
+    _check("dlogits", dlogits, ref_dlogits, dtype, "gradient")

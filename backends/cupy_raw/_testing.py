@@ -35,12 +35,15 @@ def recorded_launches(op: str, variant: str, dims: dict, dtype: str, param_grad_
     impl = implementation(op, variant)
     inputs, example_attrs = spec.example(dims, "float32", np.random.default_rng(seed))
     dt = _common.np_dtype(dtype)
-    inputs = {k: (v.astype(dt) if v.dtype.kind == "f" else v) for k, v in inputs.items() if v is not None}
+    # the gradient given ahead (crossentropy_onepass's dlosses) keeps the losses' dtype, float32
+    inputs = {k: (v.astype(dt) if v.dtype.kind == "f" and k != spec.grad_input else v)
+              for k, v in inputs.items() if v is not None}
     full_attrs = spec.fill_attrs({**example_attrs, **(attrs or {})})
     with rt.recording() as rec:
         out, saved = impl.forward(inputs, full_attrs, None)
         if spec.output is not None and spec.differentiable and not getattr(spec, "inference_only", False):
-            dout = np.ones(out.shape, dtype=out.dtype)
+            # an op with the gradient given ahead takes that very array back (or None)
+            dout = inputs[spec.grad_input] if spec.grad_input else np.ones(out.shape, dtype=out.dtype)
             gdt = _common.np_dtype(param_grad_dtype or dtype)
             impl.backward(saved, dout, {p: np.zeros(inputs[p].shape, dtype=gdt) for p in spec.params if p in inputs})
     return rec

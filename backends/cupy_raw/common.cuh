@@ -8,6 +8,8 @@
 //   block_sum, block_max         the same over a whole block (a shared array of 32 floats; every
 //                                thread gets the result; all threads of the block must call it)
 //   POS_INF_F                    +infinity
+//   online_update(m, s, z)       a running max m and sum s of exp(x - m) meet one more value z with
+//                                one exp (crossentropy.cu's docstring derives it)
 //   Pack<T>                      16 bytes of T (8 bf16/fp16 or 4 floats): one vector load/store
 //   load_pack_stream             the same load with the evict-first hint (__ldcs): for data a kernel
 //                                reads once, so that it does not push reusable lines out of L2
@@ -62,6 +64,13 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     __syncthreads();
     v = lane < warps ? scratch[lane] : -POS_INF_F;
     return warp_max(v);
+}
+
+__device__ __forceinline__ void online_update(float& m, float& s, float z) {
+    const float e = __expf(-fabsf(z - m));
+    const bool larger = z > m;
+    s = larger ? s * e + 1.0f : s + e;
+    m = larger ? z : m;
 }
 
 // 16 bytes of T, loaded or stored as one vector (the address must be 16-byte aligned).

@@ -17,13 +17,6 @@
 
 typedef Pack<floatX> PackX;
 
-__device__ __forceinline__ void online_update(float& m, float& s, float z) {
-    const float e = __expf(-fabsf(z - m));
-    const bool larger = z > m;
-    s = larger ? s * e + 1.0f : s + e;
-    m = larger ? z : m;
-}
-
 // grid N, block THREADS (a multiple of 32)
 extern "C" __global__ void crossentropy_forward(const floatX* __restrict__ logits, const int* __restrict__ targets,
                                                 float* __restrict__ losses, float* __restrict__ lse_out,

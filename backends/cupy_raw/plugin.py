@@ -18,6 +18,7 @@ variant listed for an op is the backend's default for it.
     crossentropy  online     one block per row, online logsumexp; no probabilities kept
     adamw         fused      the whole update in one pass; bf16 weight copy, clipping, device scalars
     sumsq         ordered    the gradient's sum of squares in a fixed order (two launches)
+    crossentropy_onepass staged  (fused) the loss and dlogits from one read of each row, kept in shared memory
 """
 
 from euler_core.ops import OPS
@@ -37,6 +38,8 @@ _VARIANTS = [
     ("gelu", "fused", "gelu", "tanh GELU, one pass each way"),
     ("residual", "fused", "residual", "a + b in one pass"),
     ("crossentropy", "online", "crossentropy", "block per row, online logsumexp; no probabilities kept"),
+    ("crossentropy_onepass", "staged", "crossentropy_onepass",
+     "the loss and dlogits from one read of each row, held in shared memory between the two walks"),
     ("adamw", "fused", "adamw", "the whole AdamW update in one pass, bf16 copy and clipping fused"),
     ("sumsq", "ordered", "sumsq", "sum of squares in a fixed order: per-block partials, then one block"),
 ]
@@ -48,7 +51,8 @@ def nanoeuler_backends():
     # they copy those to contiguous themselves; attention_cached reads the KV cache's views in place;
     # every other variant has the dispatcher refuse non-contiguous input.
     variants = [Variant(op, name, impl=f"backends.cupy_raw.{impl}", device="cuda", dtypes=DTYPES,
-                        requires=("cupy",), contiguous=op not in ("embedding", "crossentropy", "attention_cached"),
+                        requires=("cupy",), contiguous=op not in ("embedding", "crossentropy", "crossentropy_onepass",
+                                                               "attention_cached"),
                         description=description)
                 for op, name, impl, description in _VARIANTS
                 if op in OPS]  # a core without an op (sumsq is younger than the rest) gets the others

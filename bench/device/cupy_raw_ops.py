@@ -6,7 +6,7 @@
 
 sanitize (~3 s without a sanitizer; run under compute-sanitizer memcheck and racecheck): one forward
 and one backward of every variant (embedding, layernorm, attention simple and flash, attention_cached
-on the cache's views, gelu, residual, crossentropy, adamw with param_copy and clipping, sumsq) in float32, float16 and bfloat16 (16-bit
+on the cache's views, gelu, residual, crossentropy (and crossentropy_onepass), adamw with param_copy and clipping, sumsq) in float32, float16 and bfloat16 (16-bit
 inputs with float32 parameter-gradient buffers), at shapes that reach every path: ragged T, C not a
 multiple of 8 (the element-wise paths), GPT-2's C=768 and heads of 64 (the vector paths), a
 padded vocabulary, a token held by more positions than embedding's sort takes. Each result is
@@ -32,8 +32,8 @@ import numpy as np
 
 from backends.cupy_raw import _common
 from backends.cupy_raw import _runtime as rt
-from backends.cupy_raw import (adamw, attention, attention_cached, crossentropy, embedding, gelu, layernorm,
-                               residual, sumsq)
+from backends.cupy_raw import (adamw, attention, attention_cached, crossentropy, crossentropy_onepass, embedding, gelu,
+                               layernorm, residual, sumsq)
 from cupy_raw_matmul import Tally  # beside this script
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -153,6 +153,12 @@ def sanitize(env: Env, tally: Tally) -> None:
                 crossentropy.backward(saved, put(np.full((B, T), 1.0 / (B * T)), "float32"), {})
                 check(f"crossentropy B={B} T={T} V={V} n_valid={n_valid}", losses,
                       ref_crossentropy(get(logits), targets, n_valid), dtype)
+                dl = put(np.full((B, T), 1.0 / (B * T)), "float32")  # the fused op: the gradient given ahead
+                losses, saved = crossentropy_onepass.forward({"logits": logits, "targets": put(targets), "dlosses": dl},
+                                                             {"n_valid": n_valid})
+                crossentropy_onepass.backward(saved, dl, {})
+                check(f"crossentropy_onepass B={B} T={T} V={V} n_valid={n_valid}", losses,
+                      ref_crossentropy(get(logits), targets, n_valid), dtype)
             # attention: heads of 12 (padded to 16, element-wise loads), 64 and 128 (vector loads)
             for B, T, C, NH in ((1, 17, 36, 3), (1, 70, 128, 2), (1, 70, 256, 2)):
                 qkv = put(rng.standard_normal((B, T, 3 * C)), dtype)
@@ -252,6 +258,14 @@ def capture(env: Env, tally: Tally) -> None:
             crossentropy.backward(saved, a["dl"], {"logits": out["dlogits"]})
 
         yield "crossentropy", ce_inputs, ce_run, {"losses": ((B, T), "float32"), "dlogits": ((B, T, V), bf)}
+
+        def onepass_run(a, out):
+            losses, saved = crossentropy_onepass.forward(
+                {"logits": a["logits"], "targets": a["targets"], "dlosses": a["dl"]}, {"n_valid": V - 3}, out=out["losses"])
+            crossentropy_onepass.backward(saved, a["dl"], {"logits": out["dlogits"]})
+
+        yield "crossentropy_onepass", ce_inputs, onepass_run, {"losses": ((B, T), "float32"),
+                                                               "dlogits": ((B, T, V), bf)}
 
         def ew_inputs():
             return {"x": put(rng.standard_normal((N, 4 * C)), bf), "b": put(rng.standard_normal((N, 4 * C)), bf),

@@ -4,7 +4,8 @@
 
 For each row count (B*T; V = 50304, n_valid = 50257, bf16 logits of scale 3, a tenth of the targets
 -1): the unfused pair (crossentropy.py's forward, then its backward: one read, then a read and a
-write) and backends/triton/crossentropy_onepass.py at each OnePassConfig below. Each candidate's
+write) and backends/triton/crossentropy_onepass.py at each OnePassConfig below, and
+backends/cupy_raw/crossentropy_onepass.py (the row kept in shared memory: one read of the logits). Each candidate's
 outputs are poisoned (NaN) first and checked: the losses and dlogits of 64 rows spread over the
 batch against float64 on the GPU (CuPy), and everything against the unfused pair (same bf16
 rounding, a few ulps apart where the lanes' order of summation differs). Then the median of 15
@@ -58,6 +59,7 @@ def reference(logits, targets, dlosses, rows):
 def main(argv=None):
     import cupy
 
+    from backends.cupy_raw import crossentropy_onepass as staged
     from backends.triton import crossentropy, crossentropy_onepass as onepass
     from euler_core.device import storage_dtype
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -89,11 +91,14 @@ def main(argv=None):
         t_unfused = timed(unfused)
         records.append({"rows": n, "candidate": "unfused forward + backward", "s": t_unfused})
         print(f"rows {n}: unfused {t_unfused * 1e6:,.0f} us", flush=True)
-        for block_v, warps, stages in CONFIGS:
-            cfg = onepass.OnePassConfig(block_v, warps, stages)
+        inputs = {"logits": logits, "targets": targets, "dlosses": dlosses}
+        candidates = [(f"onepass b{b}-w{w}-s{st}",
+                       lambda out, cfg=onepass.OnePassConfig(b, w, st): onepass.forward_with(cfg, inputs, attrs, out=out))
+                      for b, w, st in CONFIGS]
+        candidates.append(("cupy_raw staged", lambda out: staged.forward(inputs, attrs, out=out)))
+        for name, forward in candidates:
             losses = cupy.full((1, n), cupy.nan, dtype=cupy.float32)
-            _, saved = onepass.forward_with(cfg, {"logits": logits, "targets": targets, "dlosses": dlosses}, attrs,
-                                            out=losses)
+            _, saved = forward(losses)
             d = saved.dlogits
             err_loss = float(cupy.abs(losses[0][rows] - ref_losses).max())
             err_d = float(cupy.abs(d[0][rows].astype(cupy.float64) - ref_d).max() / cupy.abs(ref_d).max())
@@ -103,9 +108,8 @@ def main(argv=None):
             finite = bool(cupy.isfinite(losses).all()) and bool(cupy.isfinite(d.astype(cupy.float32)).all())
             ok = finite and err_loss < 1e-3 and err_d < 2e-2 and diff_d < 2e-2
             del d, saved
-            s = timed(lambda: onepass.forward_with(cfg, {"logits": logits, "targets": targets, "dlosses": dlosses},
-                                                   attrs, out=losses)) if ok else None
-            rec = {"rows": n, "candidate": f"onepass b{block_v}-w{warps}-s{stages}", "ok": ok, "finite": finite,
+            s = timed(lambda: forward(losses)) if ok else None
+            rec = {"rows": n, "candidate": name, "ok": ok, "finite": finite,
                    "loss_abs_err_vs_f64": err_loss, "dlogits_rel_err_vs_f64": err_d,
                    "loss_diff_vs_unfused": same_losses, "dlogits_rel_diff_vs_unfused": diff_d, "s": s,
                    "speedup_vs_unfused": t_unfused / s if s else None,

@@ -1,0 +1,66 @@
+"""crossentropy_onepass, cupy_raw: the loss and dlogits of each row from one read of its logits,
+one block per row, the row held in shared memory between the two walks (crossentropy_onepass.cu has
+the kernel and the math).
+
+crossentropy's forward and backward (crossentropy.cu) read the (N, Vp) logits twice and write dlogits
+once: 3 x 6.6 GB at GPT-2 124M's B=64. Here the first walk copies the row into shared memory as it
+computes the logsumexp, and the second computes dlogits from that copy: the logits are read once.
+A row must fit in a block's shared memory (227 KB on sm_90: 50304 logits in bf16 or float32);
+a longer one is read from memory again (`staged` = 0). Without dlosses (evaluation) this is
+crossentropy's forward alone.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from euler_core.ops.crossentropy_onepass import SPEC
+
+from . import _common, crossentropy
+from . import _runtime as rt
+from .residual import copy_into
+
+OP = "crossentropy_onepass"
+THREADS = 1024
+
+
+@dataclass
+class Saved:
+    dlosses: object  # (B,T) the gradient given ahead (None: an evaluation forward)
+    dlogits: object  # (B,T,Vp)
+
+
+def staged_bytes(V: int, itemsize: int) -> int:
+    """The shared memory a row of V logits takes, or 0 where it does not fit beside the kernel's own."""
+    row = V * itemsize
+    return row if row + 1024 <= rt.MAX_SHARED_PER_BLOCK else 0
+
+
+def forward(inputs, attrs, out=None):
+    logits, targets, dlosses = inputs["logits"], inputs["targets"], inputs.get("dlosses")
+    _common.check_float(OP, "logits", logits)
+    _common.check_contiguous(OP, logits=logits)
+    if dlosses is None:
+        losses, _ = crossentropy.forward({"logits": logits, "targets": targets}, attrs, out)
+        return losses, Saved(None, None)
+    B, T, V = logits.shape
+    n_valid = attrs["n_valid"] or V
+    xp = _common.xp_of(logits)
+    targets = xp.ascontiguousarray(targets.reshape(-1), dtype=np.int32)  # often a view of a token window
+    row_dlosses = xp.ascontiguousarray(dlosses.reshape(-1), dtype=np.float32)
+    losses = _common.output(OP, xp, out, (B, T), "float32")
+    dlogits = xp.empty_like(logits)
+    shared = staged_bytes(V, logits.dtype.itemsize)
+    vec = int(V % (16 // logits.dtype.itemsize) == 0 and _common.vector_ok(logits, dlogits))
+    k = rt.function(OP, "crossentropy_onepass", {"floatX": _common.ctype(logits)})
+    rt.launch(k, B * T, THREADS, (logits, targets, row_dlosses, losses, dlogits, _common.i32(V),
+                                  _common.i32(n_valid), np.int32(vec), np.int32(shared > 0)), shared_mem=shared)
+    return losses, Saved(dlosses, dlogits)
+
+
+def backward(saved, grad_output, grads):
+    SPEC.check_backward(saved.dlosses, grad_output)
+    dlogits = saved.dlogits
+    if grads.get("logits") is None:
+        return {"logits": dlogits}
+    return {"logits": copy_into(dlogits, _common.grad_buffer(OP, grads, "logits", dlogits, _common.xp_of(dlogits)))}
