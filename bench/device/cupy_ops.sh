@@ -6,7 +6,8 @@
 #   capture      cupy_raw_ops.py sanitize capture (results, and each op captured in a CUDA graph)
 #   bench        euler bench ops --backend torch,triton,cupy_raw --baseline torch --ops CR_OPS at gpt2 and
 #                gpt2-b32, bf16 (the at-shape check runs before each timing)             (cap 170 s)
-# CR_OPS: space-separated (default "gelu layernorm adamw").
+# CR_OPS: space-separated (default "gelu layernorm adamw"); CR_BENCH=0 leaves the bench out (a fused
+# op such as crossentropy_onepass has no `euler bench ops` shapes: bench/tune/ times those).
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh cupy_ops:420")
 # Comes back as $OUT/cupy_ops.tar.gz: cupy_ops/{conformance-*.txt, memcheck.txt, capture.txt, bench/,
 # bench_summary.md, log.txt}.
@@ -28,6 +29,7 @@ for f in "$D"/conformance-*.txt; do echo "$(basename "$f"): $(grep -E '[0-9]+ pa
 grep -E "ERROR SUMMARY" "$D/memcheck.txt" | tee -a "$D/log.txt"
 log "capture"
 timeout 60 python3 bench/device/cupy_raw_ops.py sanitize capture > "$D/capture.txt" 2>&1; tail -1 "$D/capture.txt" | tee -a "$D/log.txt"
+if [[ ${CR_BENCH:-1} != 0 ]]; then
 log "bench"
 timeout 170 euler bench ops --backend torch,triton,cupy_raw --baseline torch --ops "${OPS// /,}" --shapes gpt2,gpt2-b32 \
   --dtype bfloat16 --min-time 0.2 --no-cache --no-conformance --out "$D/bench" > "$D/bench-log.txt" 2>&1
@@ -35,4 +37,5 @@ echo "bench exit $?" | tee -a "$D/log.txt"
 euler bench report "$D/bench" --out /tmp/cupy_ops-report --no-plots > /dev/null 2>&1 \
   && sed -n '/^## Speedup summary/,$p' /tmp/cupy_ops-report/report.md > "$D/bench_summary.md"
 grep -E "of roofline" "$D/bench-log.txt" | grep -E "cupy_raw|triton" | tee -a "$D/log.txt" | cut -c1-150
+fi
 tar czf "$OUT/cupy_ops.tar.gz" -C "$OUT" cupy_ops && rm -rf "$D"
