@@ -78,27 +78,40 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return x / (1.0f + expf(-2.0f * u));
 }
 
+// The flags an epilogue function obeys: o.flags, read at run time (F = FLAGS_RUNTIME, the default),
+// or a set F fixed at compile time, so that the branches of every other flag fold away. gemm_wgmma
+// inlines finish_two 2 x WG_BN / 8 times per tile (its accumulators are registers, indexed by
+// constants only): with the flags read at run time that is every flag's code 64 times over, ~300 KB
+// of branchy SASS walked once per tile, far past the instruction cache. It dispatches once per tile
+// to a copy compiled for the flag set at hand instead (wgmma_store).
+#define FLAGS_RUNTIME (-1)
+template <int F> __device__ __forceinline__ int epilogue_flags(const Out& o) { return F == FLAGS_RUNTIME ? o.flags : F; }
+
 // C[i, j] from the accumulated sum v (everything but FLAG_PARTIAL's raw store).
+template <int F = FLAGS_RUNTIME>
 __device__ __forceinline__ float finish_value(const Out& o, size_t at, int j, float v) {
-    if (o.flags & FLAG_BIAS) v += to_f32(o.bias[j]);
-    if (o.flags & FLAG_PRE) o.pre[at] = from_f32<floatX>(v);
-    if (o.flags & FLAG_GELU) v = gelu_tanh(v);
+    const int flags = epilogue_flags<F>(o);
+    if (flags & FLAG_BIAS) v += to_f32(o.bias[j]);
+    if (flags & FLAG_PRE) o.pre[at] = from_f32<floatX>(v);
+    if (flags & FLAG_GELU) v = gelu_tanh(v);
     return v;
 }
 
+template <int F = FLAGS_RUNTIME>
 __device__ __forceinline__ void finish_one(const Out& o, int i, int j, int split, float v) {
+    const int flags = epilogue_flags<F>(o);
     const size_t at = (size_t)i * o.cols + j;
-    if (o.flags & FLAG_PARTIAL) {
+    if (flags & FLAG_PARTIAL) {
         static_cast<float*>(o.c)[(size_t)split * o.rows * o.cols + at] = v;
         return;
     }
-    v = finish_value(o, at, j, v);
-    if (o.flags & FLAG_OUT_F32) {
+    v = finish_value<F>(o, at, j, v);
+    if (flags & FLAG_OUT_F32) {
         float* c = static_cast<float*>(o.c);
-        c[at] = (o.flags & FLAG_ACCUMULATE) ? c[at] + v : v;
+        c[at] = (flags & FLAG_ACCUMULATE) ? c[at] + v : v;
     } else {
         floatX* c = static_cast<floatX*>(o.c);
-        c[at] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(c[at]) + v : v);
+        c[at] = from_f32<floatX>((flags & FLAG_ACCUMULATE) ? to_f32(c[at]) + v : v);
     }
 }
 
@@ -144,32 +157,36 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
     }
 }
 
-// C[i, j..j+1] from v0, v1 (gemm_wgmma's epilogue, straight from the accumulator registers): one
-// 2-element load/store each where FLAG_VEC allows, else element by element.
+// C[i, j..j+1] from v0, v1, j even (gemm_wgmma's epilogue, straight from the accumulator registers):
+// one 2-element load/store each where FLAG_VEC allows, else element by element. (With FLAG_VEC,
+// cols % 4 == 0, so an even j < cols has j + 1 < cols too: the pair is all in or all out.)
+template <int F = FLAGS_RUNTIME>
 __device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split, float v0, float v1) {
-    if (!(o.flags & FLAG_VEC) || j + 1 >= o.cols) {
-        if (j < o.cols) finish_one(o, i, j, split, v0);
-        if (j + 1 < o.cols) finish_one(o, i, j + 1, split, v1);
+    const int flags = epilogue_flags<F>(o);
+    if (!(flags & FLAG_VEC)) {
+        if (j < o.cols) finish_one<F>(o, i, j, split, v0);
+        if (j + 1 < o.cols) finish_one<F>(o, i, j + 1, split, v1);
         return;
     }
+    if (j >= o.cols) return;
     const size_t at = (size_t)i * o.cols + j;
-    if (o.flags & FLAG_PARTIAL) {
+    if (flags & FLAG_PARTIAL) {
         *reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at) =
             Duo<float>{{v0, v1}};
         return;
     }
     float w[2] = {v0, v1};
     Duo<floatX> b, pre;
-    if (o.flags & FLAG_BIAS) b = *reinterpret_cast<const Duo<floatX>*>(o.bias + j);
+    if (flags & FLAG_BIAS) b = *reinterpret_cast<const Duo<floatX>*>(o.bias + j);
     for (int e = 0; e < 2; ++e) {
-        w[e] += (o.flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f;
+        w[e] += (flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f;
         pre.v[e] = from_f32<floatX>(w[e]);
-        if (o.flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
+        if (flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
     }
-    if (o.flags & FLAG_PRE) *reinterpret_cast<Duo<floatX>*>(o.pre + at) = pre;
-    if (o.flags & FLAG_OUT_F32) {
+    if (flags & FLAG_PRE) *reinterpret_cast<Duo<floatX>*>(o.pre + at) = pre;
+    if (flags & FLAG_OUT_F32) {
         Duo<float>* c = reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + at);
-        if (o.flags & FLAG_ACCUMULATE) {
+        if (flags & FLAG_ACCUMULATE) {
             const Duo<float> old = *c;
             w[0] += old.v[0];
             w[1] += old.v[1];
@@ -178,9 +195,9 @@ __device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split
     } else {
         Duo<floatX>* c = reinterpret_cast<Duo<floatX>*>(static_cast<floatX*>(o.c) + at);
         Duo<floatX> r;
-        if (o.flags & FLAG_ACCUMULATE) r = *c;
+        if (flags & FLAG_ACCUMULATE) r = *c;
         for (int e = 0; e < 2; ++e)
-            r.v[e] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
+            r.v[e] = from_f32<floatX>((flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
         *c = r;
     }
 }
@@ -585,6 +602,7 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
 }
 __device__ __forceinline__ void wgmma_fence() {}
 __device__ __forceinline__ void wgmma_commit() {}
+__device__ __forceinline__ int opaque_zero() { return 0; }
 template <int N> __device__ __forceinline__ void wgmma_wait() {}
 template <int N> __device__ __forceinline__ void fence_accumulators(float (&)[N]) {}
 
@@ -653,6 +671,12 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// 0, as a value the compiler cannot see through (nothing is computed from it ahead of this point)
+__device__ __forceinline__ int opaque_zero() {
+    int z;
+    asm volatile("mov.b32 %0, 0;\n" : "=r"(z));
+    return z;
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
@@ -730,6 +754,20 @@ __device__ __forceinline__ void tma_tile(const TmaDescriptor* map, unsigned dst,
     }
 }
 
+// The epilogue of one tile straight from the registers: per 8-column group j, each thread holds
+// columns 8j + cc, 8j + cc + 1 of rows r and r + 8 of its warpgroup's 64 (wgmma_acc_coords), i0 and
+// j0 that (r, cc) in C. F: the flags, fixed at compile time or FLAGS_RUNTIME (finish_two).
+template <int F>
+__device__ __forceinline__ void wgmma_store(const Out& o, const float (&acc)[WG_BN / 2], int i0, int j0, int split) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (i0 + 8 * h >= o.rows) continue;
+#pragma unroll
+        for (int j = 0; j < WG_BN / 8; ++j)
+            finish_two<F>(o, i0 + 8 * h, j0 + 8 * j, split, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b, void* c,
            const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
@@ -783,7 +821,6 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 
     const int wg = warp >> 2;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of each tile
     const int t = tid & 127;
-    const Out o{c, bias, pre, rows, cols, flags};
     float acc[WG_BN / 2], sums[4];
     for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
         const int split = work / tiles;
@@ -829,17 +866,33 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         int r, cc;
         wgmma_acc_coords(t, 0, r, cc);
         const int i0 = tm * WG_BM + 64 * wg + r, j0 = tn * WG_BN + cc;
+        // the pointers offset by a zero the compiler cannot see through, per tile: else it hoists
+        // base + 16 j (64 of them, 64-bit) out of the work loop and spills them
+        const int zero = opaque_zero();
+        const Out o{static_cast<char*>(c) + zero, bias + zero, pre + zero, rows, cols, flags};
         if (with_sums && cc == 0) {  // column 0 of the row sums: registers 0 (row r) and 2 (row r + 8)
             float* out = static_cast<float*>(rowsum) + (size_t)split * rows;
             if (i0 < rows) out[i0] = sums[0];
             if (i0 + 8 < rows) out[i0 + 8] = sums[2];
         }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            if (i0 + 8 * h >= rows) continue;
-#pragma unroll
-            for (int j = 0; j < WG_BN / 8; ++j)
-                finish_two(o, i0 + 8 * h, j0 + 8 * j, split, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        // one copy of the store loop per flag set the launchers use, flags folded at compile time
+        switch (flags & ~FLAG_ROWSUM) {
+        case FLAG_VEC: wgmma_store<FLAG_VEC>(o, acc, i0, j0, split); break;                     // dx, no bias
+        case FLAG_VEC | FLAG_BIAS: wgmma_store<FLAG_VEC | FLAG_BIAS>(o, acc, i0, j0, split); break;  // forward
+        case FLAG_VEC | FLAG_PARTIAL: wgmma_store<FLAG_VEC | FLAG_PARTIAL>(o, acc, i0, j0, split); break;  // split-K
+        case FLAG_VEC | FLAG_ACCUMULATE:                                                           // dW
+            wgmma_store<FLAG_VEC | FLAG_ACCUMULATE>(o, acc, i0, j0, split);
+            break;
+        case FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32:                                            // dW, float32
+            wgmma_store<FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32>(o, acc, i0, j0, split);
+            break;
+        case FLAG_VEC | FLAG_BIAS | FLAG_GELU:                                                     // forward_gelu
+            wgmma_store<FLAG_VEC | FLAG_BIAS | FLAG_GELU>(o, acc, i0, j0, split);
+            break;
+        case FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE:
+            wgmma_store<FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE>(o, acc, i0, j0, split);
+            break;
+        default: wgmma_store<FLAGS_RUNTIME>(o, acc, i0, j0, split);  // everything else: unaligned, ragged
         }
     }
 }
