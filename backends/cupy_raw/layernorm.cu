@@ -18,7 +18,8 @@
 // the warps. So a lane keeps its share of a row as stored (Elems: 8 bf16 in 4 registers, not 8
 // floats) and converts to float32 where it computes; the forward loads weight and bias only after
 // the statistics, where they are used; the backward keeps weight (float32) in shared memory, read
-// at every row, leaving the registers to its dweight/dbias sums; x and dout, read once, are loaded
+// at every row, leaving the registers to its dweight/dbias sums, laid out lane-major (`slot`) so that
+// those reads hit 32 banks, not 4; x and dout, read once, are loaded
 // with the evict-first hint. The first version kept x, w and b (in the backward x, dout, w) as
 // float32 rows in registers: 92 registers in the forward (20 warps an SM) and 157 in the backward
 // (2 blocks of 4 warps: 8 warps an SM); at C = 768 in bf16 now 46 (44 warps) and 127 (2 blocks of
@@ -42,6 +43,12 @@ struct alignas(16) Elems {
 };
 
 __device__ __forceinline__ int column(int p, int lane) { return (p * 32 + lane) * ELEMS; }
+
+// Where the backward keeps weight[column(p, lane) + k] in shared memory: lane-major, so that the 32
+// lanes reading element k of their pack p read 32 consecutive floats (one per bank). Stored as the
+// row is (lane stride ELEMS floats), the lanes of a warp hit the same banks 8 ways (bf16 packs).
+__device__ __forceinline__ int slot(int p, int lane, int k) { return (k * PACKS + p) * 32 + lane; }
+__device__ __forceinline__ int weight_slot(int c) { return slot(c / ELEMS / 32, c / ELEMS % 32, c % ELEMS); }
 
 // src[c .. c+ELEMS-1], or zeros past the row's end; `stream`: the evict-first hint (data read once)
 template <bool stream> __device__ __forceinline__ Elems load_elems(const floatX* __restrict__ src, int c, int C) {
@@ -111,16 +118,16 @@ extern "C" __global__ void layernorm_forward(const floatX* __restrict__ x, const
     }
 }
 
-// grid G, block BACKWARD_THREADS, dynamic shared memory 3*C floats; partial (G, 2C) float32
+// grid G, block BACKWARD_THREADS, dynamic shared memory 2C + 32 PACKS ELEMS floats; partial (G, 2C) float32
 extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS, BACKWARD_MIN_BLOCKS)
 layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weight, const floatX* __restrict__ dout,
                    const float* __restrict__ mean, const float* __restrict__ rstd, floatX* __restrict__ dx,
                    float* __restrict__ partial, int N, int C) {
     extern __shared__ float shared[];
     float* block_part = shared;          // (2C): dweight sums then dbias sums of this block
-    float* w = shared + 2 * C;           // (C): weight in float32, read from here at every row
+    float* w = shared + 2 * C;           // (C): weight in float32, read from here at every row, lane-major
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) w[c] = to_f32(weight[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) w[weight_slot(c)] = to_f32(weight[c]);
     __syncthreads();
     float dw[PACKS][ELEMS], db[PACKS][ELEMS];     // this lane's columns' sums over its rows
 #pragma unroll
@@ -143,7 +150,7 @@ layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weig
 #pragma unroll
             for (int k = 0; k < ELEMS; k++) {
                 const float xhat = (to_f32(xr[p].v[k]) - m) * rs;
-                const float d = to_f32(dr[p].v[k]), g = d * w[column(p, lane) + k];
+                const float d = to_f32(dr[p].v[k]), g = d * w[slot(p, lane, k)];
                 sum_g += g;
                 sum_gx += g * xhat;
                 dw[p][k] += d * xhat;
@@ -158,7 +165,7 @@ layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weig
 #pragma unroll
             for (int k = 0; k < ELEMS; k++) {
                 const float xhat = (to_f32(xr[p].v[k]) - m) * rs;
-                const float g = to_f32(dr[p].v[k]) * w[column(p, lane) + k];
+                const float g = to_f32(dr[p].v[k]) * w[slot(p, lane, k)];
                 out.v[k] = from_f32<floatX>(rs * (g - mean_g - xhat * mean_gx));
             }
             store_elems(dx + row * C, column(p, lane), C, out);

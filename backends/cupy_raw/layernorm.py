@@ -94,7 +94,7 @@ def backward(saved, dout, grads):
     partial = xp.empty((groups, 2 * C), dtype=np.float32)
     rt.launch(rt.function("layernorm", "layernorm_backward", defines), groups, 32 * BACKWARD_WARPS,
               (x, w, dout, saved.mean, saved.rstd, dx, partial, _common.i32(N), _common.i32(C)),
-              shared_mem=3 * C * 4)
+              shared_mem=(2 * C + 32 * defines["PACKS"] * defines["ELEMS"]) * 4)  # partial sums, lane-major weight
     rt.launch(rt.function("layernorm", "layernorm_finish", defines), rt.cdiv(2 * C, 32), (32, FINISH_SPLIT),
               (partial, dweight, dbias, _common.i32(groups), _common.i32(C)))
     return {"x": dx, "weight": dweight, "bias": dbias}
