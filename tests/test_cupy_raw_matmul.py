@@ -59,6 +59,15 @@ def test_epilogue_flags_match_the_source():
     assert defined == {name[5:]: getattr(mm, name) for name in dir(mm) if name.startswith("FLAG_")}
 
 
+def test_wgmma_epilogue_buffer_matches_the_source():
+    # wgmma_shared_bytes counts gemm_wgmma's two epilogue buffers of 64 rows x WG_EPI_LDS floats
+    text = (ROOT / "backends/cupy_raw/matmul.cu").read_text()
+    cols = int(re.search(r"constexpr int WG_EPI_COLS = (\d+);", text).group(1))
+    assert re.search(r"constexpr int WG_EPI_LDS = WG_EPI_COLS \+ (\d+);", text) and \
+        cols + int(re.search(r"constexpr int WG_EPI_LDS = WG_EPI_COLS \+ (\d+);", text).group(1)) == mm.WG_EPI_LDS
+    assert "constexpr int WG_EPI_BYTES = 64 * WG_EPI_LDS * 4;" in text
+
+
 # ---- 2. the host side against a model of the kernels -------------------------------------------
 def _gelu(v):
     return 0.5 * v * (1.0 + np.tanh(0.7978845608028654 * (v + 0.044715 * v ** 3)))

@@ -38,9 +38,10 @@
 //
 // Shared-memory tiles of gemm_mma and gemm_wgmma: matmul_layout.cuh (128-byte swizzled rows).
 //
-// Epilogue (every GEMM): gemm_mma stages the float32 accumulators in shared memory and writes them
-// row by row, 4 columns per thread; gemm_simt and gemm_wgmma write straight from their registers
-// (gemm_wgmma's ring is busy with the next tile by then); all apply, in order: + bias[j]
+// Epilogue (every GEMM): gemm_mma and gemm_wgmma stage the float32 accumulators in shared memory and
+// write them row by row, 4 columns per thread (gemm_wgmma 32 columns at a time, in a buffer of its
+// own beside the ring, which is busy with the next tile by then); gemm_simt writes straight from its
+// registers; all apply, in order: + bias[j]
 // (FLAG_BIAS), the pre-activation stored to `pre` (FLAG_PRE), GELU (FLAG_GELU), + the old C
 // (FLAG_ACCUMULATE), rounded to C's type (floatX, or float with FLAG_OUT_F32: mixed precision's float32
 // parameter gradients). With FLAG_PARTIAL the raw sum goes to its k slice of the (slices, rows,
@@ -79,11 +80,11 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 }
 
 // The flags an epilogue function obeys: o.flags, read at run time (F = FLAGS_RUNTIME, the default),
-// or a set F fixed at compile time, so that the branches of every other flag fold away. gemm_wgmma
-// inlines finish_two 2 x WG_BN / 8 times per tile (its accumulators are registers, indexed by
-// constants only): with the flags read at run time that is every flag's code 64 times over, ~300 KB
-// of branchy SASS walked once per tile, far past the instruction cache. It dispatches once per tile
-// to a copy compiled for the flag set at hand instead (wgmma_store).
+// or a set F fixed at compile time, so that the branches of every other flag fold away. gemm_wgmma's
+// epilogue is unrolled (its accumulators are registers, indexed by constants only): with the flags
+// read at run time (b51b176) that was every flag's code 64 times over per tile, ~300 KB of branchy
+// SASS, far past the instruction cache. It dispatches once per tile to a copy compiled for the flag
+// set at hand instead (wgmma_epilogue).
 #define FLAGS_RUNTIME (-1)
 template <int F> __device__ __forceinline__ int epilogue_flags(const Out& o) { return F == FLAGS_RUNTIME ? o.flags : F; }
 
@@ -153,51 +154,6 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
         if (o.flags & FLAG_ACCUMULATE) r = *c;
         for (int e = 0; e < 4; ++e)
             r.v[e] = from_f32<floatX>((o.flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
-        *c = r;
-    }
-}
-
-// C[i, j..j+1] from v0, v1, j even (gemm_wgmma's epilogue, straight from the accumulator registers):
-// one 2-element load/store each where FLAG_VEC allows, else element by element. (With FLAG_VEC,
-// cols % 4 == 0, so an even j < cols has j + 1 < cols too: the pair is all in or all out.)
-template <int F = FLAGS_RUNTIME>
-__device__ __forceinline__ void finish_two(const Out& o, int i, int j, int split, float v0, float v1) {
-    const int flags = epilogue_flags<F>(o);
-    if (!(flags & FLAG_VEC)) {
-        if (j < o.cols) finish_one<F>(o, i, j, split, v0);
-        if (j + 1 < o.cols) finish_one<F>(o, i, j + 1, split, v1);
-        return;
-    }
-    if (j >= o.cols) return;
-    const size_t at = (size_t)i * o.cols + j;
-    if (flags & FLAG_PARTIAL) {
-        *reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at) =
-            Duo<float>{{v0, v1}};
-        return;
-    }
-    float w[2] = {v0, v1};
-    Duo<floatX> b, pre;
-    if (flags & FLAG_BIAS) b = *reinterpret_cast<const Duo<floatX>*>(o.bias + j);
-    for (int e = 0; e < 2; ++e) {
-        w[e] += (flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f;
-        pre.v[e] = from_f32<floatX>(w[e]);
-        if (flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
-    }
-    if (flags & FLAG_PRE) *reinterpret_cast<Duo<floatX>*>(o.pre + at) = pre;
-    if (flags & FLAG_OUT_F32) {
-        Duo<float>* c = reinterpret_cast<Duo<float>*>(static_cast<float*>(o.c) + at);
-        if (flags & FLAG_ACCUMULATE) {
-            const Duo<float> old = *c;
-            w[0] += old.v[0];
-            w[1] += old.v[1];
-        }
-        *c = Duo<float>{{w[0], w[1]}};
-    } else {
-        Duo<floatX>* c = reinterpret_cast<Duo<floatX>*>(static_cast<floatX*>(o.c) + at);
-        Duo<floatX> r;
-        if (flags & FLAG_ACCUMULATE) r = *c;
-        for (int e = 0; e < 2; ++e)
-            r.v[e] = from_f32<floatX>((flags & FLAG_ACCUMULATE) ? to_f32(r.v[e]) + w[e] : w[e]);
         *c = r;
     }
 }
@@ -516,17 +472,39 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
 // b + gridDim.x, ... (the host launches one block per item, or a persistent grid of a few per SM).
-// The ring runs on across a block's items: while the consumers write one tile out (from their
-// registers, no shared memory), the producer is already loading the next one's first k-blocks.
+// The ring runs on across a block's items: while the consumers write one tile out, the producer is
+// already loading the next one's first k-blocks.
+//
+// The epilogue (wgmma_epilogue). wgmma leaves each thread 2 columns x 2 rows of every 8-column group
+// (wgmma_acc_coords): stored from there, a warp instruction writes 8 rows x 16 bytes (bf16 pairs),
+// and each thread loads a bias pair per store. At 7ce4f9f on the H200 (16384 rows, bf16, probe
+// bench/tune/cupy_raw_wgmma_probe.py, reports/cupy_raw-h200/) that cost more than the main loop: fc
+// forward (K = 768, 128 x 256 tiles, bias) ran at 344 TFLOP/s (0.51x cuBLASLt), 761 with the stores
+// skipped, 463 without the bias; 18.7 us per tile wave with the stores, 8.5 without; and nothing
+// overlaps it (one block per SM, both consumers on the same tile). So, for every FLAG_VEC flag set
+// (all the GPT-2 products), each consumer warpgroup stages its 64 rows 32 columns at a time through
+// a float32 buffer of its own (64 x 40: 8 floats of padding keep the pair stores at 2 wavefronts,
+// the minimum), then reads it back as rows: 8 threads per row, 4 consecutive columns each, so a
+// warp writes 4 whole 64-byte (bf16) or 128-byte (float32) row segments with 8- or 16-byte stores,
+// each thread loading its 4 bias values once per pass and the old C (FLAG_ACCUMULATE) for its 4
+// rows before any of its stores. The arithmetic is finish_one's, in the same order (same rounding).
+// The two warpgroups synchronise separately (named barriers 1 and 2, 128 threads each), so one may
+// already be multiplying the next tile while the other still writes. Without FLAG_VEC (unaligned,
+// ragged widths: tests) the same staging, then element by element with the flags read at run time.
 //
 // Shared memory (dynamic, the base rounded up to 1024 bytes for the swizzle): WG_STAGES A tiles
-// (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), then the
-// full[] and empty[] mbarriers.
+// (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), the two
+// warpgroups' epilogue buffers (WG_EPI_BYTES each), then the full[] and empty[] mbarriers
+// (matmul.py's wgmma_shared_bytes: 219200 bytes at WG_BN 256, 4 stages; the SM has 232448).
 #define WG_BM 128
 #define WG_CONSUMERS 2
 #define WG_THREADS (WG_CONSUMERS * 128 + 32)
 constexpr int WG_A_BYTES = WG_BM * TILE_ROW_BYTES, WG_B_BYTES = WG_BN * TILE_ROW_BYTES;
 constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
+constexpr int WG_EPI_COLS = 32;                       // columns of C a warpgroup stages per pass
+constexpr int WG_EPI_LDS = WG_EPI_COLS + 8;           // floats per staged row (padded)
+constexpr int WG_EPI_BYTES = 64 * WG_EPI_LDS * 4;     // one warpgroup's buffer: 10 KB
+static_assert(WG_BN % WG_EPI_COLS == 0 && WG_EPI_COLS % 8 == 0, "whole 8-column groups per pass");
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
 
@@ -638,6 +616,24 @@ __device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long d
         d[reg] += sum;
     }
 }
+// bar.sync id, count: a barrier over `count` threads (whole warps) of the block; here a counter and a
+// generation per id, each arriving thread yielding to the others until the last one arrives
+__device__ __forceinline__ void named_barrier(int id, int count) {
+    static thread_local int arrived[16], generation[16];
+    const int g = generation[id];
+    if (++arrived[id] == count) {
+        arrived[id] = 0;
+        generation[id]++;
+        return;
+    }
+    for (long spins = 0; generation[id] == g; ++spins) {
+        if (spins > 20000000) {
+            fprintf(stderr, "matmul.cu (emulated): thread %d waits forever at named barrier %d\n", (int)threadIdx.x, id);
+            abort();
+        }
+        emu::yield_to_scheduler();
+    }
+}
 #define WG_FENCE_MBARRIER_INIT()
 #define WG_FENCE_PROXY_ASYNC()
 #else
@@ -737,6 +733,11 @@ __device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long d
     else WGMMA_ROWSUM_ASM("f16");
 #undef WGMMA_ROWSUM_ASM
 }
+// bar.sync id, count: a barrier over `count` threads (whole warps) of the block (id 0 is __syncthreads'),
+// which also orders their shared-memory accesses
+__device__ __forceinline__ void named_barrier(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 #define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
 // generic-proxy stores to shared memory made visible to the async proxy (wgmma's operand reads)
 #define WG_FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory")
@@ -754,17 +755,105 @@ __device__ __forceinline__ void tma_tile(const TmaDescriptor* map, unsigned dst,
     }
 }
 
-// The epilogue of one tile straight from the registers: per 8-column group j, each thread holds
-// columns 8j + cc, 8j + cc + 1 of rows r and r + 8 of its warpgroup's 64 (wgmma_acc_coords), i0 and
-// j0 that (r, cc) in C. F: the flags, fixed at compile time or FLAGS_RUNTIME (finish_two).
+// C[i, j..j+3] (F has FLAG_VEC: j % 4 == 0, all four columns inside C) from the float32 sums v, the
+// bias b and the old C `old` (as floats, read ahead by the caller): finish_one's arithmetic, in its order.
 template <int F>
-__device__ __forceinline__ void wgmma_store(const Out& o, const float (&acc)[WG_BN / 2], int i0, int j0, int split) {
+__device__ __forceinline__ void finish_quad(const Out& o, int i, int j, int split, const Quad<float>& v,
+                                            const float (&b)[4], const float (&old)[4]) {
+    const size_t at = (size_t)i * o.cols + j;
+    if (F & FLAG_PARTIAL) {
+        *reinterpret_cast<Quad<float>*>(static_cast<float*>(o.c) + (size_t)split * o.rows * o.cols + at) = v;
+        return;
+    }
+    float w[4];
+    Quad<floatX> pre;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        if (i0 + 8 * h >= o.rows) continue;
+    for (int e = 0; e < 4; ++e) {
+        w[e] = v.v[e] + ((F & FLAG_BIAS) ? b[e] : 0.0f);
+        pre.v[e] = from_f32<floatX>(w[e]);
+        if (F & FLAG_GELU) w[e] = gelu_tanh(w[e]);
+    }
+    if (F & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
+    if (F & FLAG_OUT_F32) {
+        Quad<float> r;
 #pragma unroll
-        for (int j = 0; j < WG_BN / 8; ++j)
-            finish_two<F>(o, i0 + 8 * h, j0 + 8 * j, split, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        for (int e = 0; e < 4; ++e) r.v[e] = (F & FLAG_ACCUMULATE) ? w[e] + old[e] : w[e];
+        *reinterpret_cast<Quad<float>*>(static_cast<float*>(o.c) + at) = r;
+    } else {
+        Quad<floatX> r;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) r.v[e] = from_f32<floatX>((F & FLAG_ACCUMULATE) ? old[e] + w[e] : w[e]);
+        *reinterpret_cast<Quad<floatX>*>(static_cast<floatX*>(o.c) + at) = r;
+    }
+}
+
+// The epilogue of one warpgroup's 64 rows (see the section's header): per pass, 32 columns of the
+// accumulators into `stage` (64 x WG_EPI_LDS floats) as wgmma holds them (per 8-column group g,
+// columns 8 g + cc, + 1 of rows r and r + 8: wgmma_acc_coords), then read back by rows: thread t
+// takes rows t / 8 + 16 p (p < 4), columns 4 (t % 8) .. + 3 of the pass, as one quad (FLAG_VEC:
+// finish_quad) or element by element (finish_one: unaligned, ragged; FLAGS_RUNTIME). `bar`: the
+// warpgroup's named barrier; i_wg, j_tile: its first row and the tile's first column in C.
+template <int F>
+__device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[WG_BN / 2], float* stage, int bar,
+                                                   int t, int i_wg, int j_tile, int split) {
+    int r, cc;
+    wgmma_acc_coords(t, 0, r, cc);            // written: rows r, r + 8; columns 8 g + cc, + 1
+    const int rr = t / 8, c4 = 4 * (t % 8);   // read: rows rr + 16 p; columns c4 .. c4 + 3
+#pragma unroll
+    for (int pass = 0; pass < WG_BN / WG_EPI_COLS; ++pass) {
+        named_barrier(bar, 128);  // the previous pass's (or tile's) reads of `stage` are done
+#pragma unroll
+        for (int g = 0; g < WG_EPI_COLS / 8; ++g) {
+            const int j = pass * (WG_EPI_COLS / 8) + g;  // the 8-column group of the tile
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<Duo<float>*>(stage + (r + 8 * h) * WG_EPI_LDS + 8 * g + cc) =
+                    Duo<float>{{acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]}};
+        }
+        named_barrier(bar, 128);  // the pass is staged
+        // (the pass's column through a zero the compiler cannot see through: else it computes every
+        // pass's addresses ahead, and with 112 accumulators still live they spill)
+        const int jc = j_tile + pass * WG_EPI_COLS + c4 + opaque_zero();
+        if (jc >= o.cols) continue;
+        if (F == FLAGS_RUNTIME || !(F & FLAG_VEC)) {  // element by element, each inside C or not
+#pragma unroll 1
+            for (int q = 0; q < 16; ++q) {  // (not unrolled: the rare path kept small)
+                const int p = q / 4, e = q % 4, i = i_wg + rr + 16 * p;
+                if (i < o.rows && jc + e < o.cols) finish_one<F>(o, i, jc + e, split, stage[(rr + 16 * p) * WG_EPI_LDS + c4 + e]);
+            }
+            continue;
+        }
+        // FLAG_VEC: cols % 4 == 0, so the 4 columns are all inside
+        float b[4] = {0.0f, 0.0f, 0.0f, 0.0f}, old[4][4] = {};
+        if (F & FLAG_BIAS) {  // once per pass, not per store
+            const Quad<floatX> q = *reinterpret_cast<const Quad<floatX>*>(o.bias + jc);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) b[e] = to_f32(q.v[e]);
+        }
+        if (F & FLAG_ACCUMULATE) {  // the old C of all 4 rows first: 4 loads in flight, not one at a time
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                const int i = i_wg + rr + 16 * p;
+                if (i >= o.rows) break;
+                const size_t at = (size_t)i * o.cols + jc;
+                if (F & FLAG_OUT_F32) {
+                    const Quad<float> q = *reinterpret_cast<const Quad<float>*>(static_cast<const float*>(o.c) + at);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) old[p][e] = q.v[e];
+                } else {
+                    const Quad<floatX> q = *reinterpret_cast<const Quad<floatX>*>(static_cast<const floatX*>(o.c) + at);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) old[p][e] = to_f32(q.v[e]);
+                }
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int i = i_wg + rr + 16 * p;
+            if (i >= o.rows) break;
+            const Quad<float> v = *reinterpret_cast<const Quad<float>*>(stage + (rr + 16 * p) * WG_EPI_LDS + c4);
+            finish_quad<F>(o, i, jc, split, v, b, old[p]);
+        }
     }
 }
 
@@ -775,7 +864,8 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
-    const unsigned full_bar = ones + 1024, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
+    const unsigned epi = ones + 1024;  // + WG_EPI_BYTES * consumer warpgroup
+    const unsigned full_bar = epi + WG_CONSUMERS * WG_EPI_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
@@ -821,6 +911,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 
     const int wg = warp >> 2;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of each tile
     const int t = tid & 127;
+    float* const stage = reinterpret_cast<float*>(smem_raw + (epi + wg * WG_EPI_BYTES - smem_u32(smem_raw)));
     float acc[WG_BN / 2], sums[4];
     for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
         const int split = work / tiles;
@@ -861,11 +952,11 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         fence_accumulators(sums);
         if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
 
-        // epilogue straight from the registers: per 8-column group j, each thread holds columns
-        // 8j + cc, 8j + cc + 1 of rows r and r + 8 of its warpgroup's 64 (wgmma_acc_coords)
-        int r, cc;
+        // the epilogue: this warpgroup's rows i_wg .. i_wg + 63 of C, the tile's columns from j_tile
+        const int i_wg = tm * WG_BM + 64 * wg, j_tile = tn * WG_BN;
+        int r, cc;  // this thread's first accumulator (wgmma_acc_coords)
         wgmma_acc_coords(t, 0, r, cc);
-        const int i0 = tm * WG_BM + 64 * wg + r, j0 = tn * WG_BN + cc;
+        const int i0 = i_wg + r;
         // the pointers offset by a zero the compiler cannot see through, per tile: else it hoists
         // base + 16 j (64 of them, 64-bit) out of the work loop and spills them
         const int zero = opaque_zero();
@@ -875,25 +966,21 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             if (i0 < rows) out[i0] = sums[0];
             if (i0 + 8 < rows) out[i0 + 8] = sums[2];
         }
-        // one copy of the store loop per flag set the launchers use, flags folded at compile time
+        // one copy of the epilogue per flag set the launchers use, flags folded at compile time
+#define WG_EPILOGUE(F) wgmma_epilogue<F>(o, acc, stage, 1 + wg, t, i_wg, j_tile, split)
         switch (flags & ~FLAG_ROWSUM) {
-        case FLAG_VEC: wgmma_store<FLAG_VEC>(o, acc, i0, j0, split); break;                     // dx, no bias
-        case FLAG_VEC | FLAG_BIAS: wgmma_store<FLAG_VEC | FLAG_BIAS>(o, acc, i0, j0, split); break;  // forward
-        case FLAG_VEC | FLAG_PARTIAL: wgmma_store<FLAG_VEC | FLAG_PARTIAL>(o, acc, i0, j0, split); break;  // split-K
-        case FLAG_VEC | FLAG_ACCUMULATE:                                                           // dW
-            wgmma_store<FLAG_VEC | FLAG_ACCUMULATE>(o, acc, i0, j0, split);
+        case FLAG_VEC: WG_EPILOGUE(FLAG_VEC); break;                                           // dx, no bias
+        case FLAG_VEC | FLAG_BIAS: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS); break;                   // forward
+        case FLAG_VEC | FLAG_PARTIAL: WG_EPILOGUE(FLAG_VEC | FLAG_PARTIAL); break;             // split-K
+        case FLAG_VEC | FLAG_ACCUMULATE: WG_EPILOGUE(FLAG_VEC | FLAG_ACCUMULATE); break;       // dW
+        case FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32:                                        // dW, float32
+            WG_EPILOGUE(FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32);
             break;
-        case FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32:                                            // dW, float32
-            wgmma_store<FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32>(o, acc, i0, j0, split);
-            break;
-        case FLAG_VEC | FLAG_BIAS | FLAG_GELU:                                                     // forward_gelu
-            wgmma_store<FLAG_VEC | FLAG_BIAS | FLAG_GELU>(o, acc, i0, j0, split);
-            break;
-        case FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE:
-            wgmma_store<FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE>(o, acc, i0, j0, split);
-            break;
-        default: wgmma_store<FLAGS_RUNTIME>(o, acc, i0, j0, split);  // everything else: unaligned, ragged
+        case FLAG_VEC | FLAG_BIAS | FLAG_GELU: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU); break;  // forward_gelu
+        case FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE); break;
+        default: WG_EPILOGUE(FLAGS_RUNTIME);  // everything else: unaligned, ragged (element by element)
         }
+#undef WG_EPILOGUE
     }
 }
 #endif  // GEMM_WGMMA

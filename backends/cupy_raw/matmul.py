@@ -70,6 +70,7 @@ TILE_K = 64          # k per shared-memory tile (gemm_mma, gemm_wgmma); split-K 
 SIMT_TILE = 64       # gemm_simt's tile of C
 WG_BM = 128          # gemm_wgmma's tile rows
 WG_THREADS = 288     # two consumer warpgroups and a producer warp
+WG_EPI_LDS = 40      # floats per row of gemm_wgmma's epilogue buffers (32 columns + 8 of padding)
 COLSUM_GROUPS = 128  # row groups of the bias gradient's first pass
 
 
@@ -288,8 +289,10 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
 
 def wgmma_shared_bytes(bn: int, stages: int) -> int:
     """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A and B
-    tiles, a 1 KB tile of ones (the row sums' B), and a full and an empty mbarrier per slot."""
-    return 1024 + stages * (WG_BM + bn) * 128 + 1024 + 16 * stages
+    tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups' epilogue buffers
+    (64 rows x WG_EPI_LDS floats each), and a full and an empty mbarrier per slot. 219200 bytes at
+    bn 256, 4 stages (the H200's SM allows a block 232448)."""
+    return 1024 + stages * (WG_BM + bn) * 128 + 1024 + 2 * 64 * WG_EPI_LDS * 4 + 16 * stages
 
 
 def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
