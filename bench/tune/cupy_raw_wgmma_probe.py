@@ -12,11 +12,15 @@ Measured at b51b176 (reports/cupy_raw-h200/bench-b51b176/matmul_bench.txt): ~150
 
 Variants (all through matmul.gemm, the launcher the product uses):
     tree            the kernel as committed, its default launch configuration
-    runtime_flags   the epilogue as b51b176 had it: the flags read at run time by every one of the 64
-                    inlined finish_two calls per thread (~300 KB of branchy SASS walked once per tile:
-                    the suspected cause); built by switching the tree's per-flag-set dispatch to its
-                    FLAGS_RUNTIME default (a source edit made here, not a switch in matmul.cu)
-    no_store        the tree with the tile's stores skipped: the accumulators are summed and stored
+    runtime_flags   every tile through the epilogue's default case: the same shared-memory staging,
+                    then element by element with the flags read at run time (the unaligned/ragged
+                    path; against 7ce4f9f's register epilogue this edit rebuilt b51b176's ~300 KB
+                    runtime-flag one, the instruction-cache finding, whose numbers stay in
+                    reports/cupy_raw-h200/ under 7ce4f9f); built by switching
+                    the tree's per-flag-set dispatch to its FLAGS_RUNTIME default (a source edit made
+                    here, not a switch in matmul.cu)
+    no_store        the tree with the tile's epilogue skipped (the shared-memory staging and the
+                    stores): the accumulators are summed and stored
                     only if the sum is a magic value, so the multiplies stay; output NOT checked
                     (nothing is written, by design: the poison must survive instead)
     no_bias         forward without the bias (flags VEC only; checked against the bias-free product)
