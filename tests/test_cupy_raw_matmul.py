@@ -316,7 +316,8 @@ def test_tiled_kernels_in_the_emulator(dtype, shapes):
 def test_wgmma_kernel_in_the_emulator(monkeypatch):
     """gemm_wgmma's own loops on the CPU: the producer's and consumers' walk over work items, the
     ring's slots and mbarrier phases (a missed release deadlocks, and the emulator says so), TMA
-    coordinates and boxes, the descriptors' addresses, split-K, the register epilogue. The emulator
+    coordinates and boxes, the descriptors' addresses, split-K, the epilogue staged through shared
+    memory (its named barriers, FLAG_VEC's quads and the element-by-element fallback). The emulator
     does TMA and wgmma by the PTX ISA's definitions (matmul.cu's CUPY_RAW_EMULATOR branch). Two
     "SMs", so that each persistent block walks several work items and the ring wraps across them."""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
@@ -330,9 +331,11 @@ def test_wgmma_kernel_in_the_emulator(monkeypatch):
             pytest.skip("the CPU emulator does not pass struct parameters (TMA descriptors) by value yet: "
                         "backends/cupy_raw/_emulator.py needs E2's change (NOTES-E1-emulator.patch)")
         # K-major / MN-major operands in all three products, 128 x 256 and 128 x 128 tiles, ragged
-        # edges, dW's split-K (N = 1024 over one tile); the GELU epilogue
+        # edges, dW's split-K (N = 1024 over one tile); the GELU epilogue; 130 output columns: not
+        # FLAG_VEC, the epilogue's element-by-element path (dx and dW, whose rows of 130 TMA cannot
+        # describe, go to gemm_mma there)
         _check_against_naive(mm.wgmma, "wgmma (emulated)", "bfloat16",
-                             [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264)],
+                             [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264), (70, 64, 130)],
                              np.random.default_rng(7))
         _check_against_naive(mm.wgmma, "wgmma (emulated)", "float16", [(64, 64, 256)], np.random.default_rng(8),
                              biases=(True,))
