@@ -98,8 +98,6 @@ def forward_with(cfg: OnePassConfig, inputs, attrs, out=None):
 
 
 def backward(saved, grad_output, grads):
-    SPEC.check_backward(saved.dlosses, grad_output)
-    dlogits = saved.dlogits
-    if grads.get("logits") is None:
-        return {"logits": dlogits}
-    return {"logits": copy_into(dlogits, _common.grad_buffer(OP, grads, "logits", dlogits, xp_of(dlogits)))}
+    def into_buffer(d):  # the dlogits into grads["logits"], checked as an activation-gradient buffer
+        return copy_into(d, _common.grad_buffer(OP, grads, "logits", d, xp_of(d)))
+    return SPEC.handed_back(saved.dlosses, grad_output, saved.dlogits, grads, into_buffer)

@@ -39,6 +39,12 @@ class CrossEntropyOnePassSpec(CrossEntropySpec):
     grad_input: str = "dlosses"
     replaces: tuple = ("crossentropy",)
 
+    def handed_back(self, forward_dlosses, grad_output, dlogits, grads: dict, copy_into) -> dict:
+        """A variant's whole backward: the checks (check_backward), then the dlogits its forward
+        computed, as they are or copied by `copy_into(dlogits)` into the buffer the caller gave."""
+        self.check_backward(forward_dlosses, grad_output)
+        return {"logits": dlogits if grads.get("logits") is None else copy_into(dlogits)}
+
     def check(self, inputs, attrs):
         super().check(inputs, attrs)
         dlosses = inputs.get("dlosses")
