@@ -464,3 +464,6 @@ def test_every_module_compiles_for_sm90(model):
                 # registers, 8 bytes, in the epilogue: with it replaced by a plain store there are none)
                 allowed = 8 if defines.get("WG_BN") == 256 else 0
                 assert res.spill_bytes <= allowed, (kernel, defines, res)
+                # and ptxas keeps the wgmma pipeline (no C7520: a run-time branch inside the wgmma
+                # batch, as the row sums once were, made it serialise every wgmma of gemm_wgmma)
+                assert not res.wgmma_serialized, (kernel, defines, res)

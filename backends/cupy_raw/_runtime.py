@@ -313,6 +313,7 @@ class KernelResources:
     shared_bytes: int       # static shared memory
     stack_bytes: int
     spill_bytes: int
+    wgmma_serialized: bool = False  # ptxas C7520: its wgmma instructions made to wait for one another
 
 
 def nvcc_path() -> str | None:
@@ -339,6 +340,10 @@ def nvrtc_options(arch: str = "sm_90", device_arch: str = "sm_90") -> tuple:
 def _parse_ptxas(log: str) -> dict[str, KernelResources]:
     out, current = {}, None
     for line in log.splitlines():
+        m = re.search(r"wgmma\.mma_async instructions are serialized.* function '([^']+)'", line)
+        if m:  # a performance warning naming its kernel (e.g. a wgmma under a run-time branch)
+            out.setdefault(m.group(1), KernelResources(0, 0, 0, 0)).wgmma_serialized = True
+            continue
         m = re.search(r"Compiling entry function '([^']+)'", line)
         if m:
             current = m.group(1)

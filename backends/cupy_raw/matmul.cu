@@ -857,6 +857,43 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
     }
 }
 
+// A consumer warpgroup's main loop over one work item's nk k-blocks of the ring: acc += A @ B and,
+// with SUMS, sums += A @ ones (the row sums). SUMS is a template parameter, not a test inside the
+// loop: a run-time branch around wgmma_rowsum between wgmma_fence and wgmma_commit put a wgmma in a
+// divergent path, and ptxas then serialised every wgmma of the kernel ("WG.AR in divergent path").
+template <bool SUMS>
+__device__ __forceinline__ void consume_item(float (&acc)[WG_BN / 2], float (&sums)[4], int nk, int& it, int wg,
+                                             unsigned a_ring, unsigned b_ring, unsigned ones, unsigned full_bar,
+                                             unsigned empty_bar) {
+    for (int kb = 0; kb < nk; ++kb, ++it) {
+        const int s = it % WG_STAGES;
+        mbar_wait(full_bar + 8 * s, (it / WG_STAGES) & 1);
+        const unsigned a_tile = a_ring + s * WG_A_BYTES, b_tile = b_ring + s * WG_B_BYTES;
+        fence_accumulators(acc);
+        fence_accumulators(sums);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < TILE_K / 16; ++kk) {
+            const unsigned long long da = wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk);
+            wgmma_tile(acc, da, wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
+            if constexpr (SUMS) wgmma_rowsum(sums, da, wgmma_operand_desc(true, ones, 0, kk));
+        }
+        wgmma_commit();
+        fence_accumulators(acc);
+        fence_accumulators(sums);
+        if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
+            wgmma_wait<1>();
+            fence_accumulators(acc);
+            fence_accumulators(sums);
+            mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
+        }
+    }
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+    fence_accumulators(sums);
+    if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
+}
+
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b, void* c,
            const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
@@ -924,33 +961,10 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) sums[i] = 0.0f;
-        for (int kb = 0; kb < nk; ++kb, ++it) {
-            const int s = it % WG_STAGES;
-            mbar_wait(full_bar + 8 * s, (it / WG_STAGES) & 1);
-            const unsigned a_tile = a_ring + s * WG_A_BYTES, b_tile = b_ring + s * WG_B_BYTES;
-            fence_accumulators(acc);
-            fence_accumulators(sums);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < TILE_K / 16; ++kk) {
-                const unsigned long long da = wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk);
-                wgmma_tile(acc, da, wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
-                if (with_sums) wgmma_rowsum(sums, da, wgmma_operand_desc(true, ones, 0, kk));
-            }
-            wgmma_commit();
-            fence_accumulators(acc);
-            fence_accumulators(sums);
-            if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
-                wgmma_wait<1>();
-                fence_accumulators(acc);
-                fence_accumulators(sums);
-                mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
-            }
-        }
-        wgmma_wait<0>();
-        fence_accumulators(acc);
-        fence_accumulators(sums);
-        if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
+        if (with_sums)
+            consume_item<true>(acc, sums, nk, it, wg, a_ring, b_ring, ones, full_bar, empty_bar);
+        else
+            consume_item<false>(acc, sums, nk, it, wg, a_ring, b_ring, ones, full_bar, empty_bar);
 
         // the epilogue: this warpgroup's rows i_wg .. i_wg + 63 of C, the tile's columns from j_tile
         const int i_wg = tm * WG_BM + 64 * wg, j_tile = tn * WG_BN;
