@@ -315,16 +315,16 @@ class GPT:
         x, h2, s_an2 = self._add_norm(x, proj, pre + "ln_2", buf("res2"), buf("ln2"))
         fc_params = {"weight": p[pre + "mlp.c_fc.weight"], "bias": p[pre + "mlp.c_fc.bias"]}
         proj_params = {"weight": p[pre + "mlp.c_proj.weight"], "bias": p[pre + "mlp.c_proj.bias"]}
-        s_gelu = None
+        s_gelu = None  # the GELU's own saved, where no fused op took it
         if self.fused["matmul_gelu"]:
             act, s_fc = k["matmul_gelu"].forward({"x": h2, **fc_params}, out=buf("fch_gelu"))
         else:
             fc, s_fc = k["matmul"].forward({"x": h2, **fc_params}, out=buf("fch"))  # (N,4C)
-        if self.fused["gelu_matmul"]:
+            if not self.fused["gelu_matmul"]:
+                act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
+        if self.fused["gelu_matmul"]:  # the GELU inside the projection
             mlp, s_mlp = k["gelu_matmul"].forward({"x": fc, **proj_params}, out=buf("proj", False))  # (N,C)
         else:
-            if not self.fused["matmul_gelu"]:
-                act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
             mlp, s_mlp = k["matmul"].forward({"x": act, **proj_params}, out=buf("proj", False))  # (N,C)
         next_out = acts.ln1[i + 1] if acts is not None and i + 1 < cfg.n_layer else (acts.lnf if acts is not None else None)
         x, h, s_next = self._add_norm(x, mlp, nxt, buf("res3"), next_out)

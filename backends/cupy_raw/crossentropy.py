@@ -25,7 +25,9 @@ class Saved:
     n_valid: int
 
 
-def _vec(logits, *others) -> int:
+def packs_ok(logits, *others) -> int:
+    """1 where the rows can be read as 16-byte packs (V a multiple of a pack, every pointer aligned), else 0:
+    the kernels' `vec` (crossentropy_onepass's too)."""
     return int(logits.shape[-1] % (16 // logits.dtype.itemsize) == 0 and _common.vector_ok(logits, *others))
 
 
@@ -41,7 +43,7 @@ def forward(inputs, attrs, out=None):
     lse = xp.empty((B * T,), dtype=np.float32)
     k = rt.function("crossentropy", "crossentropy_forward", {"floatX": _common.ctype(logits)})
     rt.launch(k, B * T, THREADS, (logits, targets, losses, lse, _common.i32(V), _common.i32(n_valid),
-                                  np.int32(_vec(logits))))
+                                  np.int32(packs_ok(logits))))
     return losses, Saved(logits, targets, lse, n_valid)
 
 
@@ -53,5 +55,5 @@ def backward(saved, dlosses, grads):
     dlogits = _common.grad_buffer("crossentropy", grads, "logits", logits, xp)
     k = rt.function("crossentropy", "crossentropy_backward", {"floatX": _common.ctype(logits)})
     rt.launch(k, B * T, THREADS, (logits, saved.targets, saved.lse, dlosses, dlogits, _common.i32(V),
-                                  _common.i32(saved.n_valid), np.int32(_vec(logits, dlogits))))
+                                  _common.i32(saved.n_valid), np.int32(packs_ok(logits, dlogits))))
     return {"logits": dlogits}

@@ -51,7 +51,7 @@ def forward(inputs, attrs, out=None):
     losses = _common.output(OP, xp, out, (B, T), "float32")
     dlogits = xp.empty_like(logits)
     shared = staged_bytes(V, logits.dtype.itemsize)
-    vec = int(V % (16 // logits.dtype.itemsize) == 0 and _common.vector_ok(logits, dlogits))
+    vec = crossentropy.packs_ok(logits, dlogits)
     k = rt.function(OP, "crossentropy_onepass", {"floatX": _common.ctype(logits)})
     rt.launch(k, B * T, THREADS, (logits, targets, row_dlosses, losses, dlogits, _common.i32(V),
                                   _common.i32(n_valid), np.int32(vec), np.int32(shared > 0)), shared_mem=shared)

@@ -294,8 +294,8 @@ DEEP_ROWS = 65536
 #: The launch configurations: (dtype class, product, weight shape (out, in) or ANY) -> GemmConfig.
 #: "16" is fp16/bf16, "32" float32; products: "forward" y = x @ W.T, "dx" dy @ W, "dW" dy.T @ x,
 #: "few_rows" a forward of at most FEW_ROWS rows, "dW_deep" a dW over at least DEEP_ROWS rows.
-#: `launch_config` takes the few-row or deep entry, else the weight shape's, else the product's ANY. Ratios are cuBLAS time / ours on the H200 at 16384 /
-#: 32768 rows, bf16 (reports/triton-h200/notes-matmul.md, "Final defaults" and round 2's tables).
+#: `launch_config` takes the few-row or deep entry, else the weight shape's, else the product's ANY.
+#: Ratios are cuBLAS time / ours on the H200 at 16384 / 32768 rows, bf16 (reports/triton-h200/notes-matmul.md, "Final defaults" and round 2's tables).
 ANY = None
 _DW = _tile16(128, 256, 4, split_k=16, flatten=False, tma_store=False)
 _FLOAT32 = GemmConfig(64, 64, 32, num_warps=4, num_stages=3, flatten=False, ctas_per_sm=None, epi_halves=1)
@@ -452,11 +452,10 @@ def gemm(a, b, c, a_strides, b_strides, M, N, K, bias=None, accumulate=False, ac
                   *([(scale_a, *a_layout)] if scale_a is not None else []))
     one = splits == 1
     out = c if one else xp.empty((splits, M, N), dtype="float32")
-    second = pre if pre is not None else scale_a if scale_a is not None else gelu_grad_of  # pre_ptr
-    laid_as_c = [(second, N, 1)] if pre is not None or gelu_grad_of is not None else []
+    laid_as_c = [(arr, N, 1) for arr in (pre, gelu_grad_of) if arr is not None]  # read or written beside C
     tma_c = tma and cfg.tma_store and _tma_ok(xp, dt, (out, N, 1), *laid_as_c)
     rows = xp.empty((splits, M), dtype="float32") if rowsum is not None else out
-    second = c if second is None else second
+    second = next((arr for arr in (pre, scale_a, gelu_grad_of) if arr is not None), c)  # pre_ptr (one at most)
     stats, n_valid = softmax_stats if softmax_stats is not None else (out, N)
     launch(_gemm, (programs,), a, b, out, bias if bias is not None else c, second, rows, stats,
            M, N, K, k_split, a_strides[0], a_strides[1], b_strides[0], b_strides[1], n_valid,
