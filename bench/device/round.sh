@@ -3,6 +3,8 @@
 # (bench/device/<stage>.sh), each writing $OUT/<stage>.tar.gz, under a time cap of its own.
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh step:240 mixed:150", carry=[".h200"])
 # .h200/ (git-ignored) carries what does not travel in the checkout: the pydocs shards (train_data.sh).
+# CLOCKS=1: nvidia-smi samples the SM clock, power and the clock-limit reasons every 200 ms through the
+# whole call, into $OUT/clocks.tar.gz (clocks.csv; the stages' start times are in round.txt).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
 mkdir -p "$OUT"
@@ -13,6 +15,11 @@ mkdir -p "$OUT"
 } 2>&1 | tee "$OUT/round.txt"
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e bench/euler-torch-reference >> "$OUT/round.txt" 2>&1 \
   || echo "pip install failed" | tee -a "$OUT/round.txt"
+if [[ -n ${CLOCKS:-} ]]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv -lms 200 > "$OUT/clocks.csv" 2>&1 &
+  CLOCKS_PID=$!
+fi
 for spec in "$@"; do
   stage=${spec%%:*}; cap=${spec##*:}; [[ $cap == "$stage" ]] && cap=300
   echo "== $(date -u +%H:%M:%S) $stage (cap ${cap}s)" | tee -a "$OUT/round.txt"
@@ -20,6 +27,9 @@ for spec in "$@"; do
   timeout --kill-after=10 "$cap" bash "bench/device/$stage.sh" 2>&1 | tail -40
   echo "== $stage: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start ))s" | tee -a "$OUT/round.txt"
 done
+if [[ -n ${CLOCKS:-} ]]; then
+  kill "$CLOCKS_PID"; tar czf "$OUT/clocks.tar.gz" -C "$OUT" clocks.csv
+fi
 # only the tarballs and the round's log come back (8 files at most)
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name '*.tar.gz' ! -name 'round.txt' -exec rm -rf {} +
 ls -la "$OUT"
