@@ -1,6 +1,7 @@
 """Where a captured training step's GPU time goes, kernel by kernel, recorded by an outside profiler.
 
     python3 bench/device/step_trace.py --out DIR [--batch-sizes 16,64] [--backend SEL ...] [--recompute]
+        [--matmul-variant NAME]   # triton matmul launch configs replaced (bench/tune/matmul_step_variants.py)
 
 `euler bench train`'s breakdown times each op between CUDA events in an eager step, where the
 host's launch gaps inflate the small kernels; a replayed graph has no op calls to time at all. This
@@ -178,7 +179,13 @@ def main(argv=None) -> int:
     p.add_argument("--backend", action="append", default=None, help="a selection (repeatable; default triton)")
     p.add_argument("--recompute", action="store_true")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--matmul-variant", default=None,
+                   help="a name of bench/tune/matmul_step_variants.py: its triton matmul configs replace the table's")
     args = p.parse_args(argv)
+    if args.matmul_variant:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tune"))
+        from matmul_step_variants import apply
+        apply(args.matmul_variant)
     import cupy
     import torch
 
@@ -190,7 +197,7 @@ def main(argv=None) -> int:
     T = 1024
     for n, selection in enumerate(args.backend or ["triton"]):
         for B in [int(b) for b in args.batch_sizes.split(",")]:
-            tag = f"{n}-B{B}"
+            tag = f"{n}-B{B}" + (f"-{args.matmul_variant}" if args.matmul_variant else "")
             rng = np.random.default_rng(0)
             data = [batch(rng, B, T, 50257) for _ in range(args.steps + 4)]
             model, eager_step = make("gpt2", B, T, selection, "bfloat16", graph=False, recompute=args.recompute)
@@ -207,9 +214,10 @@ def main(argv=None) -> int:
                 print(f"{selection} B={B}: {len(kernels)} kernels in {args.steps} replayed steps, the eager step has "
                       f"{per_step}: matching by position is off (the tables below may misattribute)", flush=True)
             result = analyse(eager, split_steps(kernels, per_step, args.steps), walls, B, T)
-            result.update(selection=selection, recompute=args.recompute)
+            result.update(selection=selection, recompute=args.recompute, matmul_variant=args.matmul_variant)
             (out / f"step-{tag}.json").write_text(json.dumps(result, indent=1))
-            text = markdown(result, selection, args.recompute)
+            text = markdown(result, selection + (f" [matmul {args.matmul_variant}]" if args.matmul_variant else ""),
+                            args.recompute)
             (out / f"step-{tag}.md").write_text(text)
             print(text.split("## Kernels")[0], flush=True)
             del model, eager_step, step

@@ -1,0 +1,42 @@
+"""Triton matmul launch configurations to try inside the whole training step, not alone.
+
+    python3 bench/device/step_trace.py --out DIR --batch-sizes 64 --matmul-variant NAME
+
+A GEMM timed alone (matmul_sweep.py) and the same GEMM in the captured step differ: in the step at
+B=64 (reports/train-h200/da47edb/) our dW products ran 0.66-0.77x cuBLAS's in the PyTorch reference's
+step on the same card, where alone they measured 0.92-0.96x. So candidates are judged where they
+run: each name below replaces entries of backends.triton.matmul.CONFIGS for one step_trace run
+(`apply`), which then times every kernel of the replayed step.
+"""
+
+from dataclasses import replace
+
+from backends.triton import matmul
+
+_DW_C2 = matmul._tile16(128, 128, 3, num_warps=4, ctas_per_sm=2, split_k=16, flatten=False, tma_store=False,
+                        separate_db=True)
+
+#: name -> {CONFIGS key: GemmConfig}
+VARIANTS = {
+    # c_fc's dW without the fused row sum (db by the separate column sum over dy)
+    "fc_sep": {("16", "dW_deep", (3072, 768)): replace(matmul.CONFIGS[("16", "dW_deep", (3072, 768))],
+                                                      separate_db=True)},
+    # every 128 x 256 dW entry as two 128 x 128 programs of one warpgroup per SM (one's stores
+    # overlap the other's main loop), db by the column sum (the fused row sum on one warpgroup
+    # measured 0.60x: the dW entries' comment in matmul.py)
+    "dw128c2": {("16", "dW", None): _DW_C2,
+                ("16", "dW_deep", (3072, 768)): _DW_C2,
+                ("16", "dW", (768, 3072)): _DW_C2,
+                ("16", "dW", (768, 768)): _DW_C2},
+    # the classifier's forward and every dx with a fourth pipeline stage
+    "lm_s4": {("16", "forward", (50304, 768)): matmul._tile16(128, 256, 4, group_m=32)},
+    "dx_s4": {("16", "dx", None): matmul._tile16(128, 256, 4)},
+}
+
+
+def apply(name: str) -> None:
+    """Replace the CONFIGS entries of VARIANTS[name] (KeyError names the known variants)."""
+    if name not in VARIANTS:
+        raise KeyError(f"matmul step variant {name!r}: known are {', '.join(VARIANTS)}")
+    matmul.CONFIGS.update(VARIANTS[name])
+    print(f"matmul step variant {name}: {VARIANTS[name]}", flush=True)
