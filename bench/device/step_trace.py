@@ -182,13 +182,13 @@ def main(argv=None) -> int:
     p.add_argument("--matmul-variant", default=None,
                    help="a name of bench/tune/matmul_step_variants.py: its triton matmul configs replace the table's")
     args = p.parse_args(argv)
+    import cupy
+    import torch  # before backends.triton (below): Triton's runtime blocks a later torch import
+
     if args.matmul_variant:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tune"))
         from matmul_step_variants import apply
         apply(args.matmul_variant)
-    import cupy
-    import torch
-
     from euler_core.graph import work_stream
     from euler_core.optim import AdamW
     from euler_core.step import TrainStep
