@@ -326,9 +326,11 @@ CONFIGS = {
     # Deep dW (65536 rows: a K slice is four times as deep as at 16384, so more slices, fuller waves,
     # pay for their float32 partials; reports/train-h200/f3c5b97/matmul-b64.json, whole backward
     # against cuBLAS): fc in 7 slices, busy 0.95: 0.96x (3 slices: 0.92x); in the step (edb9c07/trace)
-    # c_fc's dW and its slices' sum 645 us against 688. (qkv as 128 x 256 tiles in 6 slices with db
-    # fused was 1.03x alone against 0.98x, but 487 us in the step against 466: left out.)
-    ("16", "dW_deep", (3072, 768)): replace(_DW, busy=0.95),
+    # c_fc's dW and its slices' sum 645 us against 688. db separate: in the step (reports/train-h200/
+    # eeba6cc/) the fused row sum cost c_fc's dW 143 us (583 -> 440 us without it), the column sum
+    # over dy 116 us. (qkv as 128 x 256 tiles in 6 slices with db fused was 1.03x alone against
+    # 0.98x, but 487 us in the step against 466: left out.)
+    ("16", "dW_deep", (3072, 768)): replace(_DW, busy=0.95, separate_db=True),
     # attn_proj: 18 tiles of 128 x 256 cut into 7 slices (126 of 132 SMs busy) rather than 6 (108):
     # backward 1.24x / 1.19x.
     ("16", "dW", (768, 768)): replace(_DW, busy=0.9),

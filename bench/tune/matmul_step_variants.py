@@ -18,19 +18,27 @@ _DW_C2 = matmul._tile16(128, 128, 3, num_warps=4, ctas_per_sm=2, split_k=16, fla
 
 #: name -> {CONFIGS key: GemmConfig}
 VARIANTS = {
-    # c_fc's dW without the fused row sum (db by the separate column sum over dy)
-    "fc_sep": {("16", "dW_deep", (3072, 768)): replace(matmul.CONFIGS[("16", "dW_deep", (3072, 768))],
-                                                      separate_db=True)},
+    # round 1 (eeba6cc): c_fc's dW without the fused row sum (db by the separate column sum over dy):
+    # 583 -> 440 us + 116 us of column sum, taken into CONFIGS; the rest lost or were noise
+    "fc_fused_db": {("16", "dW_deep", (3072, 768)): replace(matmul.CONFIGS[("16", "dW_deep", (3072, 768))],
+                                                           separate_db=False)},
     # every 128 x 256 dW entry as two 128 x 128 programs of one warpgroup per SM (one's stores
     # overlap the other's main loop), db by the column sum (the fused row sum on one warpgroup
-    # measured 0.60x: the dW entries' comment in matmul.py)
+    # measured 0.60x: the dW entries' comment in matmul.py): 2.3 ms a step slower
     "dw128c2": {("16", "dW", None): _DW_C2,
                 ("16", "dW_deep", (3072, 768)): _DW_C2,
                 ("16", "dW", (768, 3072)): _DW_C2,
                 ("16", "dW", (768, 768)): _DW_C2},
-    # the classifier's forward and every dx with a fourth pipeline stage
+    # the classifier's forward, every dx, with a fourth pipeline stage: within the noise
     "lm_s4": {("16", "forward", (50304, 768)): matmul._tile16(128, 256, 4, group_m=32)},
     "dx_s4": {("16", "dx", None): matmul._tile16(128, 256, 4)},
+    # round 2: the MLP projection's dW in 7 slices as c_fc's (busy 0.95; its db is separate already),
+    # the attention projection's without the fused row sum
+    "fcp_b95": {("16", "dW_deep", (768, 3072)): replace(matmul.CONFIGS[("16", "dW", (768, 3072))], busy=0.95)},
+    "attn_sep": {("16", "dW", (768, 768)): replace(matmul.CONFIGS[("16", "dW", (768, 768))], separate_db=True)},
+    # qkv's dW as 128 x 256 tiles in 7 slices (54 tiles: 378 items, 95% of three waves), db separate
+    # (its fused row sum was what lost in the step at edb9c07)
+    "qkv256_sep": {("16", "dW_deep", (2304, 768)): replace(matmul._DW, busy=0.95, separate_db=True)},
 }
 
 
