@@ -39,6 +39,10 @@ VARIANTS = {
     # qkv's dW as 128 x 256 tiles in 7 slices (54 tiles: 378 items, 95% of three waves), db separate
     # (its fused row sum was what lost in the step at edb9c07)
     "qkv256_sep": {("16", "dW_deep", (2304, 768)): replace(matmul._DW, busy=0.95, separate_db=True)},
+    # the classifier's forward (K = 768: twelve K steps a tile, so the epilogue weighs) as two 128 x
+    # 128 programs of one warpgroup an SM, as the other K = 768 forwards (alone at 16384 / 32768 rows:
+    # 1.00x / 0.94x cuBLAS against 1.04x / 0.99x for the 128 x 256 entry)
+    "lm_c2": {("16", "forward", (50304, 768)): matmul._tile16(128, 128, 3, num_warps=4, ctas_per_sm=2, group_m=32)},
 }
 
 
