@@ -168,12 +168,14 @@ class _KernelModel:
     def gemm_wgmma(self, d, grid, block, args, shared):
         ta, tb, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
-        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"])
-        A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, 128)
+        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"])
+        bm = d["WG_BM"]
+        A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, bm)
         B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
-        persistent = grid[0] == min(rt.cdiv(rows, 128) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
+        persistent = grid[0] == min(rt.cdiv(rows, bm) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
                                     _common.H200_SMS * d["WG_CTAS"])
-        self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (128, d["WG_BN"]), items=persistent,
+        assert persistent or not d["WG_PINGPONG"]
+        self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (bm, d["WG_BN"]), items=persistent,
                    rowsum=rowsum)
 
     def splitk_finish(self, d, grid, block, args, shared):
