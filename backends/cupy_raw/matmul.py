@@ -116,6 +116,16 @@ SHAPE_CONFIGS = {
     ("mma", "forward", 50304, 768): _mma(group_m=32),
 }
 
+#: product -> gemm_wgmma's pingpong schedule (matmul.cu): each consumer warpgroup a 64-row tile of its
+#: own, one more ring stage in the shared memory the smaller A tiles leave (5 x 40 KB at bn 256, 6 x 24
+#: KB at dW's bn 128). Timed against CONFIGS by bench/tune/cupy_raw_wgmma_probe.py; CONFIGS stays
+#: the product's choice until the H200's numbers say otherwise.
+PINGPONG_CONFIGS = {
+    "forward": _wg(bn=256, bm=64, stages=5, pingpong=True),
+    "dx": _wg(bn=256, bm=64, stages=5, pingpong=True),
+    "dW": _wg(bm=64, stages=6, split_k=16, busy=0.9, pingpong=True),
+}
+
 #: the unaligned gemm_mma (element-wise loads: awkward shapes, tests) budgets registers for one block per SM
 UNALIGNED = _mma(ctas=1)
 
