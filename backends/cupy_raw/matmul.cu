@@ -907,12 +907,14 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
 
 // A consumer warpgroup's main loop over one work item's nk k-blocks of the ring: for each of its
 // WG_MH m64 blocks h (rows a_row0 + 64 h of the slot's A tile), acc[h] += A @ B and, with SUMS,
-// sums[h] += A @ ones (the row sums). SUMS is a template parameter, not a test inside the
+// sums[h] += A @ ones (the row sums). hand_on (pingpong; 0: none): the named barrier to arrive at
+// once the item's last multiplies are issued, so that the other warpgroup's queue behind them at the
+// tensor cores while these drain. SUMS is a template parameter, not a test inside the
 // loop: a run-time branch around wgmma_rowsum between wgmma_fence and wgmma_commit put a wgmma in a
 // divergent path, and ptxas then serialised every wgmma of the kernel ("WG.AR in divergent path").
 template <bool SUMS>
 __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], float (&sums)[WG_MH][4], int nk, int& it,
-                                             int a_row0,
+                                             int a_row0, int hand_on,
                                              unsigned a_ring, unsigned b_ring, unsigned ones, unsigned full_bar,
                                              unsigned empty_bar) {
     for (int kb = 0; kb < nk; ++kb, ++it) {
@@ -942,6 +944,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], flo
             mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
         }
     }
+    if (hand_on) named_arrive(hand_on, 256);
     wgmma_wait<0>();
     fence_accumulators(acc);
     fence_accumulators(sums);
@@ -1033,12 +1036,12 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             for (int i = 0; i < 4; ++i) sums[h][i] = 0.0f;
         }
         if (WG_PINGPONG) named_barrier(WG_TURN_BAR + wg, 256);  // this warpgroup's turn at the tensor cores
+        // pingpong: the block's next item (the other warpgroup's) multiplies while this one writes out
+        const int hand_on = WG_PINGPONG && work + (int)gridDim.x < items ? WG_TURN_BAR + 1 - wg : 0;
         if (with_sums)
-            consume_item<true>(acc, sums, w.nk, it, a_row0, a_ring, b_ring, ones, full_bar, empty_bar);
+            consume_item<true>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar);
         else
-            consume_item<false>(acc, sums, w.nk, it, a_row0, a_ring, b_ring, ones, full_bar, empty_bar);
-        // pingpong: the block's next item (the other warpgroup's) may multiply while this one writes out
-        if (WG_PINGPONG && work + (int)gridDim.x < items) named_arrive(WG_TURN_BAR + 1 - wg, 256);
+            consume_item<false>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar);
 
         // the epilogue, per m64 block h: rows i_wg .. i_wg + 63 of C, the tile's columns from j_tile
         const int j_tile = w.tn * WG_BN;
