@@ -25,8 +25,8 @@ Variants (one object each, registered by plugin.py):
               loads. Two schedules (matmul.cu says why): cooperative (both warpgroups on each
               128-row tile; the default) and pingpong (`pingpong=True` in the configuration: each
               warpgroup its own tile, taking turns at the tensor cores, so that one's epilogue
-              overlaps the other's multiplies). Where TMA cannot describe an operand (a row not 16-byte aligned: K or M not a
-              multiple of 8) it runs gemm_mma instead, as tiled would.
+              overlaps the other's multiplies). Where TMA cannot describe an operand (a row not
+              16-byte aligned: K or M not a multiple of 8) it runs gemm_mma instead, as tiled would.
     cublaslt  cuBLASLt's own kernel (_cublaslt.py: ctypes, a preallocated workspace, the heuristic's
               algorithm per shape), float32 compute: the reference point the hand-written ones are
               measured against, and usable inside a captured CUDA graph, which CuPy's cuBLAS is not.

@@ -324,9 +324,8 @@ class _Product:
     def call(self, engine, cfg, bias: bool):
         def run(i):
             x, w, b, dy = self.sets[i]
-            if self.product == "dW":
-                b = self.db if bias else None
-            _call(engine, cfg, self.product, x, w, b if bias else None, dy, self.out, ROWS, self.K, self.M)
+            b = (self.db if self.product == "dW" else b) if bias else None   # dW's: db, accumulated
+            _call(engine, cfg, self.product, x, w, b, dy, self.out, ROWS, self.K, self.M)
         return run
 
     def check(self, cp, variant, run, bias: bool) -> tuple[bool, str]:
