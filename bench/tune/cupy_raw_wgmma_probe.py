@@ -45,7 +45,8 @@ zeros) and checked against a float64 reference of the same rounded inputs (the c
 bound, as the sweeps hold it); only then timed with euler_core.measure.timing (batches behind a spin
 kernel, CUDA events, two input sets). The variants of ISOLATED (a new schedule, never run on a GPU
 before it was added) run in a child process of this script under --child-timeout seconds: a kernel
-that hangs is killed with its process, recorded as an error, and the probe goes on.
+that hangs is killed with its process, recorded as an error, and the probe goes on (that variant
+is not tried again at the later products).
 The modules of the source-edited variants are compiled first in parallel processes (CuPy's disk
 cache), so that compiling does not eat the time budget. Records go to --out as JSON after each
 measurement; a table is printed. Each record's us_per_tile_wave is p50 / ceil(tiles / SMs).
@@ -423,13 +424,18 @@ def run(out_path: str, variants: list[str], products: list[str], limit: float) -
     print(f"compile: {time.perf_counter() - t0:.1f} s", flush=True)
     timer, tcfg = _timing()
     meta = _meta(cp)
-    records = []
+    records, hung = [], {}   # hung: variant -> the product its child process timed out at
     for pname in products:
         data = _Product(cp, pname)
         base = measure(data.call("cublaslt", None, data.with_bias), 2, timer, tcfg).p50
         for variant in ["cublaslt"] + [v for v in variants if _runs_at(v, pname)]:
-            if variant in ISOLATED:
+            if variant in hung:  # a hang is the kernel's, not the shape's: not another `limit` seconds
+                rec = dict(op="matmul", variant=variant, product=pname, isolated=True,
+                           error=f"not run: timed out at {hung[variant]}")
+            elif variant in ISOLATED:
                 rec = _isolated(pname, variant, base, limit)
+                if "timed out" in rec.get("error", ""):
+                    hung[variant] = pname
             else:
                 rec = _measure(cp, data, variant, base, meta, timer, tcfg)
             records.append(rec)
@@ -453,7 +459,7 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma-separated, from: " + ", ".join(VARIANTS) + " (cublaslt always runs)")
     parser.add_argument("--products", default=",".join(PRODUCTS), help="comma-separated, from: " + ", ".join(PRODUCTS))
-    parser.add_argument("--child-timeout", type=float, default=120.0,
+    parser.add_argument("--child-timeout", type=float, default=90.0,
                         help="seconds an ISOLATED variant's child process may take (compiled modules cached)")
     parser.add_argument("--child", nargs=2, metavar=("PRODUCT", "VARIANT"), help=argparse.SUPPRESS)
     parser.add_argument("--base", type=float, help=argparse.SUPPRESS)  # the child's cuBLASLt time
