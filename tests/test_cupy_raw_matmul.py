@@ -22,6 +22,7 @@ bench/device/cupy_raw.sh.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -168,12 +169,14 @@ class _KernelModel:
     def gemm_wgmma(self, d, grid, block, args, shared):
         ta, tb, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
-        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"])
-        A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, 128)
+        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"])
+        bm = d["WG_BM"]
+        A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, bm)
         B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
-        persistent = grid[0] == min(rt.cdiv(rows, 128) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
+        persistent = grid[0] == min(rt.cdiv(rows, bm) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
                                     _common.H200_SMS * d["WG_CTAS"])
-        self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (128, d["WG_BN"]), items=persistent,
+        assert persistent or not d["WG_PINGPONG"]
+        self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (bm, d["WG_BN"]), items=persistent,
                    rowsum=rowsum)
 
     def splitk_finish(self, d, grid, block, args, shared):
@@ -347,6 +350,41 @@ def test_wgmma_kernel_in_the_emulator(monkeypatch):
         _close(y, _gelu(ref), "bfloat16", "forward", "emulated wgmma gelu")
 
 
+
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("bm, bn, stages", [(64, 256, 3), (128, 128, 5)], ids=["64x256", "128x128"])
+def test_wgmma_pingpong_in_the_emulator(monkeypatch, bm, bn, stages):
+    """The pingpong schedule (each consumer warpgroup its own items, turns at the tensor cores by
+    named barriers 3 and 4) on the CPU, every product: blocks with one item, an odd and an even
+    number of items (the turns must balance: a missing or extra arrival deadlocks the next block,
+    and the emulator says so), the ring wrapping across items each warpgroup steps over, dW's
+    split-K and row sums (64-row tiles there: bn 128), ragged edges, the GELU epilogue."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    for product in ("forward", "dx", "dW"):
+        base = mm.CONFIGS[("wgmma", product)]
+        cfg = dict(base, pingpong=True, bm=bm if product != "dW" else 64, bn=bn if product != "dW" else 128,
+                   stages=stages)
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), cfg)
+    with rt.emulation():
+        _check_against_naive(mm.wgmma, f"wgmma pingpong {bm}x{bn} (emulated)", "bfloat16",
+                             [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264)],
+                             np.random.default_rng(11))
+        x, w, b = _inputs(np.random.default_rng(12), 200, 64, 136, "bfloat16")
+        pre = np.full((200, 136), np.nan, dtype=x.dtype)
+        y = mm.wgmma.forward_gelu(x, w, b, pre=pre)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+        _close(pre, ref, "bfloat16", "forward", "emulated pingpong pre")
+        _close(y, _gelu(ref), "bfloat16", "forward", "emulated pingpong gelu")
+
+
+def test_pingpong_needs_a_persistent_grid(model):
+    x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 64, "bfloat16", bias=False)
+    y = np.empty((64, 64), dtype=x.dtype)
+    for bad in (dict(persistent=False), dict(bm=256)):
+        cfg = {**mm.CONFIGS[("wgmma", "forward")], "pingpong": True, "bm": 64, **bad}
+        with pytest.raises(ValueError, match="pingpong|bm="):
+            mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), y, 64, 64, 64, config=cfg)
+
 def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):
     x, w, b = _inputs(np.random.default_rng(2), N, K, M, dtype)
     y, saved = VARIANTS[variant].forward({"x": x, "weight": w, "bias": b}, {})
@@ -413,6 +451,18 @@ _COMPILE_SHAPES = [(4096, 768, 2304), (4096, 768, 768), (4096, 768, 3072), (4096
                    (17, 36, 20), (64, 40, 64)]
 
 
+@contextlib.contextmanager
+def _configs(changes: dict):
+    """matmul's CONFIGS with `changes` while inside."""
+    saved = dict(mm.CONFIGS)
+    mm.CONFIGS.update(changes)
+    try:
+        yield
+    finally:
+        mm.CONFIGS.clear()
+        mm.CONFIGS.update(saved)
+
+
 def _used_modules(model) -> dict:
     modules = {}
     for variant in ("tiled", "wgmma"):
@@ -424,6 +474,12 @@ def _used_modules(model) -> dict:
                                                       "bias": np.zeros(b.shape, np.float32)})
                 if N * K < 1e5:
                     VARIANTS[variant].forward_gelu(x, w, b, pre=np.empty_like(y))
+    # the pingpong schedule's modules too (the probe's; GPT-2's shapes, bf16)
+    with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
+        for N, K, M in _COMPILE_SHAPES[:5]:
+            x, w, b = _inputs(np.random.default_rng(4), N, K, M, "bfloat16")
+            y, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
+            mm.wgmma.backward(saved, y, {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)})
     for name, defines in model.kernels:
         key = tuple(sorted(defines.items()))
         modules[key] = "sm_90a" if "GEMM_WGMMA" in defines else "sm_90"

@@ -466,14 +466,32 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 
 // =================================================================================================
 #ifdef GEMM_WGMMA
-// Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the 128-row tile of C), WG_STAGES
-// (ring depth), WG_CTAS (blocks per SM the registers are budgeted for). Block: warps 0-3 and 4-7 are
-// the two consumer warpgroups (rows 0-63 and 64-127 of the tile), warp 8 the producer.
+// Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the tile of C), WG_BM (its rows),
+// WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
+// schedule, below). Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
 // b + gridDim.x, ... (the host launches one block per item, or a persistent grid of a few per SM).
 // The ring runs on across a block's items: while the consumers write one tile out, the producer is
-// already loading the next one's first k-blocks.
+// already loading the next one's first k-blocks. Two schedules share everything else:
+//
+//   cooperative (WG_PINGPONG 0, WG_BM 128): both warpgroups work on every item, rows 0-63 and 64-127
+//       of its tile, and release each slot together (256 arrivals). While they write a tile out the
+//       tensor cores idle: at K = 768 (fc forward) 12.4 us per tile wave against 8.4 with the stores
+//       skipped (reports/cupy_raw-h200/, wgmma-c53bb3f).
+//   pingpong (WG_PINGPONG 1, WG_BM 64 or 128): each warpgroup owns alternate items of the block
+//       (warpgroup n % 2 takes the block's n-th item), a whole WG_BM x WG_BN tile, WG_BM / 64 m64
+//       blocks of wgmma per k step (WG_MH: 128 accumulators a thread at 64 x 256 or 128 x 128,
+//       as the cooperative 64 x 256 share has). The producer fills the ring for both in item order;
+//       each warpgroup steps its ring position over the other's items without touching them, and
+//       a slot is released by the 128 threads that read it. Two named barriers make the warpgroups
+//       take turns at the tensor cores in item order (WG_TURN_BAR: a warpgroup waits for its turn,
+//       runs its main loop, then hands the turn on with a non-blocking bar.arrive before its
+//       epilogue), so one warpgroup's epilogue runs while the other multiplies, and the ring is
+//       consumed in the order it is filled. The cost: the same multiplies read more operand bytes
+//       per result (64 x 256: 40 KB a k step for 16384 results, against 48 KB for 32768 together).
+//       Chosen over a TMA-store epilogue because that would only hide the global stores: the
+//       accumulators' shared-memory staging, the bias and GELU would still stall both warpgroups.
 //
 // The epilogue (wgmma_epilogue). wgmma leaves each thread 2 columns x 2 rows of every 8-column group
 // (wgmma_acc_coords): stored from there, a warp instruction writes 8 rows x 16 bytes (bf16 pairs),
@@ -496,9 +514,11 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), the two
 // warpgroups' epilogue buffers (WG_EPI_BYTES each), then the full[] and empty[] mbarriers
 // (matmul.py's wgmma_shared_bytes: 219200 bytes at WG_BN 256, 4 stages; the SM has 232448).
-#define WG_BM 128
 #define WG_CONSUMERS 2
 #define WG_THREADS (WG_CONSUMERS * 128 + 32)
+#define WG_MH (WG_PINGPONG ? WG_BM / 64 : 1)   // m64 blocks of the tile a consumer warpgroup multiplies
+#define WG_SLOT_READERS (WG_PINGPONG ? 128 : WG_CONSUMERS * 128)  // arrivals that release a ring slot
+#define WG_TURN_BAR 3  // pingpong: named barriers 3 (warpgroup 0's turn) and 4 (warpgroup 1's); 1, 2: the epilogues'
 constexpr int WG_A_BYTES = WG_BM * TILE_ROW_BYTES, WG_B_BYTES = WG_BN * TILE_ROW_BYTES;
 constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
 constexpr int WG_EPI_COLS = 32;                       // columns of C a warpgroup stages per pass
@@ -507,6 +527,8 @@ constexpr int WG_EPI_BYTES = 64 * WG_EPI_LDS * 4;     // one warpgroup's buffer:
 static_assert(WG_BN % WG_EPI_COLS == 0 && WG_EPI_COLS % 8 == 0, "whole 8-column groups per pass");
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
+static_assert(WG_PINGPONG ? (WG_BM == 64 || WG_BM == 128) : WG_BM == 64 * WG_CONSUMERS,
+              "cooperative: 64 rows per consumer warpgroup; pingpong: one or two m64 blocks per warpgroup");
 
 #ifdef CUPY_RAW_EMULATOR
 #include <cstdio>
@@ -617,16 +639,32 @@ __device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long d
     }
 }
 // bar.sync id, count: a barrier over `count` threads (whole warps) of the block; here a counter and a
-// generation per id, each arriving thread yielding to the others until the last one arrives
+// generation per id, each arriving thread yielding to the others until the last one arrives.
+// bar.arrive id, count: one arrival counted the same way, without waiting.
+struct EmuNamedBarriers {
+    int arrived[16], generation[16];
+};
+__device__ __forceinline__ EmuNamedBarriers& emu_named_barriers() {
+    static thread_local EmuNamedBarriers bars;
+    return bars;
+}
+// one arrival at barrier id; true when it completes the barrier's current generation (g: that generation)
+__device__ __forceinline__ bool emu_named_arrival(int id, int count, int& g) {
+    EmuNamedBarriers& b = emu_named_barriers();
+    g = b.generation[id];
+    if (++b.arrived[id] < count) return false;
+    b.arrived[id] = 0;
+    b.generation[id]++;
+    return true;
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+    int g;
+    emu_named_arrival(id, count, g);
+}
 __device__ __forceinline__ void named_barrier(int id, int count) {
-    static thread_local int arrived[16], generation[16];
-    const int g = generation[id];
-    if (++arrived[id] == count) {
-        arrived[id] = 0;
-        generation[id]++;
-        return;
-    }
-    for (long spins = 0; generation[id] == g; ++spins) {
+    int g;
+    if (emu_named_arrival(id, count, g)) return;
+    for (long spins = 0; emu_named_barriers().generation[id] == g; ++spins) {
         if (spins > 20000000) {
             fprintf(stderr, "matmul.cu (emulated): thread %d waits forever at named barrier %d\n", (int)threadIdx.x, id);
             abort();
@@ -738,10 +776,20 @@ __device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long d
 __device__ __forceinline__ void named_barrier(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+// bar.arrive id, count: this warp's arrival at the barrier, without waiting for the others
+__device__ __forceinline__ void named_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 #define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
 // generic-proxy stores to shared memory made visible to the async proxy (wgmma's operand reads)
 #define WG_FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory")
 #endif  // CUPY_RAW_EMULATOR
+
+// the accumulators of all WG_MH m64 blocks
+template <int M, int N> __device__ __forceinline__ void fence_accumulators(float (&d)[M][N]) {
+#pragma unroll
+    for (int h = 0; h < M; ++h) fence_accumulators(d[h]);
+}
 
 // One BMN x 64 tile of an operand. K-major maps have boxes of 64 k x BMN rows (one load); MN-major
 // maps boxes of 64 mn x 64 k (one load per 64-wide panel).
@@ -857,12 +905,16 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
     }
 }
 
-// A consumer warpgroup's main loop over one work item's nk k-blocks of the ring: acc += A @ B and,
-// with SUMS, sums += A @ ones (the row sums). SUMS is a template parameter, not a test inside the
+// A consumer warpgroup's main loop over one work item's nk k-blocks of the ring: for each of its
+// WG_MH m64 blocks h (rows a_row0 + 64 h of the slot's A tile), acc[h] += A @ B and, with SUMS,
+// sums[h] += A @ ones (the row sums). hand_on (pingpong; 0: none): the named barrier to arrive at
+// once the item's last multiplies are issued, so that the other warpgroup's queue behind them at the
+// tensor cores while these drain. SUMS is a template parameter, not a test inside the
 // loop: a run-time branch around wgmma_rowsum between wgmma_fence and wgmma_commit put a wgmma in a
 // divergent path, and ptxas then serialised every wgmma of the kernel ("WG.AR in divergent path").
 template <bool SUMS>
-__device__ __forceinline__ void consume_item(float (&acc)[WG_BN / 2], float (&sums)[4], int nk, int& it, int wg,
+__device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], float (&sums)[WG_MH][4], int nk, int& it,
+                                             int a_row0, int hand_on,
                                              unsigned a_ring, unsigned b_ring, unsigned ones, unsigned full_bar,
                                              unsigned empty_bar) {
     for (int kb = 0; kb < nk; ++kb, ++it) {
@@ -874,9 +926,13 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_BN / 2], float (&su
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE_K / 16; ++kk) {
-            const unsigned long long da = wgmma_operand_desc(A_KMAJOR, a_tile, 64 * wg, kk);
-            wgmma_tile(acc, da, wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk));
-            if constexpr (SUMS) wgmma_rowsum(sums, da, wgmma_operand_desc(true, ones, 0, kk));
+            const unsigned long long db = wgmma_operand_desc(B_KMAJOR, b_tile, 0, kk);
+#pragma unroll
+            for (int h = 0; h < WG_MH; ++h) {
+                const unsigned long long da = wgmma_operand_desc(A_KMAJOR, a_tile, a_row0 + 64 * h, kk);
+                wgmma_tile(acc[h], da, db);
+                if constexpr (SUMS) wgmma_rowsum(sums[h], da, wgmma_operand_desc(true, ones, 0, kk));
+            }
         }
         wgmma_commit();
         fence_accumulators(acc);
@@ -888,10 +944,25 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_BN / 2], float (&su
             mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
         }
     }
+    if (hand_on) named_arrive(hand_on, 256);
     wgmma_wait<0>();
     fence_accumulators(acc);
     fence_accumulators(sums);
     if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
+}
+
+// Work item `work` (tile-major within a k slice): its tile of C (tm, tn), k slice, first k and k-blocks.
+struct WorkItem {
+    int tm, tn, split, k_lo, nk;
+};
+__device__ __forceinline__ WorkItem work_item(int work, int tiles_m, int tiles_n, int group_m, int depth, int k_split) {
+    WorkItem w;
+    const int tiles = tiles_m * tiles_n;
+    w.split = work / tiles;
+    tile_of(work % tiles, tiles_m, tiles_n, group_m, w.tm, w.tn);
+    w.k_lo = w.split * k_split;
+    w.nk = (min(depth, w.k_lo + k_split) - w.k_lo + TILE_K - 1) / TILE_K;
+    return w;
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
@@ -906,12 +977,12 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
-    const int tiles = tiles_m * tiles_n, slices = (depth + k_split - 1) / k_split;  // k_split: a multiple of 64
+    const int items = tiles_m * tiles_n * ((depth + k_split - 1) / k_split);  // k_split: a multiple of 64
 
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);                        // the producer's expect_tx arrival
-            mbar_init(empty_bar + 8 * s, WG_CONSUMERS * 128);      // every consumer thread
+            mbar_init(empty_bar + 8 * s, WG_SLOT_READERS);         // every thread that reads the slot
         }
         WG_FENCE_MBARRIER_INIT();
     }
@@ -929,72 +1000,81 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     int it = 0;
     if (warp == WG_CONSUMERS * 4) {  // the producer warp: one lane issues every copy
         if (lane != 0) return;
-        for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
-            const int split = work / tiles;
-            int tm, tn;
-            tile_of(work % tiles, tiles_m, tiles_n, group_m, tm, tn);
-            const int k_lo = split * k_split, nk = (min(depth, k_lo + k_split) - k_lo + TILE_K - 1) / TILE_K;
-            for (int kb = 0; kb < nk; ++kb, ++it) {
+        for (int work = blockIdx.x; work < items; work += gridDim.x) {
+            const WorkItem w = work_item(work, tiles_m, tiles_n, group_m, depth, k_split);
+            for (int kb = 0; kb < w.nk; ++kb, ++it) {
                 const int s = it % WG_STAGES;
                 mbar_wait(empty_bar + 8 * s, ((it / WG_STAGES) & 1) ^ 1);  // slot free (first pass: at once)
                 mbar_expect_tx(full_bar + 8 * s, WG_A_BYTES + WG_B_BYTES);
-                const int k0 = k_lo + kb * TILE_K;
-                tma_tile<A_KMAJOR, WG_BM>(&tma_a, a_ring + s * WG_A_BYTES, tm * WG_BM, k0, full_bar + 8 * s);
-                tma_tile<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, tn * WG_BN, k0, full_bar + 8 * s);
+                const int k0 = w.k_lo + kb * TILE_K;
+                tma_tile<A_KMAJOR, WG_BM>(&tma_a, a_ring + s * WG_A_BYTES, w.tm * WG_BM, k0, full_bar + 8 * s);
+                tma_tile<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, w.tn * WG_BN, k0, full_bar + 8 * s);
             }
         }
         return;
     }
 
-    const int wg = warp >> 2;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of each tile
-    const int t = tid & 127;
+    const int wg = warp >> 2, t = tid & 127;  // consumer warpgroup, thread in it
+    const int a_row0 = WG_PINGPONG ? 0 : 64 * wg;  // its first row of each tile (and of the slot's A tile)
     float* const stage = reinterpret_cast<float*>(smem_raw + (epi + wg * WG_EPI_BYTES - smem_u32(smem_raw)));
-    float acc[WG_BN / 2], sums[4];
-    for (int work = blockIdx.x; work < tiles * slices; work += gridDim.x) {
-        const int split = work / tiles;
-        int tm, tn;
-        tile_of(work % tiles, tiles_m, tiles_n, group_m, tm, tn);
-        const int k_lo = split * k_split, nk = (min(depth, k_lo + k_split) - k_lo + TILE_K - 1) / TILE_K;
+    float acc[WG_MH][WG_BN / 2], sums[WG_MH][4];
+    // pingpong: warpgroup 0 has the first turn (the block's item 0): warpgroup 1 arrives for it
+    if (WG_PINGPONG && wg == 1 && (int)blockIdx.x < items) named_arrive(WG_TURN_BAR, 256);
+    for (int work = blockIdx.x, n = 0; work < items; work += gridDim.x, ++n) {
+        const WorkItem w = work_item(work, tiles_m, tiles_n, group_m, depth, k_split);
+        if (WG_PINGPONG && n % 2 != wg) {  // the other warpgroup's item: its k-blocks pass this one by
+            it += w.nk;
+            continue;
+        }
         // the same for the whole block; only dW's modules (A MN-major: dy^T) carry the row sums
-        const bool with_sums = !A_KMAJOR && (flags & FLAG_ROWSUM) && tn == 0;
+        const bool with_sums = !A_KMAJOR && (flags & FLAG_ROWSUM) && w.tn == 0;
 #pragma unroll
-        for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.0f;
+        for (int h = 0; h < WG_MH; ++h) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) sums[i] = 0.0f;
+            for (int i = 0; i < WG_BN / 2; ++i) acc[h][i] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sums[h][i] = 0.0f;
+        }
+        if (WG_PINGPONG) named_barrier(WG_TURN_BAR + wg, 256);  // this warpgroup's turn at the tensor cores
+        // pingpong: the block's next item (the other warpgroup's) multiplies while this one writes out
+        const int hand_on = WG_PINGPONG && work + (int)gridDim.x < items ? WG_TURN_BAR + 1 - wg : 0;
         if (with_sums)
-            consume_item<true>(acc, sums, nk, it, wg, a_ring, b_ring, ones, full_bar, empty_bar);
+            consume_item<true>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar);
         else
-            consume_item<false>(acc, sums, nk, it, wg, a_ring, b_ring, ones, full_bar, empty_bar);
+            consume_item<false>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar);
 
-        // the epilogue: this warpgroup's rows i_wg .. i_wg + 63 of C, the tile's columns from j_tile
-        const int i_wg = tm * WG_BM + 64 * wg, j_tile = tn * WG_BN;
+        // the epilogue, per m64 block h: rows i_wg .. i_wg + 63 of C, the tile's columns from j_tile
+        const int j_tile = w.tn * WG_BN;
         int r, cc;  // this thread's first accumulator (wgmma_acc_coords)
         wgmma_acc_coords(t, 0, r, cc);
-        const int i0 = i_wg + r;
         // the pointers offset by a zero the compiler cannot see through, per tile: else it hoists
         // base + 16 j (64 of them, 64-bit) out of the work loop and spills them
         const int zero = opaque_zero();
         const Out o{static_cast<char*>(c) + zero, bias + zero, pre + zero, rows, cols, flags};
-        if (with_sums && cc == 0) {  // column 0 of the row sums: registers 0 (row r) and 2 (row r + 8)
-            float* out = static_cast<float*>(rowsum) + (size_t)split * rows;
-            if (i0 < rows) out[i0] = sums[0];
-            if (i0 + 8 < rows) out[i0 + 8] = sums[2];
-        }
-        // one copy of the epilogue per flag set the launchers use, flags folded at compile time
-#define WG_EPILOGUE(F) wgmma_epilogue<F>(o, acc, stage, 1 + wg, t, i_wg, j_tile, split)
-        switch (flags & ~FLAG_ROWSUM) {
-        case FLAG_VEC: WG_EPILOGUE(FLAG_VEC); break;                                           // dx, no bias
-        case FLAG_VEC | FLAG_BIAS: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS); break;                   // forward
-        case FLAG_VEC | FLAG_PARTIAL: WG_EPILOGUE(FLAG_VEC | FLAG_PARTIAL); break;             // split-K
-        case FLAG_VEC | FLAG_ACCUMULATE: WG_EPILOGUE(FLAG_VEC | FLAG_ACCUMULATE); break;       // dW
-        case FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32:                                        // dW, float32
-            WG_EPILOGUE(FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32);
-            break;
-        case FLAG_VEC | FLAG_BIAS | FLAG_GELU: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU); break;  // forward_gelu
-        case FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE); break;
-        default: WG_EPILOGUE(FLAGS_RUNTIME);  // everything else: unaligned, ragged (element by element)
-        }
+#pragma unroll
+        for (int h = 0; h < WG_MH; ++h) {
+            const int i_wg = w.tm * WG_BM + a_row0 + 64 * h, i0 = i_wg + r;
+            if (with_sums && cc == 0) {  // column 0 of the row sums: registers 0 (row r) and 2 (row r + 8)
+                float* out = static_cast<float*>(rowsum) + (size_t)w.split * rows;
+                if (i0 < rows) out[i0] = sums[h][0];
+                if (i0 + 8 < rows) out[i0 + 8] = sums[h][2];
+            }
+            // one copy of the epilogue per flag set the launchers use, flags folded at compile time
+#define WG_EPILOGUE(F) wgmma_epilogue<F>(o, acc[h], stage, 1 + wg, t, i_wg, j_tile, w.split)
+            switch (flags & ~FLAG_ROWSUM) {
+            case FLAG_VEC: WG_EPILOGUE(FLAG_VEC); break;                                           // dx, no bias
+            case FLAG_VEC | FLAG_BIAS: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS); break;                   // forward
+            case FLAG_VEC | FLAG_PARTIAL: WG_EPILOGUE(FLAG_VEC | FLAG_PARTIAL); break;             // split-K
+            case FLAG_VEC | FLAG_ACCUMULATE: WG_EPILOGUE(FLAG_VEC | FLAG_ACCUMULATE); break;       // dW
+            case FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32:                                        // dW, float32
+                WG_EPILOGUE(FLAG_VEC | FLAG_ACCUMULATE | FLAG_OUT_F32);
+                break;
+            case FLAG_VEC | FLAG_BIAS | FLAG_GELU: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU); break;  // forward_gelu
+            case FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE); break;
+            default: WG_EPILOGUE(FLAGS_RUNTIME);  // everything else: unaligned, ragged (element by element)
+            }
 #undef WG_EPILOGUE
+        }
     }
 }
 #endif  // GEMM_WGMMA

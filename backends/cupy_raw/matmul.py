@@ -22,8 +22,11 @@ Variants (one object each, registered by plugin.py):
               _tma.py), a producer warp keeps a ring of them full behind mbarriers, two consumer
               warpgroups multiply with wgmma.mma_async straight from shared memory; one persistent
               block per SM walks the output tiles, so one tile's epilogue overlaps the next one's
-              loads. Where TMA cannot describe an operand (a row not 16-byte aligned: K or M not a
-              multiple of 8) it runs gemm_mma instead, as tiled would.
+              loads. Two schedules (matmul.cu says why): cooperative (both warpgroups on each
+              128-row tile; the default) and pingpong (`pingpong=True` in the configuration: each
+              warpgroup its own tile, taking turns at the tensor cores, so that one's epilogue
+              overlaps the other's multiplies). Where TMA cannot describe an operand (a row not
+              16-byte aligned: K or M not a multiple of 8) it runs gemm_mma instead, as tiled would.
     cublaslt  cuBLASLt's own kernel (_cublaslt.py: ctypes, a preallocated workspace, the heuristic's
               algorithm per shape), float32 compute: the reference point the hand-written ones are
               measured against, and usable inside a captured CUDA graph, which CuPy's cuBLAS is not.
@@ -68,7 +71,6 @@ FLAG_ROWSUM = 128
 
 TILE_K = 64          # k per shared-memory tile (gemm_mma, gemm_wgmma); split-K slices are multiples of it
 SIMT_TILE = 64       # gemm_simt's tile of C
-WG_BM = 128          # gemm_wgmma's tile rows
 WG_THREADS = 288     # two consumer warpgroups and a producer warp
 WG_EPI_LDS = 40      # floats per row of gemm_wgmma's epilogue buffers (32 columns + 8 of padding)
 COLSUM_GROUPS = 128  # row groups of the bias gradient's first pass
@@ -79,15 +81,17 @@ def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, spli
                 group_m=group_m, split_k=split_k, busy=busy)
 
 
-def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8):
-    return dict(engine="wgmma", bn=bn, stages=stages, ctas=ctas, persistent=persistent, group_m=group_m,
-                split_k=split_k, busy=busy)
+def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8, pingpong=False, bm=128):
+    return dict(engine="wgmma", bn=bn, bm=bm, stages=stages, ctas=ctas, persistent=persistent, pingpong=pingpong,
+                group_m=group_m, split_k=split_k, busy=busy)
 
 
-#: (engine, product) -> launch configuration. bm x bn: the tile of C; stages: the shared-memory ring;
+#: (engine, product) -> launch configuration. bm x bn: the tile of C (wgmma cooperative: bm 128;
+#: pingpong: 64 or 128, each consumer warpgroup's own tile); stages: the shared-memory ring;
 #: ctas: blocks per SM the kernel's registers are budgeted for (__launch_bounds__) and split-K's
 #: occupancy assumes; persistent (wgmma): a grid of ctas blocks per SM walking the work items, so that
-#: one tile's epilogue overlaps the next one's loads (else one block per item); group_m: tile rows
+#: one tile's epilogue overlaps the next one's loads (else one block per item); pingpong (wgmma): the
+#: schedule of matmul.cu's gemm_wgmma (False: cooperative); group_m: tile rows
 #: walked together (L2 reuse); split_k: the most k slices; busy: the wave occupancy that is enough
 #: (see _split).
 CONFIGS = {
@@ -110,6 +114,16 @@ SHAPE_CONFIGS = {
     # lm_head: W (77 MB) is read from DRAM once per group of tile rows: walk 32 of them together
     ("wgmma", "forward", 50304, 768): _wg(bn=256, group_m=32),
     ("mma", "forward", 50304, 768): _mma(group_m=32),
+}
+
+#: product -> gemm_wgmma's pingpong schedule (matmul.cu): each consumer warpgroup a 64-row tile of its
+#: own, one more ring stage in the shared memory the smaller A tiles leave (5 x 40 KB at bn 256, 6 x 24
+#: KB at dW's bn 128). Timed against CONFIGS by bench/tune/cupy_raw_wgmma_probe.py; CONFIGS stays
+#: the product's choice until the H200's numbers say otherwise.
+PINGPONG_CONFIGS = {
+    "forward": _wg(bn=256, bm=64, stages=5, pingpong=True),
+    "dx": _wg(bn=256, bm=64, stages=5, pingpong=True),
+    "dW": _wg(bm=64, stages=6, split_k=16, busy=0.9, pingpong=True),
 }
 
 #: the unaligned gemm_mma (element-wise loads: awkward shapes, tests) budgets registers for one block per SM
@@ -287,12 +301,13 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
     return c
 
 
-def wgmma_shared_bytes(bn: int, stages: int) -> int:
-    """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A and B
-    tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups' epilogue buffers
-    (64 rows x WG_EPI_LDS floats each), and a full and an empty mbarrier per slot. 219200 bytes at
-    bn 256, 4 stages (the H200's SM allows a block 232448)."""
-    return 1024 + stages * (WG_BM + bn) * 128 + 1024 + 2 * 64 * WG_EPI_LDS * 4 + 16 * stages
+def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128) -> int:
+    """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A (bm x
+    64) and B (bn x 64) tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups'
+    epilogue buffers (64 rows x WG_EPI_LDS floats each), and a full and an empty mbarrier per slot.
+    219200 bytes at bm 128, bn 256, 4 stages; 227408 at bm 64, bn 256, 5 stages (the H200's SM
+    allows a block 232448)."""
+    return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * 64 * WG_EPI_LDS * 4 + 16 * stages
 
 
 def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
@@ -310,16 +325,23 @@ def _operand_map(op: Operand, mn_extent: int, depth: int, bmn: int):
 
 
 def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum, cfg):
+    bm, pingpong = cfg.get("bm", 128), bool(cfg.get("pingpong"))
+    if pingpong and not cfg.get("persistent"):
+        raise ValueError("matmul wgmma: the pingpong schedule needs a persistent grid (one item a block "
+                         "leaves one consumer warpgroup idle)")
+    if bm not in ((64, 128) if pingpong else (128,)):
+        raise ValueError(f"matmul wgmma: tile rows bm={bm}: 128 (cooperative) or 64 / 128 (pingpong)")
     defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
-               "B_KMAJOR": int(b.kmajor), "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"], "WG_CTAS": cfg["ctas"]}
+               "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
+               "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong)}
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     xp = _common.xp_of(c)
-    tiles = rt.cdiv(rows, WG_BM) * rt.cdiv(cols, cfg["bn"])
+    tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
     k_split = _k_split(cfg, tiles, depth, gelu, xp)
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
     sums = xp.empty((rt.cdiv(depth, k_split), rows), dtype=np.float32) if rowsum is not None else None
-    maps = (_operand_map(a, rows, depth, WG_BM), _operand_map(b, cols, depth, cfg["bn"]))
-    _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"]), cfg, a, c, rows, cols,
+    maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"]))
+    _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm), cfg, a, c, rows, cols,
                  depth, bias, accumulate, gelu, pre, maps, (sums if sums is not None else c,), work_items=True,
                  k_split=k_split, flags=FLAG_ROWSUM if sums is not None else 0)
     if sums is not None:

@@ -1,12 +1,17 @@
 """Where gemm_wgmma's time per output tile goes: variants of it at three GPT-2 products, beside cuBLASLt.
 
-    python3 bench/tune/cupy_raw_wgmma_probe.py --out $OUT/probe.json     # the H200, ~60 s
+    python3 bench/tune/cupy_raw_wgmma_probe.py --out $OUT/probe.json     # the H200, ~3 min
+    python3 bench/tune/cupy_raw_wgmma_probe.py --out $OUT/probe.json --variants tree,pingpong
     python3 bench/tune/cupy_raw_wgmma_probe.py --dry                     # the CPU: plan, compile, emulate
 
 Products (bf16, N = 16384), chosen so that the depth K per tile varies while the kernel does not:
     fc_fwd        y (N, 3072) = x (N, 768) W^T + b      K = 768    (1536 tiles of 128 x 256)
     fc_proj_fwd   y (N, 768) = x (N, 3072) W^T + b      K = 3072   (384 tiles)
     lm_head_dx    dx (N, 768) = dy (N, 50304) W         K = 50304  (384 tiles)
+and, for the variants of DW_VARIANTS only (the others probe the forward's epilogue), the weight
+gradients, float32 as mixed precision keeps them, with db's fused row sums:
+    qkv_dW        dW (2304, 768) += dy^T x, db += sum dy     depth N = 16384 (split-K)
+    fc_dW         dW (3072, 768) += dy^T x, db += sum dy
 Measured at b51b176 (reports/cupy_raw-h200/bench-b51b176/matmul_bench.txt): ~150 TFLOP/s at K = 768,
 ~270 at 3072, 674 at 50304, i.e. ~12 ns per unit of K per tile but ~35-60 us more per tile.
 
@@ -27,11 +32,21 @@ Variants (all through matmul.gemm, the launcher the product uses):
     stages3         WG_STAGES 3 instead of 4 (config=)
     one_block       one block per tile instead of a persistent grid of one per SM (config=)
     group_m16       16 tile rows walked together instead of 8 (config=)
+    pingpong        the pingpong schedule (matmul.cu): each consumer warpgroup its own 64 x 256 tile
+                    (dW: 64 x 128), turns at the tensor cores, so one's epilogue overlaps the
+                    other's multiplies; matmul.PINGPONG_CONFIGS (one more ring stage)
+    pingpong_128x128  the same with 128 x 128 tiles per warpgroup (two m64n128 per k step, 6 stages):
+                    fewer operand bytes per result than 64 x 256; forward and dx only (at dW's
+                    MN-major operands and row sums ptxas spills 44 bytes there)
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
 
-Every variant is first run on inputs whose output is poisoned with NaN and checked against a float64
-reference of the same rounded inputs (the conformance bf16 bound, as the sweeps hold it); only then
-timed with euler_core.measure.timing (batches behind a spin kernel, CUDA events, two input sets).
+Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
+zeros) and checked against a float64 reference of the same rounded inputs (the conformance bf16
+bound, as the sweeps hold it); only then timed with euler_core.measure.timing (batches behind a spin
+kernel, CUDA events, two input sets). The variants of ISOLATED (a new schedule, never run on a GPU
+before it was added) run in a child process of this script under --child-timeout seconds: a kernel
+that hangs is killed with its process, recorded as an error, and the probe goes on (that variant
+is not tried again at the later products).
 The modules of the source-edited variants are compiled first in parallel processes (CuPy's disk
 cache), so that compiling does not eat the time budget. Records go to --out as JSON after each
 measurement; a table is printed. Each record's us_per_tile_wave is p50 / ceil(tiles / SMs).
@@ -57,21 +72,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from backends.cupy_raw import _common, _source  # noqa: E402
 from backends.cupy_raw import _runtime as rt  # noqa: E402
 from backends.cupy_raw import matmul as mm  # noqa: E402
+from euler_core.measure.timing import CudaTimer, TimingConfig, measure  # noqa: E402
 
 ROWS = 16384
 #: name -> (product, K (x's width), M (W's rows), bias)
 PRODUCTS = {"fc_fwd": ("forward", 768, 3072, True), "fc_proj_fwd": ("forward", 3072, 768, True),
-            "lm_head_dx": ("dx", 768, 50304, False)}
+            "lm_head_dx": ("dx", 768, 50304, False), "qkv_dW": ("dW", 768, 2304, True),
+            "fc_dW": ("dW", 768, 3072, True)}
 
 _DISPATCH = "switch (flags & ~FLAG_ROWSUM) {"
 #: variant -> source edits of matmul.cu's gemm_wgmma ((old, new), old found exactly once)
 EDITS = {
     "runtime_flags": [(_DISPATCH, "switch (FLAGS_RUNTIME) {")],
     "no_store": [(_DISPATCH, "float probe_sum = 0.0f;\n#pragma unroll\n"
-                             "        for (int q = 0; q < WG_BN / 2; ++q) probe_sum += acc[q];\n"
+                             "            for (int q = 0; q < WG_BN / 2; ++q) probe_sum += acc[h][q];\n"
                              "        if (probe_sum == 1234.5678f) switch (FLAGS_RUNTIME) {")],
 }
-#: variant -> (launch configuration change, source edit, bias override)
+#: variant -> (launch configuration change, source edit, bias override); a change with "pingpong"
+#: starts from matmul.PINGPONG_CONFIGS instead of the product's configuration
 VARIANTS = {
     "tree": ({}, None, None),
     "runtime_flags": ({}, "runtime_flags", None),
@@ -80,7 +98,13 @@ VARIANTS = {
     "stages3": ({"stages": 3}, None, None),
     "one_block": ({"persistent": False}, None, None),
     "group_m16": ({"group_m": 16}, None, None),
+    "pingpong": ({"pingpong": True}, None, None),
+    "pingpong_128x128": ({"pingpong": True, "bm": 128, "bn": 128, "stages": 6}, None, None),
 }
+#: the variants also run at the dW products
+DW_VARIANTS = ("tree", "pingpong")
+#: the variants run in a child process under a time limit (a hang costs that variant only)
+ISOLATED = ("pingpong", "pingpong_128x128")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
@@ -119,18 +143,30 @@ def source_edit(edit: str | None):
 
 
 def _config(product: str, M: int, K: int, change: dict) -> dict:
-    cfg = mm._config("wgmma", product, (M, K), None)
+    cfg = dict(mm.PINGPONG_CONFIGS[product]) if change.get("pingpong") else mm._config("wgmma", product, (M, K), None)
     cfg.update(change)
     return cfg
 
 
+def _runs_at(variant: str, pname: str) -> bool:
+    return PRODUCTS[pname][0] != "dW" or variant in DW_VARIANTS + ("cublaslt",)
+
+
+def _output_shape(product: str, rows: int, K: int, M: int) -> tuple:
+    return {"forward": (rows, M), "dx": (rows, K), "dW": (M, K)}[product]
+
+
 def _call(engine, cfg, product, x, w, b, dy, out, rows, K, M):
+    """The product on `engine`; dW accumulates into out (M, K) and, given b (M), db into b."""
     if product == "forward":
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out, rows, M, K, bias=b,
                 product="forward", weight_shape=(M, K), config=cfg)
-    else:
+    elif product == "dx":
         mm.gemm(engine, mm.Operand(dy, M, True), mm.Operand(w, K, False), out, rows, K, M,
                 product="dx", weight_shape=(M, K), config=cfg)
+    else:
+        mm.gemm(engine, mm.Operand(dy, M, False), mm.Operand(x, K, False), out, M, K, rows, accumulate=True,
+                rowsum=b, product="dW", weight_shape=(M, K), config=cfg)
 
 
 def plan(rows: int = 256) -> list[tuple[str, str, dict]]:
@@ -139,9 +175,12 @@ def plan(rows: int = 256) -> list[tuple[str, str, dict]]:
     bf16 = _common.np_dtype("bfloat16")
     for variant, (change, edit, bias_override) in VARIANTS.items():
         for pname, (product, K, M, with_bias) in PRODUCTS.items():
+            if not _runs_at(variant, pname):
+                continue
             x, w, dy = np.zeros((rows, K), bf16), np.zeros((M, K), bf16), np.zeros((rows, M), bf16)
-            b = np.zeros(M, bf16) if (with_bias if bias_override is None else bias_override) else None
-            c = np.zeros((rows, M if product == "forward" else K), bf16)
+            gdt = np.float32 if product == "dW" else bf16   # dW, db: mixed precision's float32
+            b = np.zeros(M, gdt) if (with_bias if bias_override is None else bias_override) else None
+            c = np.zeros(_output_shape(product, rows, K, M), gdt)
             with rt.recording() as rec, source_edit(edit):
                 _call("wgmma", _config(product, M, K, change), product, x, w, b, dy, c, rows, K, M)
             for launch in rec:
@@ -150,12 +189,20 @@ def plan(rows: int = 256) -> list[tuple[str, str, dict]]:
     return out
 
 
-def _modules() -> list[tuple[str | None, dict]]:
+def _modules(variants=tuple(VARIANTS)) -> list[tuple[str | None, dict]]:
+    """(source edit, defines) of each distinct module the variants launch."""
     seen = {}
     for variant, _, defines in plan():
+        if variant not in variants:
+            continue
         edit = VARIANTS[variant][1]
         seen[(edit, tuple(sorted(defines.items())))] = (edit, defines)
     return list(seen.values())
+
+
+def _module_name(d: dict) -> str:
+    return (f"{'pingpong' if d['WG_PINGPONG'] else 'cooperative':11s} A_KMAJOR={d['A_KMAJOR']} "
+            f"B_KMAJOR={d['B_KMAJOR']} {d['WG_BM']}x{d['WG_BN']} stages={d['WG_STAGES']}")
 
 
 def _compile_on_gpu(job) -> str:
@@ -164,8 +211,7 @@ def _compile_on_gpu(job) -> str:
     t = time.perf_counter()
     with source_edit(edit):
         rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
-    return f"{edit or 'tree'} {defines['A_KMAJOR']}{defines['B_KMAJOR']} s{defines['WG_STAGES']}: " \
-           f"{time.perf_counter() - t:.1f} s"
+    return f"{edit or 'tree':14s} {_module_name(defines)}: {time.perf_counter() - t:.1f} s"
 
 
 def _nvcc(job) -> str:
@@ -180,13 +226,13 @@ def _nvcc(job) -> str:
     if proc.returncode:
         raise RuntimeError(f"{edit} {defines}: nvcc failed\n{proc.stderr[-3000:]}")
     res = rt._parse_ptxas(proc.stderr + proc.stdout)["gemm_wgmma"]
-    serial = " wgmma SERIALIZED" if "serialized" in proc.stderr else ""
-    return (f"{edit or 'tree':14s} A_KMAJOR={defines['A_KMAJOR']} B_KMAJOR={defines['B_KMAJOR']} "
-            f"stages={defines['WG_STAGES']}: {res.registers} registers, {res.spill_bytes} bytes spilled{serial}")
+    serial = " wgmma SERIALIZED" if res.wgmma_serialized else ""
+    return f"{edit or 'tree':14s} {_module_name(defines)}: {res.registers} registers, {res.spill_bytes} bytes spilled{serial}"
 
 
 def _emulate() -> int:
-    """--dry: each variant on the CPU emulator at a small shape (the probe's own plumbing and checks)."""
+    """--dry: each variant on the CPU emulator at a small shape (the probe's own plumbing and checks),
+    two "SMs", so that the persistent blocks walk several work items (pingpong's turns)."""
     bad = 0
     rng = np.random.default_rng(1)
     bf16 = _common.np_dtype("bfloat16")
@@ -194,17 +240,31 @@ def _emulate() -> int:
     x = rng.standard_normal((rows, K)).astype(bf16)
     w = (rng.standard_normal((M, K)) * K ** -0.5).astype(bf16)
     b = rng.standard_normal(M).astype(bf16)
+    dy = rng.standard_normal((rows, M)).astype(bf16)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    for variant in ("tree", "runtime_flags", "no_store", "no_bias"):
-        change, edit, bias_override = VARIANTS[variant]
-        with_bias = True if bias_override is None else bias_override
-        out = np.full((rows, M), np.nan, dtype=bf16)
-        with rt.emulation(), source_edit(edit):
-            _call("wgmma", _config("forward", M, K, change), "forward", x, w, b if with_bias else None, None, out,
-                  rows, K, M)
-        ok, err = _verdict(np, variant, out, ref + (b.astype(np.float64) if with_bias else 0.0))
-        print(f"emulated {variant:14s} {'ok' if ok else 'FAIL'} ({err})")
-        bad += not ok
+    real_sms, _common.num_sms = _common.num_sms, lambda xp: 2
+    try:
+        for variant in ("tree", "runtime_flags", "no_store", "no_bias", "pingpong", "pingpong_128x128"):
+            change, edit, bias_override = VARIANTS[variant]
+            with_bias = True if bias_override is None else bias_override
+            out = np.full((rows, M), np.nan, dtype=bf16)
+            with rt.emulation(), source_edit(edit):
+                _call("wgmma", _config("forward", M, K, change), "forward", x, w, b if with_bias else None, None,
+                      out, rows, K, M)
+            ok, err = _verdict(np, variant, out, ref + (b.astype(np.float64) if with_bias else 0.0))
+            print(f"emulated {variant:16s} forward {'ok' if ok else 'FAIL'} ({err})")
+            bad += not ok
+        for variant in DW_VARIANTS:
+            change, edit, _ = VARIANTS[variant]
+            dw, db = np.zeros((M, K), np.float32), np.zeros(M, np.float32)
+            with rt.emulation(), source_edit(edit):
+                _call("wgmma", _config("dW", M, K, change), "dW", x, w, db, dy, dw, rows, K, M)
+            ok, err = _verdict(np, variant, dw, dy.astype(np.float64).T @ x.astype(np.float64))
+            ok_b, err_b = _verdict(np, variant, db, dy.astype(np.float64).sum(axis=0))
+            print(f"emulated {variant:16s} dW      {'ok' if ok and ok_b else 'FAIL'} (dW {err}, db {err_b})")
+            bad += not (ok and ok_b)
+    finally:
+        _common.num_sms = real_sms
     return bad
 
 
@@ -217,12 +277,12 @@ def _verdict(xp, variant, out, ref):
     return bool(xp.all(xp.abs(got - ref) <= 4e-2 * xp.abs(ref) + 2e-2 * scale)), f"max err {err:.2e} rms"
 
 
-def dry() -> int:
+def dry(variants: list[str]) -> int:
     print("plan (variant, product: gemm_wgmma defines):")
     for variant, pname, d in plan():
-        print(f"  {variant:14s} {pname:12s} A_KMAJOR={d['A_KMAJOR']} B_KMAJOR={d['B_KMAJOR']} WG_BN={d['WG_BN']} "
-              f"WG_STAGES={d['WG_STAGES']}")
-    jobs = _modules()
+        if variant in variants:
+            print(f"  {variant:16s} {pname:12s} {_module_name(d)}")
+    jobs = _modules(variants)
     print(f"{len(jobs)} distinct modules; nvcc:")
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as ex:
         for line in ex.map(_nvcc, jobs):
@@ -230,68 +290,154 @@ def dry() -> int:
     return _emulate()
 
 
-def run(out_path: str) -> int:
-    import cupy as cp
+class _Product:
+    """One product's inputs on the GPU (two sets, seeded by the product's name: a child process
+    makes the same ones) and its float64 reference from set 0 (without the forward's bias)."""
 
-    from euler_core.measure.timing import CudaTimer, TimingConfig, measure
-    t0 = time.perf_counter()
-    jobs = _modules()
+    def __init__(self, cp, pname: str):
+        bf16 = _common.np_dtype("bfloat16")
+        self.name = pname
+        self.product, self.K, self.M, self.with_bias = PRODUCTS[pname]
+        cp.random.seed(5 + list(PRODUCTS).index(pname))
+
+        def normal(shape, scale=1.0):
+            return (cp.random.standard_normal(shape, dtype=cp.float32) * scale).astype(bf16)
+
+        K, M, product = self.K, self.M, self.product
+        self.sets = [(normal((ROWS, K)), normal((M, K), K ** -0.5), normal((M,)),
+                      normal((ROWS, M)) if product != "forward" else None) for _ in range(2)]
+        x, w, b, dy = self.sets[0]
+        self.shape = _output_shape(product, ROWS, K, M)
+        self.depth = {"forward": K, "dx": M, "dW": ROWS}[product]
+        self.flops = 2.0 * self.shape[0] * self.shape[1] * self.depth
+        if product == "forward":
+            self.ref = x.astype(cp.float64) @ w.astype(cp.float64).T
+        elif product == "dx":
+            self.ref = dy.astype(cp.float64) @ w.astype(cp.float64)
+        else:
+            self.ref = dy.astype(cp.float64).T @ x.astype(cp.float64)
+            self.ref_db = dy.astype(cp.float64).sum(axis=0)
+        self.b64 = b.astype(cp.float64)
+        dt = cp.float32 if product == "dW" else bf16   # dW, db: mixed precision's float32
+        self.out = cp.empty(self.shape, dtype=dt)
+        self.db = cp.zeros((M,), dtype=cp.float32) if product == "dW" else None
+
+    def call(self, engine, cfg, bias: bool):
+        def run(i):
+            x, w, b, dy = self.sets[i]
+            b = (self.db if self.product == "dW" else b) if bias else None   # dW's: db, accumulated
+            _call(engine, cfg, self.product, x, w, b, dy, self.out, ROWS, self.K, self.M)
+        return run
+
+    def check(self, cp, variant, run, bias: bool) -> tuple[bool, str]:
+        """run(0) on a poisoned output (dW and db, which accumulate: on zeros) against the reference."""
+        if self.product == "dW":
+            self.out.fill(0)
+            self.db.fill(0)
+        else:
+            self.out.fill(cp.nan)
+        run(0)
+        if self.product == "dW":
+            ok, why = _verdict(cp, variant, self.out, self.ref)
+            if bias:
+                ok_b, why_b = _verdict(cp, variant, self.db, self.ref_db)
+                ok, why = ok and ok_b, f"dW {why}; db {why_b}"
+            return ok, why
+        return _verdict(cp, variant, self.out, self.ref + self.b64 if bias else self.ref)
+
+
+def _measure(cp, data: _Product, variant: str, base: float, meta: dict, timer, tcfg) -> dict:
+    """One variant at one product: checked, then timed; the record."""
+    change, edit, bias_override = VARIANTS.get(variant, ({}, None, None))
+    bias = data.with_bias if bias_override is None else bias_override
+    engine, cfg = ("cublaslt", None) if variant == "cublaslt" else \
+        ("wgmma", _config(data.product, data.M, data.K, change))
+    rec = dict(op="matmul", variant=variant, product=data.name, direction=data.product, rows=data.shape[0],
+               cols=data.shape[1], depth=data.depth, dtype="bfloat16", bias=bias, cfg=cfg, cublaslt_s=base, **meta)
+    if cfg is not None:
+        tiles = rt.cdiv(data.shape[0], cfg.get("bm", 128)) * rt.cdiv(data.shape[1], cfg["bn"])
+        rec.update(tiles=tiles, tile_waves=rt.cdiv(tiles, meta["sms"]))
+    try:
+        with source_edit(edit):
+            run = data.call(engine, cfg, bias)
+            ok, why = data.check(cp, variant, run, bias)
+            rec.update(checked=variant != "no_store", correct=ok, check=why)
+            if ok:
+                t = measure(run, 2, timer, tcfg)
+                rec.update(p20_s=t.p20, p50_s=t.p50, p80_s=t.p80, tflops=data.flops / t.p50 / 1e12,
+                           vs_cublaslt=base / t.p50)
+                if "tile_waves" in rec:
+                    rec["us_per_tile_wave"] = t.p50 / rec["tile_waves"] * 1e6
+    except Exception as e:
+        rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+    return rec
+
+
+def _timing():
+    return CudaTimer(), TimingConfig(min_time_s=0.15, max_time_s=0.6, max_samples=20)
+
+
+def _meta(cp) -> dict:
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    return dict(device=dev["name"].decode(), sms=_common.num_sms(cp), cuda_runtime=cp.cuda.runtime.runtimeGetVersion(),
+                cupy=cp.__version__, git_sha=os.environ.get("GIT_SHA", ""))
+
+
+def _isolated(pname: str, variant: str, base: float, limit: float) -> dict:
+    """_measure in a child process of this script, killed after `limit` seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "record.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", pname, variant, "--base", repr(base),
+               "--out", str(out)]
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return dict(op="matmul", variant=variant, product=pname, isolated=True,
+                        error=f"timed out after {limit:.0f} s in a child process (a hang?): killed")
+        if proc.returncode or not out.exists():
+            return dict(op="matmul", variant=variant, product=pname, isolated=True,
+                        error=f"child process exited {proc.returncode}: {(proc.stderr or proc.stdout)[-600:]}")
+        rec = json.loads(out.read_text())
+        rec.update(isolated=True, child_s=time.perf_counter() - t)
+        return rec
+
+
+def child(pname: str, variant: str, base: float, out_path: str) -> int:
+    import cupy as cp
+    timer, tcfg = _timing()
+    data = _Product(cp, pname)
+    rec = _measure(cp, data, variant, base, _meta(cp), timer, tcfg)
+    Path(out_path).write_text(json.dumps(rec))
+    return 0
+
+
+def run(out_path: str, variants: list[str], products: list[str], limit: float) -> int:
     import multiprocessing as mp
+
+    import cupy as cp
+    t0 = time.perf_counter()
+    jobs = _modules(variants)
     with ProcessPoolExecutor(max_workers=min(len(jobs), 12), mp_context=mp.get_context("spawn")) as ex:
         for line in ex.map(_compile_on_gpu, jobs):
             print("compiled " + line, flush=True)
     print(f"compile: {time.perf_counter() - t0:.1f} s", flush=True)
-    timer, tcfg = CudaTimer(), TimingConfig(min_time_s=0.15, max_time_s=0.6, max_samples=20)
-    sms = _common.num_sms(cp)
-    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    meta = dict(device=dev["name"].decode(), sms=sms, cuda_runtime=cp.cuda.runtime.runtimeGetVersion(),
-                cupy=cp.__version__, git_sha=os.environ.get("GIT_SHA", ""))
-    records = []
-    bf16 = _common.np_dtype("bfloat16")
-    cp.random.seed(5)
-
-    def normal(shape, scale=1.0):
-        return (cp.random.standard_normal(shape, dtype=cp.float32) * scale).astype(bf16)
-
-    for pname, (product, K, M, with_bias) in PRODUCTS.items():
-        sets = [(normal((ROWS, K)), normal((M, K), K ** -0.5), normal((M,)), normal((ROWS, M)) if product == "dx"
-                 else None) for _ in range(2)]
-        R, C = (ROWS, M) if product == "forward" else (ROWS, K)
-        depth = K if product == "forward" else M
-        flops = 2.0 * R * C * depth
-        x64, w64, b64 = (t.astype(cp.float64) for t in sets[0][:3])
-        ref_nobias = x64 @ w64.T if product == "forward" else sets[0][3].astype(cp.float64) @ w64
-        del x64
-        out = cp.empty((R, C), dtype=bf16)
-        base = measure(lambda i: _call("cublaslt", None, product, sets[i][0], sets[i][1],
-                                       sets[i][2] if with_bias else None, sets[i][3], out, ROWS, K, M),
-                       2, timer, tcfg).p50
-        for variant, (change, edit, bias_override) in [("cublaslt", ({}, None, None))] + list(VARIANTS.items()):
-            bias = with_bias if bias_override is None else bias_override
-            engine, cfg = ("cublaslt", None) if variant == "cublaslt" else ("wgmma", _config(product, M, K, change))
-            rec = dict(op="matmul", variant=variant, product=pname, direction=product, rows=R, cols=C, depth=depth,
-                       dtype="bfloat16", bias=bias, cfg=cfg, cublaslt_s=base, **meta)
-            if cfg is not None:
-                tiles = rt.cdiv(R, mm.WG_BM) * rt.cdiv(C, cfg["bn"])
-                rec.update(tiles=tiles, tile_waves=rt.cdiv(tiles, sms))
-            try:
-                with source_edit(edit):
-                    def call(i, bias=bias, engine=engine, cfg=cfg):
-                        x, w, b, dy = sets[i]
-                        _call(engine, cfg, product, x, w, b if bias else None, dy, out, ROWS, K, M)
-                    out.fill(cp.nan)
-                    call(0)
-                    ref = ref_nobias + b64 if bias else ref_nobias
-                    ok, why = _verdict(cp, variant, out, ref)
-                    rec.update(checked=variant != "no_store", correct=ok, check=why)
-                    if ok:
-                        t = measure(call, 2, timer, tcfg)
-                        rec.update(p20_s=t.p20, p50_s=t.p50, p80_s=t.p80, tflops=flops / t.p50 / 1e12,
-                                   vs_cublaslt=base / t.p50)
-                        if "tile_waves" in rec:
-                            rec["us_per_tile_wave"] = t.p50 / rec["tile_waves"] * 1e6
-            except Exception as e:
-                rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+    timer, tcfg = _timing()
+    meta = _meta(cp)
+    records, hung = [], {}   # hung: variant -> the product its child process timed out at
+    for pname in products:
+        data = _Product(cp, pname)
+        base = measure(data.call("cublaslt", None, data.with_bias), 2, timer, tcfg).p50
+        for variant in ["cublaslt"] + [v for v in variants if _runs_at(v, pname)]:
+            if variant in hung:  # a hang is the kernel's, not the shape's: not another `limit` seconds
+                rec = dict(op="matmul", variant=variant, product=pname, isolated=True,
+                           error=f"not run: timed out at {hung[variant]}")
+            elif variant in ISOLATED:
+                rec = _isolated(pname, variant, base, limit)
+                if "timed out" in rec.get("error", ""):
+                    hung[variant] = pname
+            else:
+                rec = _measure(cp, data, variant, base, meta, timer, tcfg)
             records.append(rec)
             Path(out_path).parent.mkdir(parents=True, exist_ok=True)
             with open(out_path, "w") as f:
@@ -299,8 +445,8 @@ def run(out_path: str) -> int:
             what = (f"{rec['tflops']:6.0f} TFLOP/s {rec['vs_cublaslt']:5.2f}x"
                     + (f" {rec['us_per_tile_wave']:7.1f} us/tile-wave" if "us_per_tile_wave" in rec else "")
                     if "tflops" in rec else rec.get("error", f"WRONG ({rec.get('check')})"))
-            print(f"{pname:12s} {variant:14s} {what}", flush=True)
-        del sets, ref_nobias, b64
+            print(f"{pname:12s} {variant:16s} {what}", flush=True)
+        del data
         cp.get_default_memory_pool().free_all_blocks()
     print(f"probe: {len(records)} records, {time.perf_counter() - t0:.1f} s", flush=True)
     return 0
@@ -310,8 +456,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="wgmma-probe.json")
     parser.add_argument("--dry", action="store_true", help="on the CPU: the plan, nvcc for every module, the emulator")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated, from: " + ", ".join(VARIANTS) + " (cublaslt always runs)")
+    parser.add_argument("--products", default=",".join(PRODUCTS), help="comma-separated, from: " + ", ".join(PRODUCTS))
+    parser.add_argument("--child-timeout", type=float, default=90.0,
+                        help="seconds an ISOLATED variant's child process may take (compiled modules cached)")
+    parser.add_argument("--child", nargs=2, metavar=("PRODUCT", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--base", type=float, help=argparse.SUPPRESS)  # the child's cuBLASLt time
     args = parser.parse_args(argv)
-    return dry() if args.dry else run(args.out)
+    variants, products = args.variants.split(","), args.products.split(",")
+    unknown = [v for v in variants if v not in VARIANTS] + [p for p in products if p not in PRODUCTS]
+    if unknown:
+        parser.error(f"unknown variants / products: {', '.join(unknown)}")
+    if args.child:
+        return child(*args.child, args.base, args.out)
+    return dry(variants) if args.dry else run(args.out, variants, products, args.child_timeout)
 
 
 if __name__ == "__main__":
