@@ -32,16 +32,17 @@ VARIANTS = {
     # the classifier's forward, every dx, with a fourth pipeline stage: within the noise
     "lm_s4": {("16", "forward", (50304, 768)): matmul._tile16(128, 256, 4, group_m=32)},
     "dx_s4": {("16", "dx", None): matmul._tile16(128, 256, 4)},
-    # round 2: the MLP projection's dW in 7 slices as c_fc's (busy 0.95; its db is separate already),
-    # the attention projection's without the fused row sum
+    # round 2 (61e6ab8; none taken): the MLP projection's dW in 7 slices as c_fc's (busy 0.95; its db
+    # is separate already): noise-level; the attention projection's without the fused row sum: its dW
+    # 148 -> 114 us, + 39 us of column sum
     "fcp_b95": {("16", "dW_deep", (768, 3072)): replace(matmul.CONFIGS[("16", "dW", (768, 3072))], busy=0.95)},
     "attn_sep": {("16", "dW", (768, 768)): replace(matmul.CONFIGS[("16", "dW", (768, 768))], separate_db=True)},
     # qkv's dW as 128 x 256 tiles in 7 slices (54 tiles: 378 items, 95% of three waves), db separate
-    # (its fused row sum was what lost in the step at edb9c07)
+    # (its fused row sum was what lost in the step at edb9c07): 1.3 ms a step slower
     "qkv256_sep": {("16", "dW_deep", (2304, 768)): replace(matmul._DW, busy=0.95, separate_db=True)},
     # the classifier's forward (K = 768: twelve K steps a tile, so the epilogue weighs) as two 128 x
     # 128 programs of one warpgroup an SM, as the other K = 768 forwards (alone at 16384 / 32768 rows:
-    # 1.00x / 0.94x cuBLAS against 1.04x / 0.99x for the 128 x 256 entry)
+    # 1.00x / 0.94x cuBLAS against 1.04x / 0.99x for the 128 x 256 entry): slower in the step
     "lm_c2": {("16", "forward", (50304, 768)): matmul._tile16(128, 128, 3, num_warps=4, ctas_per_sm=2, group_m=32)},
 }
 
