@@ -342,13 +342,19 @@ def test_wgmma_kernel_in_the_emulator(monkeypatch):
                              np.random.default_rng(7))
         _check_against_naive(mm.wgmma, "wgmma (emulated)", "float16", [(64, 64, 256)], np.random.default_rng(8),
                              biases=(True,))
-        x, w, b = _inputs(np.random.default_rng(9), 40, 64, 136, "bfloat16")
-        pre = np.full((40, 136), np.nan, dtype=x.dtype)
-        y = mm.wgmma.forward_gelu(x, w, b, pre=pre)
-        ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
-        _close(pre, ref, "bfloat16", "forward", "emulated wgmma pre")
-        _close(y, _gelu(ref), "bfloat16", "forward", "emulated wgmma gelu")
+        _check_wgmma_gelu(np.random.default_rng(9), 40, "emulated wgmma")
 
+
+
+def _check_wgmma_gelu(rng, rows: int, label: str) -> None:
+    """wgmma's forward with the GELU epilogue at (rows, 64) x (136, 64): pre (poisoned first) and
+    gelu(pre) against float64."""
+    x, w, b = _inputs(rng, rows, 64, 136, "bfloat16")
+    pre = np.full((rows, 136), np.nan, dtype=x.dtype)
+    y = mm.wgmma.forward_gelu(x, w, b, pre=pre)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+    _close(pre, ref, "bfloat16", "forward", f"{label} pre")
+    _close(y, _gelu(ref), "bfloat16", "forward", f"{label} gelu")
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
@@ -369,12 +375,7 @@ def test_wgmma_pingpong_in_the_emulator(monkeypatch, bm, bn, stages):
         _check_against_naive(mm.wgmma, f"wgmma pingpong {bm}x{bn} (emulated)", "bfloat16",
                              [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264)],
                              np.random.default_rng(11))
-        x, w, b = _inputs(np.random.default_rng(12), 200, 64, 136, "bfloat16")
-        pre = np.full((200, 136), np.nan, dtype=x.dtype)
-        y = mm.wgmma.forward_gelu(x, w, b, pre=pre)
-        ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
-        _close(pre, ref, "bfloat16", "forward", "emulated pingpong pre")
-        _close(y, _gelu(ref), "bfloat16", "forward", "emulated pingpong gelu")
+        _check_wgmma_gelu(np.random.default_rng(12), 200, "emulated pingpong")
 
 
 def test_pingpong_needs_a_persistent_grid(model):
