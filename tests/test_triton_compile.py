@@ -52,6 +52,7 @@ SHAPES = [
     ("layernorm_residual", {"N": 256, "C": 768}),
     ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}),
     ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}, "epilogue"),    # the GELU and pre from the epilogue
+    ("matmul_gelu", {"N": 256, "K": 768, "M": 3072}, "passes"),      # db summed by the GELU backward's pass
     ("gelu_matmul", {"N": 256, "K": 3072, "M": 768}),                 # dx times gelu' in the epilogue (TMA)
     ("classifier_crossentropy", {"N": 256, "C": 768, "V": 50304, "n_valid": 50257}),
     ("crossentropy_onepass", {"B": 2, "T": 2, "V": 50304, "n_valid": 50257}),

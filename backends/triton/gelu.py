@@ -10,7 +10,7 @@ from naive only in where it runs: one program per BLOCK elements, each read once
 
 from dataclasses import dataclass
 
-from . import _common
+from . import _common, _reduce
 from ._runtime import cdiv, kernel, launch, tl, triton, xp_of
 
 BLOCK = 1024
@@ -57,6 +57,29 @@ def _gelu_backward(x_ptr, dout_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+@kernel
+def _gelu_backward_colsum(x_ptr, dout_ptr, dx_ptr, partial_ptr, N, M, ROWS, BLOCK_R: tl.constexpr,
+                          BLOCK_C: tl.constexpr):
+    # program (j, g): rows g*ROWS .. (g+1)*ROWS of the BLOCK_C-wide column strip j, as _reduce's
+    # _colsum_partial walks them, writing dx and summing it (as stored) into partial[g, strip]
+    j = tl.program_id(0)
+    g = tl.program_id(1)
+    cols = j * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < M
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)  # reduced over rows once, at the end
+    start = g * ROWS
+    for r0 in range(start, start + ROWS, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        mask = ((rows < N) & (rows < start + ROWS))[:, None] & cmask[None, :]
+        offs = rows.to(tl.int64)[:, None] * M + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        dout = tl.load(dout_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        dx = (dout * gelu_grad(x)).to(dx_ptr.dtype.element_ty)
+        tl.store(dx_ptr + offs, dx, mask=mask)
+        acc += dx.to(tl.float32)
+    tl.store(partial_ptr + g * M + cols, tl.sum(acc, axis=0), mask=cmask)
+
+
 @dataclass
 class Saved:
     x: object  # (N,C) or any shape: the input
@@ -79,3 +102,21 @@ def backward(saved, dout, grads):
     dx = _common.grad_buffer("gelu", grads, "x", x, xp)
     launch(_gelu_backward, (cdiv(x.size, BLOCK),), x, dout, dx, x.size, BLOCK=BLOCK)
     return {"x": dx}
+
+
+def backward_with_colsum(saved, dout, dx, colsum):
+    """dx = dout * gelu'(x) into the given buffer for a 2-D x (N, M), and colsum (M,) += the column
+    sums of dx as stored, in a fixed order (the bias gradient of the linear that produced x, with no
+    second pass over dx: matmul_gelu's `passes` variant). The partial sums are laid out as
+    _reduce.colsum_into's (COLSUM's row groups and strips) and finished by _reduce.finish_into."""
+    x = saved.x
+    _common.check_contiguous("gelu", dout=dout)
+    N, M = x.shape
+    xp = xp_of(x)
+    cfg = _reduce.COLSUM
+    G, rows = _reduce.groups_for(N, cfg.groups)
+    partial = xp.empty((G, M), dtype="float32")
+    launch(_gelu_backward_colsum, (cdiv(M, cfg.block_c), G), x, dout, dx, partial, N, M, rows,
+           BLOCK_R=cfg.block_r, BLOCK_C=cfg.block_c, num_warps=cfg.num_warps)
+    _reduce.finish_into(partial, colsum)
+    return dx

@@ -1,5 +1,5 @@
 """matmul_gelu, triton: the linear layer with its GELU fused into the GEMM (matmul.py's `_gemm`, no
-kernel of its own). Two variants:
+kernel of its own) or into its backward's passes. Three variants:
 
     fused     the GELU fused both ways: the forward saves gelu'(pre), the backward GEMMs scale dout
               by it as they load it (below)
@@ -11,6 +11,11 @@ kernel of its own). Two variants:
               second store in the GEMM's epilogue. The output is gelu of the float32 pre (the
               composition activates pre rounded to x's dtype); the backward is the composition's
               on the same rounded pre
+    passes    the forward as the composition's (the GEMM writes pre, gelu's pass activates it); the
+              backward's GELU pass also sums the columns of dpre as it writes them (gelu.py's
+              backward_with_colsum), which is the bias gradient, so matmul's separate column sum
+              over dpre (403 MB a layer at B=64, 116 us of the step in reports/train-h200/61e6ab8)
+              is gone; then the dx and dW GEMMs as matmul's
 
 The fused variant:
 
@@ -144,3 +149,44 @@ class Epilogue:
             _common.grad_buffer(OP, grads, "x", s_matmul.x, xp_of(s_matmul.x))
         dpre = gelu.backward(s_gelu, dout, {})["x"]                    # dpre = dout * gelu'(pre)
         return matmul.backward(s_matmul, dpre, grads, op=OP)          # dx, dW (+)=, db (+)=
+
+
+class Passes:
+    """The `passes` variant (module docstring): the composition's forward; the bias gradient summed
+    by the GELU backward's pass."""
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
+        matmul.check_operands(x, weight, bias, op=OP)
+        N, K = x.shape
+        M = weight.shape[0]
+        xp = xp_of(x)
+        y = _common.output(OP, xp, out, (N, M), x.dtype)
+        pre = xp.empty((N, M), dtype=x.dtype)
+        matmul.gemm(x, weight, pre, (K, 1), (1, K), N, M, K, bias=bias, weight_shape=(M, K))  # pre = x @ W.T + b
+        gelu.forward({"x": pre}, {}, out=y)                                                    # y = gelu(pre)
+        return y, (matmul.Saved(x, weight, bias is not None), gelu.Saved(pre))
+
+    @staticmethod
+    def backward(saved, dout, grads):
+        s_matmul, s_gelu = saved
+        x, weight = s_matmul.x, s_matmul.weight
+        _common.check_contiguous(OP, dout=dout)
+        N, K = x.shape
+        M = weight.shape[0]
+        xp = xp_of(x)
+        dx = _common.grad_buffer(OP, grads, "x", x, xp)
+        dW = _common.param_grad(OP, grads, "weight", (M, K), x.dtype)   # float32 for 16-bit x: mixed precision
+        db = _common.param_grad(OP, grads, "bias", (M,), x.dtype) if s_matmul.has_bias else None
+        dpre = xp.empty((N, M), dtype=x.dtype)
+        if db is None:
+            gelu.backward(s_gelu, dout, {"x": dpre})                      # dpre = dout * gelu'(pre)
+        else:
+            gelu.backward_with_colsum(s_gelu, dout, dpre, db)             # and db += sum_n dpre
+        matmul.gemm(dpre, weight, dx, (M, 1), (K, 1), N, K, M, product="dx", weight_shape=(M, K))  # dx = dpre @ W
+        matmul.weight_grads(dpre, x, dW, None)                            # dW += dpre.T @ x
+        result = {"x": dx, "weight": dW}
+        if s_matmul.has_bias:
+            result["bias"] = db
+        return result

@@ -25,6 +25,8 @@ the composition (reports/train-h200/README.md; the classifier saves the full log
                                       GEMMs multiply dy by gelu' as they load it (no dpre pass)
                              epilogue GELU and pre from the GEMM epilogue (no pass to activate pre);
                                       the backward composed (gelu's kernel, then matmul's)
+                             passes   the composition's forward; the GELU backward's pass also sums
+                                      the bias gradient (no column sum over dpre)
     gelu_matmul              fused    the MLP projection of gelu(x): its dx GEMM multiplies by gelu'(x)
                                       in the epilogue (no d(gelu) pass); the forward composed
     classifier_crossentropy  chunked  lm_head GEMM, loss, dlogits, dx and dW GEMMs a chunk of rows at a
@@ -51,6 +53,7 @@ _VARIANTS = [
     ("layernorm_residual", "fused", "residual add and layernorm in one pass each way (layernorm's kernels)"),
     ("matmul_gelu", "fused", "GELU in the GEMM epilogue; backward GEMMs scale dy by the saved gelu' as they load"),
     ("matmul_gelu", "epilogue", "GELU and pre from the GEMM epilogue; the backward composed of gelu's and matmul's"),
+    ("matmul_gelu", "passes", "the composition's forward; the GELU backward's pass also sums db (no column-sum pass)"),
     ("gelu_matmul", "fused", "the GELU backward in the dx GEMM's epilogue (dx = (dy W) * gelu'(x)); forward composed"),
     ("classifier_crossentropy", "chunked", "lm_head GEMM, loss, dlogits, dx and dW a chunk of rows at a time"),
     ("crossentropy_onepass", "rows", "loss and dlogits from one program per row, one launch"),
@@ -58,7 +61,8 @@ _VARIANTS = [
 
 
 #: variants whose implementation is not the module of their op's name
-_IMPLS = {("matmul_gelu", "epilogue"): "backends.triton.matmul_gelu:Epilogue"}
+_IMPLS = {("matmul_gelu", "epilogue"): "backends.triton.matmul_gelu:Epilogue",
+          ("matmul_gelu", "passes"): "backends.triton.matmul_gelu:Passes"}
 
 
 def impl_of(op: str, name: str) -> str:
