@@ -15,7 +15,7 @@ order, then the bias and the previous C when accumulating, and rounds once to C'
 
 from dataclasses import dataclass
 
-from ._runtime import cdiv, dependent_launch, gdc_wait, kernel, launch, tl, xp_of
+from ._runtime import cdiv, dependent_launch, gdc_wait, kernel, launch, tl, triton, xp_of
 
 
 @dataclass(frozen=True)
@@ -36,19 +36,32 @@ COLSUM = ColsumConfig(groups=128, block_r=32, block_c=128, num_warps=4)
 FINISH_C, FINISH_G, FINISH_WARPS = 16, 256, 8
 
 
+@triton.jit
+def row_group_strip(M, ROWS, BLOCK_C: tl.constexpr):
+    """Program (j, g) of a column-sum grid (strips, row groups): (g, its strip's columns, their mask
+    below M, the group's first row)."""
+    g = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    return g, cols, cols < M, g * ROWS
+
+
+@triton.jit
+def strip_block(r0, start, ROWS, N, M, cols, cmask, BLOCK_R: tl.constexpr):
+    """(offsets, mask) of the (BLOCK_R, strip) block at row r0 of the row group start..start+ROWS of
+    a row-major (N, M) array: _colsum_partial's step, and that of kernels that sum columns the same
+    way as they write them (gelu.py's backward_with_colsum)."""
+    rows = r0 + tl.arange(0, BLOCK_R)
+    mask = ((rows < N) & (rows < start + ROWS))[:, None] & cmask[None, :]
+    return rows.to(tl.int64)[:, None] * M + cols[None, :], mask
+
+
 @kernel
 def _colsum_partial(x_ptr, partial_ptr, N, M, ROWS, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    j = tl.program_id(0)
-    g = tl.program_id(1)
-    cols = j * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < M
+    g, cols, cmask, start = row_group_strip(M, ROWS, BLOCK_C)
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)  # reduced over rows once, at the end
-    start = g * ROWS
     for r0 in range(start, start + ROWS, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        rmask = (rows < N) & (rows < start + ROWS)
-        acc += tl.load(x_ptr + rows.to(tl.int64)[:, None] * M + cols[None, :],
-                       mask=rmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+        offs, mask = strip_block(r0, start, ROWS, N, M, cols, cmask, BLOCK_R)
+        acc += tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(partial_ptr + g * M + cols, tl.sum(acc, axis=0), mask=cmask)
 
 

@@ -62,16 +62,10 @@ def _gelu_backward_colsum(x_ptr, dout_ptr, dx_ptr, partial_ptr, N, M, ROWS, BLOC
                           BLOCK_C: tl.constexpr):
     # program (j, g): rows g*ROWS .. (g+1)*ROWS of the BLOCK_C-wide column strip j, as _reduce's
     # _colsum_partial walks them, writing dx and summing it (as stored) into partial[g, strip]
-    j = tl.program_id(0)
-    g = tl.program_id(1)
-    cols = j * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < M
-    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)  # reduced over rows once, at the end
-    start = g * ROWS
+    g, cols, cmask, start = _reduce.row_group_strip(M, ROWS, BLOCK_C)
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)  # dx's column sums, reduced over rows at the end
     for r0 in range(start, start + ROWS, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        mask = ((rows < N) & (rows < start + ROWS))[:, None] & cmask[None, :]
-        offs = rows.to(tl.int64)[:, None] * M + cols[None, :]
+        offs, mask = _reduce.strip_block(r0, start, ROWS, N, M, cols, cmask, BLOCK_R)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         dout = tl.load(dout_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         dx = (dout * gelu_grad(x)).to(dx_ptr.dtype.element_ty)

@@ -86,15 +86,20 @@ class Saved:
     has_bias: bool
 
 
-def _gelu_gemm(inputs, out, pre_grad: bool):
-    """y = gelu(x @ W.T + b) from one GEMM, and what its epilogue keeps of pre = x @ W.T + b: with
-    pre_grad gelu'(pre) (in saved_dtype), else pre itself (in x's dtype). Returns (y, kept)."""
+def _operands(inputs, out):
+    """x, weight, bias (or None), checked, their N, K, M, and y (N, M): `out` or a new array."""
     x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
     matmul.check_operands(x, weight, bias, op=OP)
     N, K = x.shape
     M = weight.shape[0]
+    return x, weight, bias, N, K, M, _common.output(OP, xp_of(x), out, (N, M), x.dtype)
+
+
+def _gelu_gemm(inputs, out, pre_grad: bool):
+    """y = gelu(x @ W.T + b) from one GEMM, and what its epilogue keeps of pre = x @ W.T + b: with
+    pre_grad gelu'(pre) (in saved_dtype), else pre itself (in x's dtype). Returns (y, kept)."""
+    x, weight, bias, N, K, M, y = _operands(inputs, out)
     xp = xp_of(x)
-    y = _common.output(OP, xp, out, (N, M), x.dtype)
     kept = xp.empty((N, M), dtype=saved_dtype(str(x.dtype)) if pre_grad else x.dtype)
     matmul.gemm(x, weight, y, (K, 1), (1, K), N, M, K, bias=bias, act=1, pre=kept, pre_grad=pre_grad,
                 weight_shape=(M, K))
@@ -134,6 +139,16 @@ def backward(saved, dout, grads):
     return result
 
 
+def _checked(saved, dout, grads):
+    """The (matmul, gelu) saved pair of the epilogue and passes variants, once dout is found
+    contiguous and a given grads["x"] right (refused before any launch)."""
+    s_matmul, _ = saved
+    _common.check_contiguous(OP, dout=dout)
+    if grads.get("x") is not None:
+        _common.grad_buffer(OP, grads, "x", s_matmul.x, xp_of(s_matmul.x))
+    return saved
+
+
 class Epilogue:
     """The `epilogue` variant (module docstring): the forward's GELU in the GEMM epilogue, pre saved
     in x's dtype; the backward composed of gelu's and matmul's."""
@@ -145,10 +160,7 @@ class Epilogue:
 
     @staticmethod
     def backward(saved, dout, grads):
-        s_matmul, s_gelu = saved
-        _common.check_contiguous(OP, dout=dout)
-        if grads.get("x") is not None:                                 # a wrong buffer refused before any launch
-            _common.grad_buffer(OP, grads, "x", s_matmul.x, xp_of(s_matmul.x))
+        s_matmul, s_gelu = _checked(saved, dout, grads)
         dpre = gelu.backward(s_gelu, dout, {})["x"]                    # dpre = dout * gelu'(pre)
         return matmul.backward(s_matmul, dpre, grads, op=OP)          # dx, dW (+)=, db (+)=
 
@@ -159,36 +171,21 @@ class Passes:
 
     @staticmethod
     def forward(inputs, attrs, out=None):
-        x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
-        matmul.check_operands(x, weight, bias, op=OP)
-        N, K = x.shape
-        M = weight.shape[0]
-        xp = xp_of(x)
-        y = _common.output(OP, xp, out, (N, M), x.dtype)
-        pre = xp.empty((N, M), dtype=x.dtype)
+        x, weight, bias, N, K, M, y = _operands(inputs, out)
+        pre = xp_of(x).empty((N, M), dtype=x.dtype)
         matmul.gemm(x, weight, pre, (K, 1), (1, K), N, M, K, bias=bias, weight_shape=(M, K))  # pre = x @ W.T + b
         gelu.forward({"x": pre}, {}, out=y)                                                    # y = gelu(pre)
         return y, (matmul.Saved(x, weight, bias is not None), gelu.Saved(pre))
 
     @staticmethod
     def backward(saved, dout, grads):
-        s_matmul, s_gelu = saved
-        x, weight = s_matmul.x, s_matmul.weight
-        _common.check_contiguous(OP, dout=dout)
-        N, K = x.shape
-        M = weight.shape[0]
-        xp = xp_of(x)
-        dx = _common.grad_buffer(OP, grads, "x", x, xp)
-        dW = _common.param_grad(OP, grads, "weight", (M, K), x.dtype)   # float32 for 16-bit x: mixed precision
-        db = _common.param_grad(OP, grads, "bias", (M,), x.dtype) if s_matmul.has_bias else None
-        dpre = xp.empty((N, M), dtype=x.dtype)
-        if db is None:
+        s_matmul, s_gelu = _checked(saved, dout, grads)
+        dpre = xp_of(s_gelu.x).empty_like(s_gelu.x)
+        if not s_matmul.has_bias:
             gelu.backward(s_gelu, dout, {"x": dpre})                      # dpre = dout * gelu'(pre)
-        else:
-            gelu.backward_with_colsum(s_gelu, dout, dpre, db)             # and db += sum_n dpre
-        matmul.gemm(dpre, weight, dx, (M, 1), (K, 1), N, K, M, product="dx", weight_shape=(M, K))  # dx = dpre @ W
-        matmul.weight_grads(dpre, x, dW, None)                            # dW += dpre.T @ x
-        result = {"x": dx, "weight": dW}
-        if s_matmul.has_bias:
-            result["bias"] = db
-        return result
+            return matmul.backward(s_matmul, dpre, grads, op=OP)
+        db = _common.param_grad(OP, grads, "bias", s_gelu.x.shape[1:], s_matmul.x.dtype)
+        gelu.backward_with_colsum(s_gelu, dout, dpre, db)                 # and db += sum_n dpre
+        result = matmul.backward(replace(s_matmul, has_bias=False), dpre,  # dx, dW (+)=; db is done
+                                 {k: v for k, v in grads.items() if k != "bias"}, op=OP)
+        return {**result, "bias": db}
