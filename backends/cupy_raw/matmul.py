@@ -118,8 +118,9 @@ SHAPE_CONFIGS = {
 
 #: product -> gemm_wgmma's pingpong schedule (matmul.cu): each consumer warpgroup a 64-row tile of its
 #: own, one more ring stage in the shared memory the smaller A tiles leave (5 x 40 KB at bn 256, 6 x 24
-#: KB at dW's bn 128). Timed against CONFIGS by bench/tune/cupy_raw_wgmma_probe.py; CONFIGS stays
-#: the product's choice until the H200's numbers say otherwise.
+#: KB at dW's bn 128). Timed against CONFIGS by bench/tune/cupy_raw_wgmma_probe.py: slower at every
+#: product (0.74-0.87x cuBLASLt against 0.76-0.96x, reports/cupy_raw-h200/pingpong-61e6ab8), so
+#: CONFIGS' cooperative schedule is the product's.
 PINGPONG_CONFIGS = {
     "forward": _wg(bn=256, bm=64, stages=5, pingpong=True),
     "dx": _wg(bn=256, bm=64, stages=5, pingpong=True),

@@ -102,9 +102,9 @@ def backward_with_colsum(saved, dout, dx, colsum):
     """dx = dout * gelu'(x) into the given buffer for a 2-D x (N, M), and colsum (M,) += the column
     sums of dx as stored, in a fixed order (the bias gradient of the linear that produced x, with no
     second pass over dx: matmul_gelu's `passes` variant). The partial sums are laid out as
-    _reduce.colsum_into's (COLSUM's row groups and strips) and finished by _reduce.finish_into."""
+    _reduce.colsum_into's (COLSUM's row groups and strips) and finished by _reduce.finish_into. The
+    caller has checked dout (contiguous, x's shape)."""
     x = saved.x
-    _common.check_contiguous("gelu", dout=dout)
     N, M = x.shape
     xp = xp_of(x)
     cfg = _reduce.COLSUM

@@ -139,8 +139,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     kernels, shapes, walls = step_kernels(args.B, not args.eager, args.steps, out)
-    rows = args.B * 1024
-    alone = time_alone(gemm_products(rows))
+    products = gemm_products(args.B * 1024)
+    alone = time_alone(products)
     gemms = [k for k in kernels if is_gemm(k["name"])]
     total = sum(k["us"] for k in kernels)
     lines = [f"# The PyTorch reference's step, B={args.B}, {'eager' if args.eager else 'torch.compile'}",
@@ -149,7 +149,7 @@ def main():
              f"{len(kernels)} a step, GEMM kernels {sum(k['us'] for k in gemms) / 1e3:.2f} ms ({len(gemms)})", "",
              "## GEMM products alone (torch.mm, median of 20)", "", "| product | us | TFLOP/s |", "|---|---:|---:|"]
     for name, us in alone.items():
-        a, b, ta, tb = gemm_products(rows)[name]
+        a, b, ta, tb = products[name]
         lines.append(f"| {name} | {us:.1f} | {flops(a, b, ta, tb) / us / 1e6:.0f} |")
     lines += ["", "## aten GEMM ops in the step (profiler, by input shape)", "", "| op and shapes | calls | us a call |",
               "|---|---:|---:|"]
