@@ -8,32 +8,41 @@
 //            dq; one block per key row recomputes its column of P and dS = P (dP - delta) from the
 //            saved logsumexp and delta, and computes dk and dv.
 //   flash    FlashAttention-2 on tensor cores (mma.sync.m16n8k16, bf16/fp16 in, float32
-//            accumulation): a block of 4 warps takes 64 queries (16 per warp); 64-key tiles of K and
-//            V stream through shared memory; the softmax is online (running row max and sum, the
-//            accumulator rescaled when the max grows), in base 2; no T x T matrix anywhere. The
-//            scores' accumulator fragments are the A operand of the next product (P V) as they
-//            stand, converted to 16 bits: no trip through shared memory. Saved: the log2-sum-exp2
-//            L of each row and the rounding residual res = o - y (see attention.py). Backward
-//            (FlashAttention-2's split, without atomics): a small kernel computes
+//            accumulation): a forward block of 4 warps takes 64 FWD_M_TILES queries (16 FWD_M_TILES
+//            per warp: FWD_M_TILES = 2 at heads of up to 64, so each K or V fragment read from shared
+//            memory feeds two multiplies; 1 above, where the accumulators need the registers); 64-key
+//            tiles of K and V stream through two stages of shared memory by cp.async, tile j + 1's
+//            copies in flight under tile j's math; fragments come by ldmatrix (.trans where the
+//            operand is stored k-major, V in P V: no tile is transposed in memory); the softmax is
+//            online (running row max and sum, the accumulator rescaled when the max grows), in base
+//            2; no T x T matrix anywhere. The scores' accumulator fragments are the A operand of the
+//            next product (P V) as they stand, converted to 16 bits: no trip through shared memory.
+//            Results are staged in shared memory and written as whole 16-byte row pieces. Saved: the
+//            log2-sum-exp2 L of each row and the rounding residual res = o - y (see attention.py).
+//            Backward (FlashAttention-2's split, without atomics): a small kernel computes
 //            delta = rowsum(dy * (y + res)); one kernel per 64-key tile walks the query tiles at or
 //            after it for dK and dV; another per 64-query tile walks the key tiles at or before it
 //            for dQ (so Q K^T and dY V^T are computed twice, the price of writing every gradient
-//            element from exactly one block).
+//            element from exactly one block); both pipelined as the forward.
 //
 // Layout: q, k, v of head h at columns h*HS, C + h*HS, 2C + h*HS of a qkv row; y and dy (B,T,C);
 // dqkv like qkv. Defines: floatX (the storage type), HEAD_DIM (flash: HS rounded up to a multiple of
 // 16, at most 128; the padded columns are zeros in shared memory and never stored), VEC (flash: 1
-// when HS and C are multiples of 8 and the pointers 16-byte aligned: 16-byte tile loads).
+// when HS and C are multiples of 8 and the pointers 16-byte aligned: cp.async tile loads and
+// 16-byte stores; 0: element by element), FWD_M_TILES (flash: 1 or 2, above), MMA_FP16 (fp16).
 //
 // mma.sync.m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), for lane l,
 // g = l / 4, c = l % 4 (each 32-bit register holds two 16-bit elements, the lower column first):
 //   A (16x16, row-major)   a0: (g, 2c..2c+1)  a1: (g+8, 2c..)  a2: (g, 8+2c..)  a3: (g+8, 8+2c..)
 //   B (16x8,  "col")       b0: (k = 2c..2c+1, n = g)          b1: (k = 8+2c.., n = g)
 //   C (16x8,  float)       c0, c1: (g, 2c..2c+1)              c2, c3: (g+8, 2c..2c+1)
-// So two C tiles side by side (16 x 16) are exactly the registers of an A operand, and a B operand
-// is read from a matrix stored with n as its row: B^T row-major. Every tile in shared memory is
-// row-major with a row stride padded by 8 elements (16 bytes), which puts the 8 rows g of a
-// fragment load on 8 different groups of 4 banks: the 32 lanes hit 32 different banks.
+// So two C tiles side by side (16 x 16) are exactly the registers of an A operand. ldmatrix.x4
+// (tensor_core.cuh) reads four 8 x 8 matrices, each lane getting (row l / 4, columns 2(l % 4)..+1)
+// of each: that is an A fragment's layout, and a B fragment's where the tile holds B^T (n as its
+// row, as K in Q K^T); .trans delivers the transpose, a B fragment from a tile that holds B itself
+// (k as its row, as V in P V). Every tile in shared memory is row-major with a row stride padded
+// by 8 elements (16 bytes), which puts the 8 rows of one ldmatrix matrix on 8 different groups of
+// 4 banks: conflict-free.
 #include "common.cuh"
 
 // ---- the simple variant --------------------------------------------------------------------------
@@ -164,36 +173,16 @@ extern "C" __global__ void attention_simple_backward_key(const floatX* __restric
 
 // ---- the flash variant ---------------------------------------------------------------------------
 #ifdef HEAD_DIM
+#include "tensor_core.cuh"
 
-#define TILE 64                     // queries per block and keys per tile (4 warps x 16 rows)
-#define FLASH_THREADS 128
-#define STRIDE (HEAD_DIM + 8)       // padded row stride of a (64 x HEAD_DIM) tile in shared memory
-#define STRIDE_T (TILE + 8)         // padded row stride of a transposed (HEAD_DIM x 64) tile
-#define DK (HEAD_DIM / 16)          // k-steps over the head dimension
-#define DN (HEAD_DIM / 8)           // n-tiles over the head dimension
-#define LOG2E 1.4426950408889634f
+#define FLASH_THREADS 128                 // 4 warps
+#define KEYS 64                           // keys per K/V tile; keys per dK/dV block; queries per dQ block
+#define FWD_ROWS (64 * FWD_M_TILES)       // queries per forward block: 16 FWD_M_TILES rows per warp
+#define STRIDE (HEAD_DIM + 8)             // padded row stride of a tile in shared memory
+#define DK (HEAD_DIM / 16)                // k-steps over the head dimension
+#define DN (HEAD_DIM / 8)                 // n8 tiles over the head dimension (even: HEAD_DIM % 16 == 0)
 
 typedef unsigned int u32;
-
-__device__ __forceinline__ void mma16816(float* c, const u32* a, const u32* b) {
-#if defined(CUPY_RAW_EMULATOR)  // the CPU emulator's mma (tests; emulator/emulator.hpp)
-#ifdef MMA_FP16
-    emu_mma16816(c, a, b, true);
-#else
-    emu_mma16816(c, a, b, false);
-#endif
-#elif defined(MMA_FP16)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
 
 __device__ __forceinline__ u32 pack2(float lo, float hi) {  // two floats -> one register of floatX pair
     const floatX a = from_f32<floatX>(lo), b = from_f32<floatX>(hi);
@@ -202,178 +191,256 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {  // two floats -> one
     return (u32)ua | ((u32)ub << 16);
 }
 
-__device__ __forceinline__ u32 ld32(const floatX* p) { return *reinterpret_cast<const u32*>(p); }
-
-// the A fragment of rows r0..r0+15, columns k0..k0+15 of a row-major tile with row stride `stride`
-__device__ __forceinline__ void load_a(u32* a, const floatX* s, int stride, int r0, int k0) {
-    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    a[0] = ld32(s + (r0 + g) * stride + k0 + 2 * c);
-    a[1] = ld32(s + (r0 + g + 8) * stride + k0 + 2 * c);
-    a[2] = ld32(s + (r0 + g) * stride + k0 + 8 + 2 * c);
-    a[3] = ld32(s + (r0 + g + 8) * stride + k0 + 8 + 2 * c);
+__device__ __forceinline__ const unsigned char* bytes(const floatX* p) {
+    return reinterpret_cast<const unsigned char*>(p);
 }
 
-// the B fragment (16 x 8) whose column n is row n0 + n of a row-major tile (B^T stored), k0..k0+15
-__device__ __forceinline__ void load_b(u32* b, const floatX* s, int stride, int n0, int k0) {
-    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    b[0] = ld32(s + (n0 + g) * stride + k0 + 2 * c);
-    b[1] = ld32(s + (n0 + g) * stride + k0 + 8 + 2 * c);
+// The A fragment of rows r0..r0+15, columns k0..k0+15 of a tile: ldmatrix's four matrices are
+// (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0, a1, a2, a3.
+__device__ __forceinline__ void load_a(u32 (&a)[4], const floatX* s, int r0, int k0) {
+    const int lane = threadIdx.x % 32;
+    ldsm_x4<false>(a, bytes(s + (r0 + lane % 16) * STRIDE + k0 + 8 * (lane / 16)));
 }
 
-// the A operand for k-step kk (columns 16kk..16kk+15) from two float C tiles 2kk and 2kk+1
-__device__ __forceinline__ void c_to_a(u32* a, const float (*acc)[4], int kk) {
+// The B fragments of two n8 tiles (n0.. and n0+8..) over k0..k0+15 from a tile that holds B^T
+// (row n of the tile is column n of B: K in Q K^T): matrices (n 0-7, k 0-7), (n 0-7, k 8-15),
+// (n 8-15, k 0-7), (n 8-15, k 8-15) are b[0][0], b[0][1], b[1][0], b[1][1].
+__device__ __forceinline__ void load_b_pair(u32 (&b)[2][2], const floatX* s, int n0, int k0) {
+    const int lane = threadIdx.x % 32;
+    u32 r[4];
+    ldsm_x4<false>(r, bytes(s + (n0 + 8 * (lane / 16) + lane % 8) * STRIDE + k0 + 8 * ((lane / 8) % 2)));
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// The same fragments from a tile that holds B itself (row k of the tile is row k of B: V in P V):
+// ldmatrix.trans of (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15). No tile is
+// ever transposed in memory.
+__device__ __forceinline__ void load_bt_pair(u32 (&b)[2][2], const floatX* s, int n0, int k0) {
+    const int lane = threadIdx.x % 32;
+    u32 r[4];
+    ldsm_x4<true>(r, bytes(s + (k0 + lane % 16) * STRIDE + n0 + 8 * (lane / 16)));
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// acc (16 rows x 8 n8 tiles) += a (16 x 16) times the two n8 tiles of b
+__device__ __forceinline__ void mma_pair(float (*acc)[4], int n, const u32 (&a)[4], const u32 (&b)[2][2]) {
+    mma_16816(acc[n], a, b[0]);
+    mma_16816(acc[n + 1], a, b[1]);
+}
+
+// The A operand for k-step kk (columns 16kk..16kk+15) from two float C tiles 2kk and 2kk+1.
+__device__ __forceinline__ void c_to_a(u32 (&a)[4], const float (*acc)[4], int kk) {
     a[0] = pack2(acc[2 * kk][0], acc[2 * kk][1]);
     a[1] = pack2(acc[2 * kk][2], acc[2 * kk][3]);
     a[2] = pack2(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
     a[3] = pack2(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
 }
 
-// rows row0.. of one head (row stride `ld` in global memory) into a (TILE x HEAD_DIM) tile of
-// shared memory, or transposed into a (HEAD_DIM x TILE) one; rows >= T and columns >= HS are zeros
+// Rows row0..row0+ROWS-1 of one head (row stride ld in global memory) into a ROWS x STRIDE tile of
+// shared memory; rows >= T and columns >= HS are zeros. VEC: 16-byte cp.async copies, which the
+// caller commits and waits for; else element by element (visible after the caller's barrier).
+template <int ROWS>
 __device__ __forceinline__ void load_tile(floatX* s, const floatX* g, long long ld, int row0, int T, int HS) {
 #if VEC
-    for (int i = threadIdx.x; i < TILE * (HEAD_DIM / 8); i += FLASH_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * (HEAD_DIM / 8); i += FLASH_THREADS) {
         const int r = i / (HEAD_DIM / 8), d = (i % (HEAD_DIM / 8)) * 8;
-        Pack<floatX> pk;
-        if (row0 + r < T && d < HS) {
-            pk = load_pack(g + (long long)(row0 + r) * ld + d);
-        } else {
-#pragma unroll
-            for (int k = 0; k < 8; k++) pk.v[k] = from_f32<floatX>(0.0f);
-        }
-        store_pack(s + r * STRIDE + d, pk);
+        const bool in = row0 + r < T && d < HS;
+        cp_async16(s + r * STRIDE + d, in ? g + (long long)(row0 + r) * ld + d : g, in);
     }
 #else
-    for (int i = threadIdx.x; i < TILE * HEAD_DIM; i += FLASH_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * HEAD_DIM; i += FLASH_THREADS) {
         const int r = i / HEAD_DIM, d = i % HEAD_DIM;
         s[r * STRIDE + d] = (row0 + r < T && d < HS) ? g[(long long)(row0 + r) * ld + d] : from_f32<floatX>(0.0f);
     }
 #endif
 }
 
-__device__ __forceinline__ void load_tile_t(floatX* s, const floatX* g, long long ld, int row0, int T, int HS) {
-    for (int i = threadIdx.x; i < TILE * HEAD_DIM; i += FLASH_THREADS) {
+// The other way: a staged ROWS x STRIDE tile to rows row0.. (< T), columns < HS, of global memory.
+template <int ROWS>
+__device__ __forceinline__ void store_tile(floatX* g, long long ld, const floatX* s, int row0, int T, int HS) {
+#if VEC
+    for (int i = threadIdx.x; i < ROWS * (HEAD_DIM / 8); i += FLASH_THREADS) {
+        const int r = i / (HEAD_DIM / 8), d = (i % (HEAD_DIM / 8)) * 8;
+        if (row0 + r < T && d < HS) store_pack(g + (long long)(row0 + r) * ld + d, load_pack(s + r * STRIDE + d));
+    }
+#else
+    for (int i = threadIdx.x; i < ROWS * HEAD_DIM; i += FLASH_THREADS) {
         const int r = i / HEAD_DIM, d = i % HEAD_DIM;
-        s[d * STRIDE_T + r] = (row0 + r < T && d < HS) ? g[(long long)(row0 + r) * ld + d] : from_f32<floatX>(0.0f);
+        if (row0 + r < T && d < HS) g[(long long)(row0 + r) * ld + d] = s[r * STRIDE + d];
+    }
+#endif
+}
+
+// A warp's 16 x HEAD_DIM accumulator (rows r0.., scaled) into a staged tile as floatX pairs.
+__device__ __forceinline__ void stage_rows(floatX* s, int r0, const float (*acc)[4], float scale_a, float scale_b) {
+    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int n = 0; n < DN; n++) {
+        *reinterpret_cast<u32*>(s + (r0 + g) * STRIDE + 8 * n + 2 * c) = pack2(acc[n][0] * scale_a, acc[n][1] * scale_a);
+        *reinterpret_cast<u32*>(s + (r0 + g + 8) * STRIDE + 8 * n + 2 * c) = pack2(acc[n][2] * scale_b, acc[n][3] * scale_b);
     }
 }
 
-// Forward. grid (cdiv(T, 64), NH, B), the heaviest query tiles (the last) first; block 128;
-// dynamic shared: Q and K tiles (64 x STRIDE) and V transposed (HEAD_DIM x STRIDE_T), floatX.
+// The pipeline of every flash kernel: tile j + 1's copies are issued before tile j's math, into the
+// other of two stages, and waited for (cp.async.wait_group) only at the top of iteration j + 1.
+__device__ __forceinline__ void await_tile(bool more_issued) {
+    if (more_issued) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    __syncthreads();
+}
+
+// Forward. grid (cdiv(T, FWD_ROWS), NH, B), the heaviest query tiles (the last) first; block 128:
+// warp w owns queries q0 + 16 FWD_M_TILES w .. (FWD_M_TILES m16 tiles: each K and V fragment read
+// from shared memory feeds that many mma). Dynamic shared: the Q tile (FWD_ROWS x STRIDE), then two
+// stages of K and V tiles (KEYS x STRIDE each), floatX. The epilogue stages y in the Q tile and res
+// in the K/V stages, then writes whole 16-byte row pieces.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forward(
         const floatX* __restrict__ qkv, floatX* __restrict__ y, floatX* __restrict__ res, float* __restrict__ lse,
-        int T, int C, int NH, float scale_log2, int save_res) {
+        int T, int C, int NH, float scale_log2) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     floatX* sq = reinterpret_cast<floatX*>(flash_smem);
-    floatX* sk = sq + TILE * STRIDE;
-    floatX* svt = sk + TILE * STRIDE;
+    floatX* skv = sq + FWD_ROWS * STRIDE;  // stage s: K at skv + 2s KEYS STRIDE, V KEYS STRIDE after it
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
-    const int q0 = qt * TILE;
-    load_tile(sq, base, ld, q0, T, HS);
+    const int q0 = qt * FWD_ROWS, r0 = warp * 16 * FWD_M_TILES;  // r0: this warp's first row in the tile
+    const int warp_last = q0 + r0 + 16 * FWD_M_TILES - 1;
+    const int n_tiles = (min(T, q0 + FWD_ROWS) + KEYS - 1) / KEYS;  // key tiles with a key <= some row
+    load_tile<FWD_ROWS>(sq, base, ld, q0, T, HS);
+    load_tile<KEYS>(skv, base + C, ld, 0, T, HS);
+    load_tile<KEYS>(skv + KEYS * STRIDE, base + 2 * C, ld, 0, T, HS);
+    cp_async_commit();
+    u32 qa[FWD_M_TILES][DK][4];  // this warp's query rows as A fragments, kept for the whole walk
+    float o[FWD_M_TILES][DN][4];
+    float m_run[FWD_M_TILES][2], l_run[FWD_M_TILES][2];  // rows g and g + 8 of each m16 tile
+#pragma unroll
+    for (int mt = 0; mt < FWD_M_TILES; mt++) {
+        m_run[mt][0] = m_run[mt][1] = -POS_INF_F;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < DN; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    }
+    for (int j = 0; j < n_tiles; j++) {
+        const int k0 = j * KEYS;
+        const floatX* sk = skv + (j % 2) * 2 * KEYS * STRIDE;
+        const floatX* sv = sk + KEYS * STRIDE;
+        const bool more = j + 1 < n_tiles;
+        if (more) {
+            floatX* next = skv + ((j + 1) % 2) * 2 * KEYS * STRIDE;
+            load_tile<KEYS>(next, base + C, ld, k0 + KEYS, T, HS);
+            load_tile<KEYS>(next + KEYS * STRIDE, base + 2 * C, ld, k0 + KEYS, T, HS);
+            cp_async_commit();
+        }
+        await_tile(more);
+        if (j == 0) {
+#pragma unroll
+            for (int mt = 0; mt < FWD_M_TILES; mt++)
+#pragma unroll
+                for (int kk = 0; kk < DK; kk++) load_a(qa[mt][kk], sq, r0 + 16 * mt, 16 * kk);
+        }
+        if (k0 <= warp_last) {  // (warp-uniform) a tile wholly after this warp's rows adds nothing
+            float s[FWD_M_TILES][KEYS / 8][4];  // scores: this warp's rows x 64 keys
+#pragma unroll
+            for (int mt = 0; mt < FWD_M_TILES; mt++)
+#pragma unroll
+                for (int n = 0; n < KEYS / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; n += 2)
+#pragma unroll
+                for (int kk = 0; kk < DK; kk++) {
+                    u32 kb[2][2];
+                    load_b_pair(kb, sk, 8 * n, 16 * kk);
+#pragma unroll
+                    for (int mt = 0; mt < FWD_M_TILES; mt++) mma_pair(s[mt], n, qa[mt][kk], kb);
+                }
+            const bool edge = k0 + KEYS - 1 > q0 + r0 || k0 + KEYS > T;  // a key past a row, or past T
+#pragma unroll
+            for (int mt = 0; mt < FWD_M_TILES; mt++) {
+                const int row_a = q0 + r0 + 16 * mt + g, row_b = row_a + 8;
+                float mx[2] = {m_run[mt][0], m_run[mt][1]};
+#pragma unroll
+                for (int n = 0; n < KEYS / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
+                        float v = s[mt][n][e] * scale_log2;
+                        if (edge && (key > row || key >= T)) v = -POS_INF_F;
+                        s[mt][n][e] = v;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                    }
+                float corr[2], rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    // every row's key 0 is in tile 0, so mx is finite from then on
+                    corr[r] = exp2f(m_run[mt][r] - mx[r]);
+                    m_run[mt][r] = mx[r];
+                }
+#pragma unroll
+                for (int n = 0; n < KEYS / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float p = exp2f(s[mt][n][e] - mx[e >> 1]);
+                        s[mt][n][e] = p;
+                        rowsum[e >> 1] += p;
+                    }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 1);
+                    rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
+                    l_run[mt][r] = l_run[mt][r] * corr[r] + rowsum[r];
+                }
+#pragma unroll
+                for (int n = 0; n < DN; n++) {
+                    o[mt][n][0] *= corr[0];
+                    o[mt][n][1] *= corr[0];
+                    o[mt][n][2] *= corr[1];
+                    o[mt][n][3] *= corr[1];
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < KEYS / 16; kk++) {  // o += P V over this tile's keys
+                u32 pa[FWD_M_TILES][4];
+#pragma unroll
+                for (int mt = 0; mt < FWD_M_TILES; mt++) c_to_a(pa[mt], s[mt], kk);
+#pragma unroll
+                for (int n = 0; n < DN; n += 2) {
+                    u32 vb[2][2];
+                    load_bt_pair(vb, sv, 8 * n, 16 * kk);
+#pragma unroll
+                    for (int mt = 0; mt < FWD_M_TILES; mt++) mma_pair(o[mt], n, pa[mt], vb);
+                }
+            }
+        }
+        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
+    }
+    floatX* sres = skv;  // the K/V stages are free now: 4 KEYS >= FWD_ROWS rows
+#pragma unroll
+    for (int mt = 0; mt < FWD_M_TILES; mt++) {
+        const float inv_a = 1.0f / l_run[mt][0], inv_b = 1.0f / l_run[mt][1];
+        const int r = r0 + 16 * mt;
+        stage_rows(sq, r, o[mt], inv_a, inv_b);
+#pragma unroll
+        for (int n = 0; n < DN; n++)  // res = o - y, from the rounded y just staged
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int at = (r + g + (e >= 2 ? 8 : 0)) * STRIDE + 8 * n + 2 * c + (e & 1);
+                const float val = o[mt][n][e] * (e < 2 ? inv_a : inv_b);
+                sres[at] = from_f32<floatX>(val - to_f32(from_f32<floatX>(val)));
+            }
+        if (c == 0) {
+            float* l = lse + ((long long)b * NH + h) * T;
+            const int row_a = q0 + r + g, row_b = row_a + 8;
+            if (row_a < T) l[row_a] = m_run[mt][0] + log2f(l_run[mt][0]);
+            if (row_b < T) l[row_b] = m_run[mt][1] + log2f(l_run[mt][1]);
+        }
+    }
     __syncthreads();
-    u32 qa[DK][4];  // this warp's 16 query rows as A fragments, kept for the whole walk
-#pragma unroll
-    for (int kk = 0; kk < DK; kk++) load_a(qa[kk], sq, STRIDE, warp * 16, kk * 16);
-    float o[DN][4];
-#pragma unroll
-    for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};  // rows g and g + 8
-    const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
-    const int last_key = min(T, q0 + TILE) - 1;
-    for (int k0 = 0; k0 <= last_key; k0 += TILE) {
-        __syncthreads();  // every warp is done with the previous K and V tiles
-        load_tile(sk, base + C, ld, k0, T, HS);
-        load_tile_t(svt, base + 2 * C, ld, k0, T, HS);
-        __syncthreads();
-        float s[TILE / 8][4];  // scores: 16 rows x 64 keys of this warp
-#pragma unroll
-        for (int n = 0; n < TILE / 8; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < DK; kk++) {
-                u32 bf[2];
-                load_b(bf, sk, STRIDE, n * 8, kk * 16);
-                mma16816(s[n], qa[kk], bf);
-            }
-        }
-        const bool edge = k0 + TILE - 1 > q0 + warp * 16 || k0 + TILE > T;  // a key past a row, or past T
-        float mx[2] = {m_run[0], m_run[1]};
-#pragma unroll
-        for (int n = 0; n < TILE / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
-                float v = s[n][e] * scale_log2;
-                if (edge && (key > row || key >= T)) v = -POS_INF_F;
-                s[n][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
-        float corr[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            // a row's first key (key 0) is in the first tile, so mx is finite from then on
-            corr[r] = exp2f(m_run[r] - mx[r]);
-            m_run[r] = mx[r];
-            l_run[r] *= corr[r];
-        }
-        float rowsum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int n = 0; n < TILE / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(s[n][e] - mx[e >> 1]);
-                s[n][e] = p;
-                rowsum[e >> 1] += p;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 1);
-            rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
-            l_run[r] += rowsum[r];
-        }
-#pragma unroll
-        for (int n = 0; n < DN; n++) {
-            o[n][0] *= corr[0];
-            o[n][1] *= corr[0];
-            o[n][2] *= corr[1];
-            o[n][3] *= corr[1];
-        }
-#pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) {  // o += P V over this tile's keys
-            u32 pa[4];
-            c_to_a(pa, s, kk);
-#pragma unroll
-            for (int n = 0; n < DN; n++) {
-                u32 bf[2];
-                load_b(bf, svt, STRIDE_T, n * 8, kk * 16);
-                mma16816(o[n], pa, bf);
-            }
-        }
-    }
-    const float inv[2] = {1.0f / l_run[0], 1.0f / l_run[1]};
-#pragma unroll
-    for (int n = 0; n < DN; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int row = e < 2 ? row_a : row_b, d = n * 8 + 2 * c + (e & 1);
-            if (row < T && d < HS) {
-                const float val = o[n][e] * inv[e >> 1];
-                const long long at = ((long long)b * T + row) * C + h * HS + d;
-                const floatX rounded = from_f32<floatX>(val);
-                y[at] = rounded;
-                if (save_res) res[at] = from_f32<floatX>(val - to_f32(rounded));
-            }
-        }
-    if (c == 0) {
-        float* l = lse + ((long long)b * NH + h) * T;
-        if (row_a < T) l[row_a] = m_run[0] + log2f(l_run[0]);
-        if (row_b < T) l[row_b] = m_run[1] + log2f(l_run[1]);
-    }
+    const long long out0 = (long long)b * T * C + h * HS;
+    store_tile<FWD_ROWS>(y + out0, C, sq, q0, T, HS);
+    store_tile<FWD_ROWS>(res + out0, C, sres, q0, T, HS);
 }
 
 // delta = rowsum(dy * o), o = y + res (the unrounded output). grid cdiv(B*T*NH, 4), block 128:
@@ -393,24 +460,22 @@ extern "C" __global__ void attention_flash_delta(const floatX* __restrict__ y, c
     if (lane == 0) delta[(b * NH + h) * T + t] = acc;
 }
 
-// dK, dV of one 64-key tile. grid (cdiv(T, 64), NH, B), block 128 (warp w: keys k0 + 16w ..);
-// dynamic shared: K, V, Q, dY tiles (64 x STRIDE) and Q, dY transposed (HEAD_DIM x STRIDE_T),
-// floatX, then L and delta of the query tile (2 x 64 floats).
+// dK, dV of one 64-key tile. grid (cdiv(T, 64), NH, B), the heaviest (the first) first; block 128
+// (warp w: keys k0 + 16w ..). Dynamic shared: the K and V tiles, two stages of Q and dY tiles (KEYS x
+// STRIDE each, floatX), then two stages of the query tile's L and delta (2 x KEYS floats each).
 //   S^T = K Q^T;  P^T = exp2(S^T scale_log2 - L);  dV += P^T dY;  dP^T = V dY^T;
 //   dS^T = P^T (dP^T - delta);  dK += scale dS^T Q
+// The A operands (K, V) are read from shared memory at each k-step rather than held in registers,
+// which leaves room for the four accumulators (dK, dV, S^T, dP^T) at head size 128.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_backward_dkdv(
         const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
         const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2,
         float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     floatX* sk = reinterpret_cast<floatX*>(flash_smem);
-    floatX* sv = sk + TILE * STRIDE;
-    floatX* sq = sv + TILE * STRIDE;
-    floatX* sg = sq + TILE * STRIDE;
-    floatX* sqt = sg + TILE * STRIDE;
-    floatX* sgt = sqt + HEAD_DIM * STRIDE_T;
-    float* sl = reinterpret_cast<float*>(sgt + HEAD_DIM * STRIDE_T);
-    float* sd = sl + TILE;
+    floatX* sv = sk + KEYS * STRIDE;
+    floatX* sqg = sv + KEYS * STRIDE;  // stage s: Q at sqg + 2s KEYS STRIDE, dY KEYS STRIDE after it
+    float* sld = reinterpret_cast<float*>(sqg + 4 * KEYS * STRIDE);  // stage s: L at sld + 2s KEYS, delta after
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const long long ld = 3LL * C;
@@ -418,46 +483,62 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
     const float* lse_bh = lse + ((long long)b * NH + h) * T;
     const float* delta_bh = delta + ((long long)b * NH + h) * T;
-    const int k0 = kt * TILE;
-    load_tile(sk, base + C, ld, k0, T, HS);
-    load_tile(sv, base + 2 * C, ld, k0, T, HS);
+    const int k0 = kt * KEYS, n_tiles = (T - k0 + KEYS - 1) / KEYS;  // the query tiles at or after k0
+    auto load_stage = [&](int stage, int q0) {
+        floatX* s = sqg + stage * 2 * KEYS * STRIDE;
+        load_tile<KEYS>(s, base, ld, q0, T, HS);
+        load_tile<KEYS>(s + KEYS * STRIDE, dy_bh, C, q0, T, HS);
+        float* l = sld + stage * 2 * KEYS;
+        for (int i = threadIdx.x; i < KEYS; i += FLASH_THREADS) {
+            const bool in = q0 + i < T;
+            l[i] = in ? lse_bh[q0 + i] : POS_INF_F;  // a padded query row: P = exp2(-inf) = 0
+            l[KEYS + i] = in ? delta_bh[q0 + i] : 0.0f;
+        }
+    };
+    load_tile<KEYS>(sk, base + C, ld, k0, T, HS);
+    load_tile<KEYS>(sv, base + 2 * C, ld, k0, T, HS);
+    load_stage(0, k0);
+    cp_async_commit();
     float dk[DN][4], dv[DN][4];
 #pragma unroll
     for (int n = 0; n < DN; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
     const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;  // this thread's rows of S^T
-    for (int q0 = k0; q0 < T; q0 += TILE) {  // the query tiles at or after this key tile
-        __syncthreads();
-        load_tile(sq, base, ld, q0, T, HS);
-        load_tile(sg, dy_bh, C, q0, T, HS);
-        load_tile_t(sqt, base, ld, q0, T, HS);
-        load_tile_t(sgt, dy_bh, C, q0, T, HS);
-        for (int i = threadIdx.x; i < TILE; i += FLASH_THREADS) {
-            const bool in = q0 + i < T;
-            sl[i] = in ? lse_bh[q0 + i] : POS_INF_F;  // a padded query row: P = exp2(-inf) = 0
-            sd[i] = in ? delta_bh[q0 + i] : 0.0f;
+    for (int j = 0; j < n_tiles; j++) {
+        const int q0 = k0 + j * KEYS;
+        const floatX* sq = sqg + (j % 2) * 2 * KEYS * STRIDE;
+        const floatX* sg = sq + KEYS * STRIDE;
+        const float* sl = sld + (j % 2) * 2 * KEYS;
+        const float* sd = sl + KEYS;
+        const bool more = j + 1 < n_tiles;
+        if (more) {
+            load_stage((j + 1) % 2, q0 + KEYS);
+            cp_async_commit();
         }
-        __syncthreads();
-        float st[TILE / 8][4], dpt[TILE / 8][4];
+        await_tile(more);
+        float st[KEYS / 8][4], dpt[KEYS / 8][4];
 #pragma unroll
-        for (int n = 0; n < TILE / 8; n++) {
+        for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < DK; kk++) {
-                u32 af[4], bf[2];
-                load_a(af, sk, STRIDE, warp * 16, kk * 16);
-                load_b(bf, sq, STRIDE, n * 8, kk * 16);
-                mma16816(st[n], af, bf);
-                load_a(af, sv, STRIDE, warp * 16, kk * 16);
-                load_b(bf, sg, STRIDE, n * 8, kk * 16);
-                mma16816(dpt[n], af, bf);
+        for (int kk = 0; kk < DK; kk++) {
+            u32 ka[4], va[4];
+            load_a(ka, sk, warp * 16, 16 * kk);
+            load_a(va, sv, warp * 16, 16 * kk);
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; n += 2) {
+                u32 qb[2][2], gb[2][2];
+                load_b_pair(qb, sq, 8 * n, 16 * kk);
+                mma_pair(st, n, ka, qb);
+                load_b_pair(gb, sg, 8 * n, 16 * kk);
+                mma_pair(dpt, n, va, gb);
             }
         }
-        const bool edge = q0 < k0 + TILE;  // the diagonal tile: some queries come before some keys
+        const bool edge = j == 0;  // the diagonal tile (q0 == k0): some queries come before some keys
 #pragma unroll
-        for (int n = 0; n < TILE / 8; n++)
+        for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = n * 8 + 2 * c + (e & 1), key = e < 2 ? key_a : key_b;
@@ -467,35 +548,32 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
                 dpt[n][e] = p * (dpt[n][e] - sd[qi]);       // dS^T
             }
 #pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) {
+        for (int kk = 0; kk < KEYS / 16; kk++) {
             u32 pa[4], sa[4];
             c_to_a(pa, st, kk);
             c_to_a(sa, dpt, kk);
 #pragma unroll
-            for (int n = 0; n < DN; n++) {
-                u32 bf[2];
-                load_b(bf, sgt, STRIDE_T, n * 8, kk * 16);
-                mma16816(dv[n], pa, bf);
-                load_b(bf, sqt, STRIDE_T, n * 8, kk * 16);
-                mma16816(dk[n], sa, bf);
+            for (int n = 0; n < DN; n += 2) {
+                u32 gb[2][2], qb[2][2];
+                load_bt_pair(gb, sg, 8 * n, 16 * kk);
+                mma_pair(dv, n, pa, gb);
+                load_bt_pair(qb, sq, 8 * n, 16 * kk);
+                mma_pair(dk, n, sa, qb);
             }
         }
+        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
+    stage_rows(sk, warp * 16, dk, scale, scale);  // K and V, read only as operands above, are free
+    stage_rows(sv, warp * 16, dv, 1.0f, 1.0f);
+    __syncthreads();
     floatX* out = dqkv + (long long)b * T * ld + h * HS;
-#pragma unroll
-    for (int n = 0; n < DN; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int key = e < 2 ? key_a : key_b, d = n * 8 + 2 * c + (e & 1);
-            if (key < T && d < HS) {
-                out[(long long)key * ld + C + d] = from_f32<floatX>(dk[n][e] * scale);
-                out[(long long)key * ld + 2 * C + d] = from_f32<floatX>(dv[n][e]);
-            }
-        }
+    store_tile<KEYS>(out + C, ld, sk, k0, T, HS);
+    store_tile<KEYS>(out + 2 * C, ld, sv, k0, T, HS);
 }
 
 // dQ of one 64-query tile. grid (cdiv(T, 64), NH, B), the heaviest first; block 128 (warp w: queries
-// q0 + 16w ..); dynamic shared: Q, dY, K, V tiles (64 x STRIDE), K transposed (HEAD_DIM x STRIDE_T).
+// q0 + 16w ..). Dynamic shared: the Q and dY tiles, then two stages of K and V tiles (KEYS x STRIDE
+// each), floatX.
 //   S = Q K^T;  P = exp2(S scale_log2 - L);  dP = dY V^T;  dS = P (dP - delta);  dQ += scale dS K
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_backward_dq(
         const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
@@ -503,57 +581,65 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
         float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     floatX* sq = reinterpret_cast<floatX*>(flash_smem);
-    floatX* sg = sq + TILE * STRIDE;
-    floatX* sk = sg + TILE * STRIDE;
-    floatX* sv = sk + TILE * STRIDE;
-    floatX* skt = sv + TILE * STRIDE;
+    floatX* sg = sq + KEYS * STRIDE;
+    floatX* skv = sg + KEYS * STRIDE;  // stage s: K at skv + 2s KEYS STRIDE, V KEYS STRIDE after it
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
     const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
-    const int q0 = qt * TILE;
-    load_tile(sq, base, ld, q0, T, HS);
-    load_tile(sg, dy_bh, C, q0, T, HS);
-    __syncthreads();
-    u32 qa[DK][4], ga[DK][4];
-#pragma unroll
-    for (int kk = 0; kk < DK; kk++) {
-        load_a(qa[kk], sq, STRIDE, warp * 16, kk * 16);
-        load_a(ga[kk], sg, STRIDE, warp * 16, kk * 16);
-    }
+    const int q0 = qt * KEYS, n_tiles = (min(T, q0 + KEYS) + KEYS - 1) / KEYS;
+    load_tile<KEYS>(sq, base, ld, q0, T, HS);
+    load_tile<KEYS>(sg, dy_bh, C, q0, T, HS);
+    load_tile<KEYS>(skv, base + C, ld, 0, T, HS);
+    load_tile<KEYS>(skv + KEYS * STRIDE, base + 2 * C, ld, 0, T, HS);
+    cp_async_commit();
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
     const float* lse_bh = lse + ((long long)b * NH + h) * T;
     const float* delta_bh = delta + ((long long)b * NH + h) * T;
     const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_b < T ? lse_bh[row_b] : POS_INF_F};
     const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
+    u32 qa[DK][4], ga[DK][4];
     float dq[DN][4];
 #pragma unroll
     for (int n = 0; n < DN; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    const int last_key = min(T, q0 + TILE) - 1;
-    for (int k0 = 0; k0 <= last_key; k0 += TILE) {
-        __syncthreads();
-        load_tile(sk, base + C, ld, k0, T, HS);
-        load_tile(sv, base + 2 * C, ld, k0, T, HS);
-        load_tile_t(skt, base + C, ld, k0, T, HS);
-        __syncthreads();
-        float s[TILE / 8][4], dp[TILE / 8][4];
+    for (int j = 0; j < n_tiles; j++) {
+        const int k0 = j * KEYS;
+        const floatX* sk = skv + (j % 2) * 2 * KEYS * STRIDE;
+        const floatX* sv = sk + KEYS * STRIDE;
+        const bool more = j + 1 < n_tiles;
+        if (more) {
+            floatX* next = skv + ((j + 1) % 2) * 2 * KEYS * STRIDE;
+            load_tile<KEYS>(next, base + C, ld, k0 + KEYS, T, HS);
+            load_tile<KEYS>(next + KEYS * STRIDE, base + 2 * C, ld, k0 + KEYS, T, HS);
+            cp_async_commit();
+        }
+        await_tile(more);
+        if (j == 0) {
 #pragma unroll
-        for (int n = 0; n < TILE / 8; n++) {
+            for (int kk = 0; kk < DK; kk++) {
+                load_a(qa[kk], sq, warp * 16, 16 * kk);
+                load_a(ga[kk], sg, warp * 16, 16 * kk);
+            }
+        }
+        float s[KEYS / 8][4], dp[KEYS / 8][4];
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < DK; kk++) {
-                u32 bf[2];
-                load_b(bf, sk, STRIDE, n * 8, kk * 16);
-                mma16816(s[n], qa[kk], bf);
-                load_b(bf, sv, STRIDE, n * 8, kk * 16);
-                mma16816(dp[n], ga[kk], bf);
-            }
-        }
-        const bool edge = k0 + TILE - 1 > q0 + warp * 16 || k0 + TILE > T;
+        for (int n = 0; n < KEYS / 8; n += 2)
 #pragma unroll
-        for (int n = 0; n < TILE / 8; n++)
+            for (int kk = 0; kk < DK; kk++) {
+                u32 kb[2][2], vb[2][2];
+                load_b_pair(kb, sk, 8 * n, 16 * kk);
+                mma_pair(s, n, qa[kk], kb);
+                load_b_pair(vb, sv, 8 * n, 16 * kk);
+                mma_pair(dp, n, ga[kk], vb);
+            }
+        const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
@@ -562,24 +648,20 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
                 s[n][e] = p * (dp[n][e] - d_row[e >> 1]);  // dS
             }
 #pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) {
+        for (int kk = 0; kk < KEYS / 16; kk++) {
             u32 sa[4];
             c_to_a(sa, s, kk);
 #pragma unroll
-            for (int n = 0; n < DN; n++) {
-                u32 bf[2];
-                load_b(bf, skt, STRIDE_T, n * 8, kk * 16);
-                mma16816(dq[n], sa, bf);
+            for (int n = 0; n < DN; n += 2) {
+                u32 kb[2][2];
+                load_bt_pair(kb, sk, 8 * n, 16 * kk);
+                mma_pair(dq, n, sa, kb);
             }
         }
+        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
-    floatX* out = dqkv + (long long)b * T * ld + h * HS;
-#pragma unroll
-    for (int n = 0; n < DN; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int row = e < 2 ? row_a : row_b, d = n * 8 + 2 * c + (e & 1);
-            if (row < T && d < HS) out[(long long)row * ld + d] = from_f32<floatX>(dq[n][e] * scale);
-        }
+    stage_rows(sq, warp * 16, dq, scale, scale);  // Q and dY live in registers since tile 0
+    __syncthreads();
+    store_tile<KEYS>(dqkv + (long long)b * T * ld + h * HS, ld, sq, q0, T, HS);
 }
 #endif  // HEAD_DIM

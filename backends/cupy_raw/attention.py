@@ -3,11 +3,14 @@ has the kernels, the math and the mma fragment layouts).
 
     simple   one block per (query row, head, batch), float32 throughout, no tensor cores; the
              readable step between naive and flash. Saved: the logsumexp (B,NH,T).
-    flash    FlashAttention-2 on tensor cores (mma.sync m16n8k16), 64x64 tiles, online softmax in
-             base 2; backward as a delta pass, a dK/dV kernel over key tiles and a dQ kernel over
-             query tiles (no atomics: bitwise repeatable). Head sizes up to 128 (padded to a
-             multiple of 16 in shared memory). float32 inputs run the simple kernels (tensor cores
-             take 16-bit inputs here).
+    flash    FlashAttention-2 on tensor cores (mma.sync m16n8k16, operands by ldmatrix), online
+             softmax in base 2; 64-key tiles of K and V stream through two stages of shared memory
+             by cp.async, the next tile's copies under the current tile's math; a forward block
+             takes 128 queries at head sizes up to 64 (32 a warp: each fragment read feeds two
+             multiplies), 64 above. Backward as a delta pass, a dK/dV kernel over key tiles and a dQ
+             kernel over query tiles (no atomics: bitwise repeatable). Head sizes up to 128
+             (padded to a multiple of 16 in shared memory). float32 inputs run the simple kernels
+             (tensor cores take 16-bit inputs here).
 
 Saved by flash for 16-bit inputs: L (B,NH,T) float32 and res = o - y in the input dtype. delta =
 rowsum(dy * o) from the rounded y alone is off by about |dy||y| 2^-9, which dS = P (dP - delta)
@@ -25,7 +28,7 @@ from . import _common
 from . import _runtime as rt
 
 SIMPLE_THREADS = 128
-FLASH_TILE, FLASH_THREADS, FLASH_MAX_HS = 64, 128, 128  # as attention.cu's TILE, FLASH_THREADS
+FLASH_KEYS, FLASH_THREADS, FLASH_MAX_HS = 64, 128, 128  # as attention.cu's KEYS, FLASH_THREADS
 LOG2E = 1.4426950408889634
 
 
@@ -101,16 +104,18 @@ class FlashSaved:
 def _flash_defines(qkv, HS: int, *arrays) -> dict:
     C = qkv.shape[-1] // 3
     vec = HS % 8 == 0 and C % 8 == 0 and _common.vector_ok(qkv, *arrays)
-    defines = {"floatX": _common.ctype(qkv), "HEAD_DIM": -(-HS // 16) * 16, "VEC": int(vec)}
+    head_dim = -(-HS // 16) * 16
+    defines = {"floatX": _common.ctype(qkv), "HEAD_DIM": head_dim, "VEC": int(vec),
+               "FWD_M_TILES": 2 if head_dim <= 64 else 1}
     if str(qkv.dtype) == "float16":
         defines["MMA_FP16"] = 1
     return defines
 
 
-def _flash_shared(head_dim: int, tiles: int, transposed: int, floats: int = 0) -> int:
-    """Bytes of dynamic shared memory: `tiles` (64 x HEAD_DIM+8) and `transposed` (HEAD_DIM x 72)
-    16-bit tiles, then `floats` floats."""
-    return 2 * (tiles * FLASH_TILE * (head_dim + 8) + transposed * head_dim * (FLASH_TILE + 8)) + 4 * floats
+def _flash_shared(defines: dict, tiles: int, floats: int = 0) -> int:
+    """Bytes of dynamic shared memory: `tiles` tiles of 64 rows (HEAD_DIM + 8 16-bit elements a row),
+    then `floats` floats."""
+    return 2 * tiles * FLASH_KEYS * (defines["HEAD_DIM"] + 8) + 4 * floats
 
 
 class Flash:
@@ -132,11 +137,13 @@ class Flash:
         y = _common.output("attention", xp, out, (B, T, C), str(qkv.dtype))
         res = xp.empty((B, T, C), dtype=qkv.dtype)
         lse = xp.empty((B, n_head, T), dtype=np.float32)
-        defines = _flash_defines(qkv, HS)
-        rt.launch(rt.function("attention", "attention_flash_forward", defines), (rt.cdiv(T, FLASH_TILE), n_head, B),
-                  FLASH_THREADS, (qkv, y, res, lse, _common.i32(T), _common.i32(C), _common.i32(n_head),
-                                  _common.f32(LOG2E / math.sqrt(HS)), np.int32(1)),
-                  shared_mem=_flash_shared(defines["HEAD_DIM"], 2, 1))
+        defines = _flash_defines(qkv, HS, y, res)
+        m_tiles = defines["FWD_M_TILES"]  # a block: the Q tile (64 m_tiles rows), two stages of K and V
+        rt.launch(rt.function("attention", "attention_flash_forward", defines),
+                  (rt.cdiv(T, FLASH_KEYS * m_tiles), n_head, B), FLASH_THREADS,
+                  (qkv, y, res, lse, _common.i32(T), _common.i32(C), _common.i32(n_head),
+                   _common.f32(LOG2E / math.sqrt(HS))),
+                  shared_mem=_flash_shared(defines, m_tiles + 4))
         return y, FlashSaved(qkv, y, res, lse, n_head)
 
     def backward(self, saved, dout, grads):
@@ -153,13 +160,13 @@ class Flash:
         rt.launch(rt.function("attention", "attention_flash_delta", defines), rt.cdiv(B * T * n_head, 4), 128,
                   (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
-        grid = (rt.cdiv(T, FLASH_TILE), n_head, B)
+        grid = (rt.cdiv(T, FLASH_KEYS), n_head, B)
         rt.launch(rt.function("attention", "attention_flash_backward_dkdv", defines), grid, FLASH_THREADS,
                   (qkv, dout, saved.lse, delta, dqkv) + dims + scales,
-                  shared_mem=_flash_shared(defines["HEAD_DIM"], 4, 2, 2 * FLASH_TILE))
+                  shared_mem=_flash_shared(defines, 6, 4 * FLASH_KEYS))  # K, V; 2 x (Q, dY); 2 x (L, delta)
         rt.launch(rt.function("attention", "attention_flash_backward_dq", defines), grid, FLASH_THREADS,
                   (qkv, dout, saved.lse, delta, dqkv) + dims + scales,
-                  shared_mem=_flash_shared(defines["HEAD_DIM"], 4, 1))
+                  shared_mem=_flash_shared(defines, 6))  # Q, dY; 2 x (K, V)
         return {"qkv": dqkv}
 
 

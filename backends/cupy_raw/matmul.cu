@@ -50,6 +50,7 @@
 // more wgmma per step (A @ ones), into rowsum[slice, i] (float32): dW's A is dy^T, so these are the
 // bias gradient's column sums of dy, with no second pass over dy (colsum_finish adds the slices).
 #include "common.cuh"
+#include "tensor_core.cuh"
 #include "matmul_layout.cuh"
 
 #define FLAG_BIAS 1
@@ -60,10 +61,6 @@
 #define FLAG_PARTIAL 32
 #define FLAG_VEC 64
 #define FLAG_ROWSUM 128
-
-template <typename U, typename V> struct SameType { static constexpr bool value = false; };
-template <typename U> struct SameType<U, U> { static constexpr bool value = true; };
-constexpr bool T_IS_BF16 = SameType<floatX, __nv_bfloat16>::value;
 
 // ---- the epilogue --------------------------------------------------------------------------------
 struct Out {
@@ -190,21 +187,6 @@ struct alignas(64) TmaDescriptor {
     unsigned long long opaque[16];
 };
 
-#ifdef CUPY_RAW_EMULATOR
-// a shared-memory "address": the offset into the block's dynamic shared memory
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return (unsigned)(static_cast<const unsigned char*>(p) - static_cast<const unsigned char*>(emu::dynamic_shared()));
-}
-__device__ __forceinline__ unsigned char* smem_at(unsigned addr) {
-    return static_cast<unsigned char*>(emu::dynamic_shared()) + addr;
-}
-#else
-// the 32-bit shared-memory address of a pointer into shared memory (what PTX's .shared operands take)
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-#endif
-
 // =================================================================================================
 #ifdef GEMM_SIMT
 // A 64 x 64 tile of C per block, k in steps of 16 through shared memory (float32, transposed so
@@ -273,72 +255,6 @@ static_assert(MMA_WM % 16 == 0 && MMA_WN % 16 == 0, "a warp's piece is whole m16
 static_assert(MMA_BM % 64 == 0 && MMA_BN % 64 == 0, "MN-major tiles are whole 64-wide panels");
 static_assert(MMA_STAGES >= 2, "a ring of at least two tiles");
 static_assert(sizeof(floatX) == 2, "gemm_mma multiplies 16-bit operands");
-
-// The tensor-core primitives. Under CUPY_RAW_EMULATOR (backends/cupy_raw/_emulator.py: the kernels
-// on the CPU, one thread per CUDA thread) cp.async is a plain copy, ldmatrix is assembled from warp
-// shuffles by its PTX definition, and mma.sync is the emulator's emu_mma16816.
-#ifdef CUPY_RAW_EMULATOR
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-    if (inside) memcpy(dst, src, 16);
-    else memset(dst, 0, 16);
-}
-__device__ __forceinline__ void cp_async_commit() {}
-template <int N> __device__ __forceinline__ void cp_async_wait() {}
-
-// ldmatrix.x4: lane 8j + i addresses row i (16 bytes) of matrix j; lane l gets in register j row l/4,
-// elements 2(l%4) and 2(l%4)+1 of matrix j (.trans: elements [2(l%4)][l/4] and [2(l%4)+1][l/4]).
-template <bool TRANS> __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* row) {
-    const int lane = threadIdx.x & 31;
-    for (int j = 0; j < 4; ++j) {
-        if (!TRANS) {
-            const unsigned char* p = __shfl_xor_sync(0xffffffffu, row, lane ^ (8 * j + lane / 4));
-            memcpy(&r[j], p + 4 * (lane % 4), 4);
-        } else {
-            const unsigned char* p0 = __shfl_xor_sync(0xffffffffu, row, lane ^ (8 * j + 2 * (lane % 4)));
-            const unsigned char* p1 = __shfl_xor_sync(0xffffffffu, row, lane ^ (8 * j + 2 * (lane % 4) + 1));
-            unsigned short lo, hi;
-            memcpy(&lo, p0 + 2 * (lane / 4), 2);
-            memcpy(&hi, p1 + 2 * (lane / 4), 2);
-            r[j] = (unsigned)lo | ((unsigned)hi << 16);
-        }
-    }
-}
-
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    emu_mma16816(d, a, b, !T_IS_BF16);
-}
-#else
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-    // src-size 0 copies nothing and zero-fills the 16 bytes
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-template <bool TRANS> __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* row) {
-    if (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
-}
-
-// d (16 x 8, float32) += a (16 x 16) @ b (16 x 8)
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-#define MMA_16816(AB)                                                                                   \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 "                            \
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                   \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                      \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
-    if constexpr (T_IS_BF16) MMA_16816("bf16");
-    else MMA_16816("f16");
-#undef MMA_16816
-}
-#endif  // CUPY_RAW_EMULATOR
 
 // One BMN x 64 tile of an operand (rows mn0.., k from k0, nothing at or past mn_end / k_end) into `tile`.
 template <bool KMAJOR, int BMN>
