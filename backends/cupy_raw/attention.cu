@@ -289,6 +289,26 @@ __device__ __forceinline__ void await_tile(bool more_issued) {
     __syncthreads();
 }
 
+// K and V rows k0.. of one head into a stage (K, then V KEYS rows after it).
+__device__ __forceinline__ void load_kv(floatX* stage, const floatX* base, long long ld, int C, int k0, int T, int HS) {
+    load_tile<KEYS>(stage, base + C, ld, k0, T, HS);
+    load_tile<KEYS>(stage + KEYS * STRIDE, base + 2 * C, ld, k0, T, HS);
+}
+
+// Step j of the forward's and dQ's walk over key tiles, two stages of K and V at skv (stage 0 loaded
+// and committed before the walk): issues tile j + 1's copies if there is one, waits for tile j, and
+// returns its stage.
+__device__ __forceinline__ const floatX* kv_step(floatX* skv, const floatX* base, long long ld, int C, int j,
+                                                 int n_tiles, int T, int HS) {
+    const bool more = j + 1 < n_tiles;
+    if (more) {
+        load_kv(skv + ((j + 1) % 2) * 2 * KEYS * STRIDE, base, ld, C, (j + 1) * KEYS, T, HS);
+        cp_async_commit();
+    }
+    await_tile(more);
+    return skv + (j % 2) * 2 * KEYS * STRIDE;
+}
+
 // Forward. grid (cdiv(T, FWD_ROWS), NH, B), the heaviest query tiles (the last) first; block 128:
 // warp w owns queries q0 + 16 FWD_M_TILES w .. (FWD_M_TILES m16 tiles: each K and V fragment read
 // from shared memory feeds that many mma). Dynamic shared: the Q tile (FWD_ROWS x STRIDE), then two
@@ -308,8 +328,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forw
     const int warp_last = q0 + r0 + 16 * FWD_M_TILES - 1;
     const int n_tiles = (min(T, q0 + FWD_ROWS) + KEYS - 1) / KEYS;  // key tiles with a key <= some row
     load_tile<FWD_ROWS>(sq, base, ld, q0, T, HS);
-    load_tile<KEYS>(skv, base + C, ld, 0, T, HS);
-    load_tile<KEYS>(skv + KEYS * STRIDE, base + 2 * C, ld, 0, T, HS);
+    load_kv(skv, base, ld, C, 0, T, HS);
     cp_async_commit();
     u32 qa[FWD_M_TILES][DK][4];  // this warp's query rows as A fragments, kept for the whole walk
     float o[FWD_M_TILES][DN][4];
@@ -323,16 +342,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forw
     }
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
-        const floatX* sk = skv + (j % 2) * 2 * KEYS * STRIDE;
+        const floatX* sk = kv_step(skv, base, ld, C, j, n_tiles, T, HS);
         const floatX* sv = sk + KEYS * STRIDE;
-        const bool more = j + 1 < n_tiles;
-        if (more) {
-            floatX* next = skv + ((j + 1) % 2) * 2 * KEYS * STRIDE;
-            load_tile<KEYS>(next, base + C, ld, k0 + KEYS, T, HS);
-            load_tile<KEYS>(next + KEYS * STRIDE, base + 2 * C, ld, k0 + KEYS, T, HS);
-            cp_async_commit();
-        }
-        await_tile(more);
         if (j == 0) {
 #pragma unroll
             for (int mt = 0; mt < FWD_M_TILES; mt++)
@@ -591,8 +602,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     const int q0 = qt * KEYS, n_tiles = (min(T, q0 + KEYS) + KEYS - 1) / KEYS;
     load_tile<KEYS>(sq, base, ld, q0, T, HS);
     load_tile<KEYS>(sg, dy_bh, C, q0, T, HS);
-    load_tile<KEYS>(skv, base + C, ld, 0, T, HS);
-    load_tile<KEYS>(skv + KEYS * STRIDE, base + 2 * C, ld, 0, T, HS);
+    load_kv(skv, base, ld, C, 0, T, HS);
     cp_async_commit();
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
     const float* lse_bh = lse + ((long long)b * NH + h) * T;
@@ -605,16 +615,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     for (int n = 0; n < DN; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
-        const floatX* sk = skv + (j % 2) * 2 * KEYS * STRIDE;
+        const floatX* sk = kv_step(skv, base, ld, C, j, n_tiles, T, HS);
         const floatX* sv = sk + KEYS * STRIDE;
-        const bool more = j + 1 < n_tiles;
-        if (more) {
-            floatX* next = skv + ((j + 1) % 2) * 2 * KEYS * STRIDE;
-            load_tile<KEYS>(next, base + C, ld, k0 + KEYS, T, HS);
-            load_tile<KEYS>(next + KEYS * STRIDE, base + 2 * C, ld, k0 + KEYS, T, HS);
-            cp_async_commit();
-        }
-        await_tile(more);
         if (j == 0) {
 #pragma unroll
             for (int kk = 0; kk < DK; kk++) {
