@@ -275,16 +275,9 @@ static_assert(MMA_STAGES >= 2, "a ring of at least two tiles");
 static_assert(sizeof(floatX) == 2, "gemm_mma multiplies 16-bit operands");
 
 // The tensor-core primitives. Under CUPY_RAW_EMULATOR (backends/cupy_raw/_emulator.py: the kernels
-// on the CPU, one thread per CUDA thread) cp.async is a plain copy, ldmatrix is assembled from warp
+// on the CPU, one thread per CUDA thread) cp.async is a plain copy (common.cuh), ldmatrix is assembled from warp
 // shuffles by its PTX definition, and mma.sync is the emulator's emu_mma16816.
 #ifdef CUPY_RAW_EMULATOR
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-    if (inside) memcpy(dst, src, 16);
-    else memset(dst, 0, 16);
-}
-__device__ __forceinline__ void cp_async_commit() {}
-template <int N> __device__ __forceinline__ void cp_async_wait() {}
-
 // ldmatrix.x4: lane 8j + i addresses row i (16 bytes) of matrix j; lane l gets in register j row l/4,
 // elements 2(l%4) and 2(l%4)+1 of matrix j (.trans: elements [2(l%4)][l/4] and [2(l%4)+1][l/4]).
 template <bool TRANS> __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* row) {
@@ -308,16 +301,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
     emu_mma16816(d, a, b, !T_IS_BF16);
 }
 #else
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-    // src-size 0 copies nothing and zero-fills the 16 bytes
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 template <bool TRANS> __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* row) {
     if (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
