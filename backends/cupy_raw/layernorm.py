@@ -71,7 +71,7 @@ def _backward_shared(packs: int, elems: int, itemsize: int, warps: int, stages: 
 def _defines(x, C: int, vec: bool, launch: Launch, grad_dtype=None) -> dict:
     elems = 16 // x.dtype.itemsize if vec and C % (16 // x.dtype.itemsize) == 0 else 1
     packs = -(-C // (32 * elems))
-    blocks = _backward_blocks_per_sm(packs * elems)
+    blocks = max(1, _backward_blocks_per_sm(packs * elems) * 8 // launch.backward_warps)  # the same warps an SM
     fits = min(rt.MAX_SHARED_PER_BLOCK, SM_SHARED // blocks - BLOCK_RESERVED_SHARED)
     stages = launch.backward_stages  # fewer where the rings of `blocks` blocks would not fit an SM
     while stages > 1 and _backward_shared(packs, elems, x.dtype.itemsize, launch.backward_warps, stages) > fits:
