@@ -13,6 +13,11 @@
 //   Pack<T>                      16 bytes of T (8 bf16/fp16 or 4 floats): one vector load/store
 //   load_pack_stream             the same load with the evict-first hint (__ldcs): for data a kernel
 //                                reads once, so that it does not push reusable lines out of L2
+//   store_pack_stream            a store with the evict-first hint (__stcs)
+//   cp_async16, cp_async4        cp.async: global -> shared copies that go around the registers (16
+//                                bytes by L2 only, or 4), in groups (cp_async_commit) waited for by
+//                                cp_async_wait<N> (all but the N newest groups landed); in the CPU
+//                                emulator a plain copy and no-ops
 //
 // Every function is written __device__ explicitly: NVRTC (CuPy) defaults to device code, nvcc
 // (the CI compile check) does not, and both must accept these sources.
@@ -97,3 +102,35 @@ template <typename T> __device__ __forceinline__ Pack<T> load_pack_stream(const 
     return *reinterpret_cast<const Pack<T>*>(&bits);
 #endif
 }
+
+template <typename T> __device__ __forceinline__ void store_pack_stream(T* p, const Pack<T>& pack) {
+#ifdef CUPY_RAW_EMULATOR
+    store_pack(p, pack);
+#else
+    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&pack));
+#endif
+}
+
+#ifdef CUPY_RAW_EMULATOR
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+    if (inside) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) { memcpy(dst, src, 4); }
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N> __device__ __forceinline__ void cp_async_wait() {}
+#else
+// `inside` false: src-size 0 copies nothing and zero-fills the 16 bytes
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(src), "r"(inside ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"
+                 ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif

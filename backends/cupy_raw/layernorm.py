@@ -6,14 +6,16 @@ grid of blocks, each writing a (2C) float32 partial, summed in a fixed order by 
 adds them to the caller's buffers (float32 buffers for 16-bit inputs, mixed precision): bitwise
 repeatable, no atomics. Rows of at most MAX_C channels (a row lives in one warp's registers).
 
-Tuned for bytes in flight (both kernels are memory-bound): a lane keeps its share of a row as
-stored (8 bf16 in 4 registers) and converts where it computes, the forward reads weight and bias
-after the statistics, the backward reads weight (as float32) from shared memory at every row, x and
-dout are loaded evict-first. At C = 768 in bf16 that took the forward from 92 registers to 46 (44
-warps an SM instead of 20), and lets the backward run BACKWARD_WARPS = 8 warps a block, 2 blocks
-an SM (16 warps, within 128 registers, no spills) instead of 2 blocks of 4 warps (157 registers).
-The finish sums the partials with FINISH_SPLIT threads per column (one thread walking all G
-partials was a long chain of L2 reads on 6 blocks).
+Tuned for bytes in flight (both kernels are memory-bound; layernorm.cu's header counts the bytes):
+a lane keeps its share of a row as stored (8 bf16 in 4 registers) and converts where it computes.
+The forward's warps each copy Launch.forward_rows rows into shared memory by cp.async at once (no
+registers held for bytes in flight) and normalize them as they land, weight and bias staged once a
+block, y stored with the evict-first hint. The backward's warps
+(2 blocks of 8 an SM: the dweight/dbias sums take registers) each keep a ring of backward_stages row
+slots in shared memory filled by cp.async, the copies of the rows ahead issued before the math on
+the current one, so bytes stay in flight without registers; weight (float32) in shared memory too.
+Where the ring does not fit the SM's shared memory (float32 rows, wide C) it has fewer stages. The
+finish sums the partials with finish_split threads per column.
 """
 
 from dataclasses import dataclass
@@ -24,8 +26,22 @@ from . import _common
 from . import _runtime as rt
 
 MAX_C = 2048
-#: the launch table: warps per block, forward and backward; threads per column in the finish
-FORWARD_WARPS, BACKWARD_WARPS, FINISH_SPLIT = 4, 8, 16
+#: shared memory of one sm_90 SM, and what the hardware keeps of it for each resident block
+SM_SHARED, BLOCK_RESERVED_SHARED = 228 * 1024, 1024
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch table (bench/tune/cupy_raw_layernorm_sweep.py passes others in explicitly)."""
+
+    forward_warps: int = 4    # warps per forward block
+    forward_rows: int = 4     # rows a forward warp stages in shared memory at once (1 to 8)
+    backward_warps: int = 8   # warps per backward block (2 blocks an SM at C <= 768)
+    backward_stages: int = 3  # ring slots per backward warp (rows in flight: stages - 1, plus the one computed on)
+    finish_split: int = 16    # threads per column summing the backward's partials
+
+
+LAUNCH = Launch()
 
 
 @dataclass
@@ -37,21 +53,33 @@ class Saved:
 
 
 def _backward_blocks_per_sm(per_lane: int) -> int:
-    """Blocks of BACKWARD_WARPS an SM is given; the kernel's __launch_bounds__ then holds a thread to
-    65536 / (that x 32 x BACKWARD_WARPS) registers. A lane holds 2 float32 sums (dweight, dbias) per
+    """Blocks of backward_warps (8) an SM is given; the kernel's __launch_bounds__ then holds a thread
+    to 65536 / (that x 256) registers. A lane holds 2 float32 sums (dweight, dbias) per
     column it owns, and x and dout as stored: at 24 columns a lane (C = 768) that fits 128 registers
     without spilling in every dtype (ptxas, tests/test_cupy_raw_compile.py); at 32 (C = 1024) 16-bit
     rows spill, so wider rows get 1 block (up to 255 registers)."""
     return 2 if per_lane <= 24 else 1
 
 
-def _defines(x, C: int, vec: bool, grad_dtype=None) -> dict:
+def _backward_shared(packs: int, elems: int, itemsize: int, warps: int, stages: int) -> int:
+    """Dynamic shared memory of a backward block (layernorm.cu: weight, then each warp's ring of
+    STAGE_BYTES slots or its 2 ROW_PAD float32 sums, whichever is larger)."""
+    row_pad = 32 * packs * elems
+    return 4 * row_pad + warps * max(stages * (2 * row_pad * itemsize + 16), 8 * row_pad)
+
+
+def _defines(x, C: int, vec: bool, launch: Launch, grad_dtype=None) -> dict:
     elems = 16 // x.dtype.itemsize if vec and C % (16 // x.dtype.itemsize) == 0 else 1
     packs = -(-C // (32 * elems))
+    blocks = max(1, _backward_blocks_per_sm(packs * elems) * 8 // launch.backward_warps)  # the same warps an SM
+    fits = min(rt.MAX_SHARED_PER_BLOCK, SM_SHARED // blocks - BLOCK_RESERVED_SHARED)
+    stages = launch.backward_stages  # fewer where the rings of `blocks` blocks would not fit an SM
+    while stages > 1 and _backward_shared(packs, elems, x.dtype.itemsize, launch.backward_warps, stages) > fits:
+        stages -= 1
     return {"floatX": _common.ctype(x), "gradT": _common.ctype(grad_dtype if grad_dtype is not None else x),
-            "ELEMS": elems, "PACKS": packs, "BACKWARD_THREADS": 32 * BACKWARD_WARPS,
-            "BACKWARD_MIN_BLOCKS": _backward_blocks_per_sm(packs * elems),
-            "FINISH_SPLIT": FINISH_SPLIT}
+            "ELEMS": elems, "PACKS": packs, "FORWARD_ROWS": launch.forward_rows,
+            "BACKWARD_THREADS": 32 * launch.backward_warps, "BACKWARD_MIN_BLOCKS": blocks,
+            "BACKWARD_STAGES": stages, "FINISH_SPLIT": launch.finish_split}
 
 
 def _check(x):
@@ -63,7 +91,7 @@ def _check(x):
     return N, C
 
 
-def forward(inputs, attrs, out=None):
+def forward(inputs, attrs, out=None, launch: Launch = LAUNCH):
     x, w, b = inputs["x"], inputs["weight"], inputs["bias"]
     _common.check_contiguous("layernorm", x=x, weight=w, bias=b)
     N, C = _check(x)
@@ -71,13 +99,16 @@ def forward(inputs, attrs, out=None):
     y = _common.output("layernorm", xp, out, x.shape, str(x.dtype))
     mean = xp.empty((N,), dtype=np.float32)
     rstd = xp.empty((N,), dtype=np.float32)
-    k = rt.function("layernorm", "layernorm_forward", _defines(x, C, _common.vector_ok(x, w, b, y)))
-    rt.launch(k, rt.cdiv(N, FORWARD_WARPS), 32 * FORWARD_WARPS,
-              (x, w, b, y, mean, rstd, _common.i32(N), _common.i32(C), _common.f32(attrs["eps"])))
+    d = _defines(x, C, _common.vector_ok(x, w, b, y), launch)
+    row_pad = 32 * d["PACKS"] * d["ELEMS"]  # shared memory: weight, bias, each warp's rows (layernorm.cu)
+    rt.launch(rt.function("layernorm", "layernorm_forward", d), rt.cdiv(N, launch.forward_rows * launch.forward_warps),
+              32 * launch.forward_warps,
+              (x, w, b, y, mean, rstd, _common.i32(N), _common.i32(C), _common.f32(attrs["eps"])),
+              shared_mem=(2 + launch.forward_warps * launch.forward_rows) * row_pad * x.dtype.itemsize)
     return y, Saved(x, w, mean, rstd)
 
 
-def backward(saved, dout, grads):
+def backward(saved, dout, grads, launch: Launch = LAUNCH):
     x, w = saved.x, saved.weight
     _common.check_contiguous("layernorm", dout=dout)
     N, C = _check(x)
@@ -89,12 +120,13 @@ def backward(saved, dout, grads):
     if str(dweight.dtype) != str(dbias.dtype):
         raise TypeError(f"layernorm: grads['weight'] and grads['bias'] must share a dtype, got "
                         f"{dweight.dtype} and {dbias.dtype}")
-    defines = _defines(x, C, _common.vector_ok(x, w, dout, dx), dweight.dtype)
-    groups = max(1, min(defines["BACKWARD_MIN_BLOCKS"] * _common.num_sms(xp), rt.cdiv(N, BACKWARD_WARPS)))
+    d = _defines(x, C, _common.vector_ok(x, w, dout, dx), launch, dweight.dtype)
+    warps = launch.backward_warps
+    groups = max(1, min(d["BACKWARD_MIN_BLOCKS"] * _common.num_sms(xp), rt.cdiv(N, warps)))
     partial = xp.empty((groups, 2 * C), dtype=np.float32)
-    rt.launch(rt.function("layernorm", "layernorm_backward", defines), groups, 32 * BACKWARD_WARPS,
+    rt.launch(rt.function("layernorm", "layernorm_backward", d), groups, 32 * warps,
               (x, w, dout, saved.mean, saved.rstd, dx, partial, _common.i32(N), _common.i32(C)),
-              shared_mem=(2 * C + 32 * defines["PACKS"] * defines["ELEMS"]) * 4)  # partial sums, lane-major weight
-    rt.launch(rt.function("layernorm", "layernorm_finish", defines), rt.cdiv(2 * C, 32), (32, FINISH_SPLIT),
+              shared_mem=_backward_shared(d["PACKS"], d["ELEMS"], x.dtype.itemsize, warps, d["BACKWARD_STAGES"]))
+    rt.launch(rt.function("layernorm", "layernorm_finish", d), rt.cdiv(2 * C, 32), (32, launch.finish_split),
               (partial, dweight, dbias, _common.i32(groups), _common.i32(C)))
     return {"x": dx, "weight": dweight, "bias": dbias}

@@ -1,18 +1,17 @@
 // tensor_core.cuh: the tensor-core primitives of the sm_80 generation, shared by matmul.cu's gemm_mma
-// and attention.cu's flash variant (floatX the 16-bit storage type of the operands):
+// and attention.cu's flash variant (floatX the 16-bit storage type of the operands; the cp.async
+// copies that feed them are common.cuh's):
 //
 //   smem_u32(p)                the 32-bit shared-memory address of p (what PTX's .shared operands take)
-//   cp_async16(dst, src, in)   16 bytes global -> shared that bypass the registers (cp.async.cg), or 16
-//                              zero bytes where `in` is false; cp_async_commit() closes a group of
-//                              them, cp_async_wait<N>() waits until at most N groups are in flight
 //   ldsm_x4<TRANS>(r, row)     ldmatrix.x4: four 8 x 8 16-bit matrices from shared memory, lane 8j + i
 //                              giving the address of row i of matrix j; .trans delivers them transposed
 //   mma_16816(d, a, b)         mma.sync.m16n8k16: d (16 x 8, float32) += a (16 x 16) b (16 x 8)
 //
 // Under CUPY_RAW_EMULATOR (backends/cupy_raw/_emulator.py: the kernels on the CPU, one fiber per CUDA
-// thread) cp.async is a plain copy (so commit and wait have nothing to do), ldmatrix is assembled from
-// warp shuffles by its PTX definition, and mma.sync is the emulator's emu_mma16816; a shared-memory
-// address is the offset into the block's dynamic shared memory (smem_at turns one back).
+// thread) ldmatrix is assembled from warp shuffles by its PTX definition and mma.sync is the
+// emulator's emu_mma16816; a shared-memory address is the offset into the block's dynamic shared
+// memory (smem_at turns one back).
+
 template <typename U, typename V> struct SameType { static constexpr bool value = false; };
 template <typename U> struct SameType<U, U> { static constexpr bool value = true; };
 constexpr bool T_IS_BF16 = SameType<floatX, __nv_bfloat16>::value;
@@ -25,13 +24,6 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 __device__ __forceinline__ unsigned char* smem_at(unsigned addr) {
     return static_cast<unsigned char*>(emu::dynamic_shared()) + addr;
 }
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-    if (inside) memcpy(dst, src, 16);
-    else memset(dst, 0, 16);
-}
-__device__ __forceinline__ void cp_async_commit() {}
-template <int N> __device__ __forceinline__ void cp_async_wait() {}
 
 // ldmatrix.x4: lane 8j + i addresses row i (16 bytes) of matrix j; lane l gets in register j row l/4,
 // elements 2(l%4) and 2(l%4)+1 of matrix j (.trans: elements [2(l%4)][l/4] and [2(l%4)+1][l/4]).
@@ -59,16 +51,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
 // the 32-bit shared-memory address of a pointer into shared memory (what PTX's .shared operands take)
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-    // src-size 0 copies nothing and zero-fills the 16 bytes
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 template <bool TRANS> __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* row) {
