@@ -29,12 +29,15 @@
 //   (loads issued together) took 96 registers at 2 rows in bf16: ptxas keeps them converted to float32
 //   across the passes, and capping it spilled. weight and bias are staged once per block (warp 0);
 //   y is stored with the evict-first hint (written once here; triton's sweep measured it at 4%).
+//   The launcher takes FORWARD_ROWS = 1 (measured fastest: a 9 KB block, 16 blocks an SM, 64 warps
+//   each with its row in flight; more rows a warp meant fewer warps and a longer last wave).
 // - backward: a fixed grid of G blocks (registers cap it at 2 blocks of 8 warps an SM: the lane's
 //   dweight/dbias sums, 2 floats a column it owns, are 48 of its 128 registers), so rows in flight
 //   cannot come from more warps; they come from shared memory instead: each warp keeps a ring of
 //   BACKWARD_STAGES row slots (x, dout, mean, rstd of one row, 3 KB in bf16) filled by cp.async, which
 //   costs no registers, and issues the copies of row i + STAGES - 1 before it computes on row i:
-//   (STAGES - 1) x 3 KB in flight per warp all the time (96 KB an SM at 3 stages, 16 warps), where
+//   (STAGES - 1) x 3 KB in flight per warp all the time (48 KB an SM at the launcher's 2 stages, 16
+//   warps; 3 and 4 stages measured slower), where
 //   loading into registers gave each warp 3 KB only while it waited. mean and rstd come through the
 //   ring too (a plain load of them at each row would expose a whole memory latency per row). weight
 //   (float32) lives in shared memory, lane-major (`slot`) so that a warp's reads hit 32 banks, not 4.

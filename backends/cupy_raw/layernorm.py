@@ -35,10 +35,14 @@ class Launch:
     """The launch table (bench/tune/cupy_raw_layernorm_sweep.py passes others in explicitly)."""
 
     forward_warps: int = 4    # warps per forward block
-    forward_rows: int = 4     # rows a forward warp stages in shared memory at once (1 to 8)
+    forward_rows: int = 1     # rows a forward warp stages in shared memory at once (1 to 8)
     backward_warps: int = 8   # warps per backward block (2 blocks an SM at C <= 768)
-    backward_stages: int = 3  # ring slots per backward warp (rows in flight: stages - 1, plus the one computed on)
+    backward_stages: int = 2  # ring slots per backward warp (rows in flight: stages - 1, plus the one computed on)
     finish_split: int = 16    # threads per column summing the backward's partials
+    # Measured on the H200 at C = 768, bf16 (reports/cupy_raw-h200/layernorm-822732f/): forward rows
+    # 1 / 2 / 4 / 8 a warp took 16.4 / 17.0 / 18.1 / 19.2 us at 16384 rows (29.1 / 29.6 / 31.0 / 36.4 at
+    # 32768): one row a warp leaves the most warps resident (shared memory, not registers, limits them)
+    # and the shortest last wave; backward stages 2 / 3 / 4: 31.5 / 32.7 / 33.9 us (51.1 / 51.8 / 53.2).
 
 
 LAUNCH = Launch()
