@@ -382,6 +382,7 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 
 // =================================================================================================
 #ifdef GEMM_WGMMA
+#include "wgmma.cuh"
 // Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the tile of C), WG_BM (its rows),
 // WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
 // schedule, below). Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
@@ -459,10 +460,8 @@ static_assert(WG_PINGPONG ? (WG_BM == 64 || WG_BM == 128) : WG_BM == 64 * WG_CON
 //   TMA        the box copied at once, element by element, zeros outside the array, into the 128-byte
 //              swizzle (16-byte chunk c of box row y at chunk c ^ (y % 8)); then its bytes complete
 //   wgmma      each thread computes its own accumulators at issue: register reg holds (row, col) of
-//              wgmma_acc_coords, the operands read from shared memory where the descriptor's
-//              canonical layout puts them (start + (mn / 8) SBO + (mn % 8) 128 + 2k for K-major,
-//              start + (mn / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (mn % 64) for MN-major, then
-//              address bits 4-6 XOR bits 7-9); fence / commit / wait have nothing to wait for
+//              wgmma_acc_coords, the operands read from shared memory by wgmma.cuh's
+//              emu_wgmma_operand; fence / commit / wait have nothing to wait for
 struct EmuMbar {
     unsigned short count_phase, pending;
     int tx;
@@ -518,22 +517,6 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
     EmuMbar& b = emu_mbar(bar);
     b.tx -= (int)(m.box_rows * m.box_cols * m.elem_bytes);
     emu_mbar_complete(b);
-}
-__device__ __forceinline__ void wgmma_fence() {}
-__device__ __forceinline__ void wgmma_commit() {}
-__device__ __forceinline__ int opaque_zero() { return 0; }
-template <int N> __device__ __forceinline__ void wgmma_wait() {}
-template <int N> __device__ __forceinline__ void fence_accumulators(float (&)[N]) {}
-
-__device__ __forceinline__ float emu_wgmma_operand(unsigned long long desc, bool kmajor, int mn, int k) {
-    const unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4;
-    const unsigned sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
-    unsigned addr = kmajor ? start + (mn / 8) * sbo + (mn % 8) * 128 + 2 * k
-                           : start + (mn / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (mn % 64);
-    addr ^= ((addr >> 7) & 7) << 4;
-    floatX v;
-    memcpy(&v, smem_at(addr), 2);
-    return to_f32(v);
 }
 __device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long long da, unsigned long long db) {
     const int t = threadIdx.x & 127;
@@ -592,7 +575,6 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
     }
 }
 #define WG_FENCE_MBARRIER_INIT()
-#define WG_FENCE_PROXY_ASYNC()
 #else
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
@@ -621,23 +603,6 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-// 0, as a value the compiler cannot see through (nothing is computed from it ahead of this point)
-__device__ __forceinline__ int opaque_zero() {
-    int z;
-    asm volatile("mov.b32 %0, 0;\n" : "=r"(z));
-    return z;
-}
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keep the compiler from moving the accumulators while wgmma owns them.
-template <int N> __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 #define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
@@ -700,8 +665,6 @@ __device__ __forceinline__ void named_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 #define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
-// generic-proxy stores to shared memory made visible to the async proxy (wgmma's operand reads)
-#define WG_FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory")
 #endif  // CUPY_RAW_EMULATOR
 
 // the accumulators of all WG_MH m64 blocks
