@@ -309,6 +309,93 @@ __device__ __forceinline__ const floatX* kv_step(floatX* skv, const floatX* base
     return skv + (j % 2) * 2 * KEYS * STRIDE;
 }
 
+// The online softmax of one 16-row tile of scores s (the C layout: rows row_a = its first row + g and
+// row_a + 8; keys k0 + 8n + 2c + (e & 1)), in place: masked where edge (a key after its row, or at
+// or past T), scaled to base 2, the running max m and sum l of the two rows updated, s turned into
+// P = exp2(s - m), and the output accumulator o rescaled by exp2(m_old - m_new).
+__device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (*o)[4],
+                                               int row_a, int k0, int T, bool edge, float scale_log2) {
+    const int c = threadIdx.x % 4, row_b = row_a + 8;
+    float mx[2] = {m_run[0], m_run[1]};
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
+            float v = s[n][e] * scale_log2;
+            if (edge && (key > row || key >= T)) v = -POS_INF_F;
+            s[n][e] = v;
+            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+    float corr[2], rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        // every row's key 0 is in tile 0, so mx is finite from then on
+        corr[r] = exp2f(m_run[r] - mx[r]);
+        m_run[r] = mx[r];
+    }
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = exp2f(s[n][e] - mx[e >> 1]);
+            s[n][e] = p;
+            rowsum[e >> 1] += p;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 1);
+        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
+        l_run[r] = l_run[r] * corr[r] + rowsum[r];
+    }
+#pragma unroll
+    for (int n = 0; n < DN; n++) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+    }
+}
+
+// dK/dV's tile, in place: st (S^T, rows keys key_a = the thread's first key and key_a + 8, columns
+// queries q0 + 8n + 2c + (e & 1)) becomes P^T = exp2(S^T scale_log2 - L) (0 for a query before its key
+// where edge, the diagonal tile), dpt (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query
+// tile's L and delta.
+__device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
+                                                   int key_a, int q0, bool edge, float scale_log2) {
+    const int c = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int qi = n * 8 + 2 * c + (e & 1), key = e < 2 ? key_a : key_a + 8;
+            float p = exp2f(st[n][e] * scale_log2 - sl[qi]);
+            if (edge && q0 + qi < key) p = 0.0f;
+            st[n][e] = p;
+            dpt[n][e] = p * (dpt[n][e] - sd[qi]);
+        }
+}
+
+// dQ's tile, in place: s (S, rows row_a and row_a + 8, keys k0 + 8n + 2c + (e & 1)) becomes
+// dS = P (dP - delta), P = exp2(S scale_log2 - L) (0 past a row or past T where edge); l_row, d_row:
+// the two rows' L and delta.
+__device__ __forceinline__ void dq_probabilities(float (*s)[4], const float (*dp)[4], const float (&l_row)[2],
+                                                 const float (&d_row)[2], int row_a, int k0, int T, bool edge,
+                                                 float scale_log2) {
+    const int c = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_a + 8;
+            float p = exp2f(s[n][e] * scale_log2 - l_row[e >> 1]);
+            if (edge && (key > row || key >= T)) p = 0.0f;
+            s[n][e] = p * (dp[n][e] - d_row[e >> 1]);
+        }
+}
+
 // Forward. grid (cdiv(T, FWD_ROWS), NH, B), the heaviest query tiles (the last) first; block 128:
 // warp w owns queries q0 + 16 FWD_M_TILES w .. (FWD_M_TILES m16 tiles: each K and V fragment read
 // from shared memory feeds that many mma). Dynamic shared: the Q tile (FWD_ROWS x STRIDE), then two
@@ -367,50 +454,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forw
                 }
             const bool edge = k0 + KEYS - 1 > q0 + r0 || k0 + KEYS > T;  // a key past a row, or past T
 #pragma unroll
-            for (int mt = 0; mt < FWD_M_TILES; mt++) {
-                const int row_a = q0 + r0 + 16 * mt + g, row_b = row_a + 8;
-                float mx[2] = {m_run[mt][0], m_run[mt][1]};
-#pragma unroll
-                for (int n = 0; n < KEYS / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
-                        float v = s[mt][n][e] * scale_log2;
-                        if (edge && (key > row || key >= T)) v = -POS_INF_F;
-                        s[mt][n][e] = v;
-                        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-                    }
-                float corr[2], rowsum[2] = {0.0f, 0.0f};
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                    // every row's key 0 is in tile 0, so mx is finite from then on
-                    corr[r] = exp2f(m_run[mt][r] - mx[r]);
-                    m_run[mt][r] = mx[r];
-                }
-#pragma unroll
-                for (int n = 0; n < KEYS / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float p = exp2f(s[mt][n][e] - mx[e >> 1]);
-                        s[mt][n][e] = p;
-                        rowsum[e >> 1] += p;
-                    }
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 1);
-                    rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
-                    l_run[mt][r] = l_run[mt][r] * corr[r] + rowsum[r];
-                }
-#pragma unroll
-                for (int n = 0; n < DN; n++) {
-                    o[mt][n][0] *= corr[0];
-                    o[mt][n][1] *= corr[0];
-                    o[mt][n][2] *= corr[1];
-                    o[mt][n][3] *= corr[1];
-                }
-            }
+            for (int mt = 0; mt < FWD_M_TILES; mt++)
+                online_softmax(s[mt], m_run[mt], l_run[mt], o[mt], q0 + r0 + 16 * mt + g, k0, T, edge, scale_log2);
 #pragma unroll
             for (int kk = 0; kk < KEYS / 16; kk++) {  // o += P V over this tile's keys
                 u32 pa[FWD_M_TILES][4];
@@ -515,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     for (int n = 0; n < DN; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
-    const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;  // this thread's rows of S^T
+    const int key_a = k0 + warp * 16 + g;  // this thread's rows of S^T: key_a and key_a + 8
     for (int j = 0; j < n_tiles; j++) {
         const int q0 = k0 + j * KEYS;
         const floatX* sq = sqg + (j % 2) * 2 * KEYS * STRIDE;
@@ -547,17 +592,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
                 mma_pair(dpt, n, va, gb);
             }
         }
-        const bool edge = j == 0;  // the diagonal tile (q0 == k0): some queries come before some keys
-#pragma unroll
-        for (int n = 0; n < KEYS / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qi = n * 8 + 2 * c + (e & 1), key = e < 2 ? key_a : key_b;
-                float p = exp2f(st[n][e] * scale_log2 - sl[qi]);
-                if (edge && q0 + qi < key) p = 0.0f;
-                st[n][e] = p;                               // P^T
-                dpt[n][e] = p * (dpt[n][e] - sd[qi]);       // dS^T
-            }
+        // j == 0: the diagonal tile (q0 == k0), where some queries come before some keys
+        dkdv_probabilities(st, dpt, sl, sd, key_a, q0, j == 0, scale_log2);
 #pragma unroll
         for (int kk = 0; kk < KEYS / 16; kk++) {
             u32 pa[4], sa[4];
@@ -640,15 +676,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
                 mma_pair(dp, n, ga[kk], vb);
             }
         const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
-#pragma unroll
-        for (int n = 0; n < KEYS / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
-                float p = exp2f(s[n][e] * scale_log2 - l_row[e >> 1]);
-                if (edge && (key > row || key >= T)) p = 0.0f;
-                s[n][e] = p * (dp[n][e] - d_row[e >> 1]);  // dS
-            }
+        dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
 #pragma unroll
         for (int kk = 0; kk < KEYS / 16; kk++) {
             u32 sa[4];
