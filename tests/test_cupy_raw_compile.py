@@ -86,7 +86,8 @@ def test_every_op_and_kernel_is_recorded():
             "crossentropy_onepass", "adamw_update",
             "attention_simple_forward", "attention_simple_backward_query", "attention_simple_backward_key",
             "attention_flash_forward", "attention_flash_delta", "attention_flash_backward_dkdv",
-            "attention_flash_backward_dq", "attention_cached_forward", "sumsq_partial", "sumsq_finish"} - (
+            "attention_flash_backward_dq", "attention_wgmma_forward", "attention_wgmma_backward_dkdv",
+            "attention_wgmma_backward_dq", "attention_cached_forward", "sumsq_partial", "sumsq_finish"} - (
         set() if "sumsq" in OPS else {"sumsq_partial", "sumsq_finish"}) <= kernels
 
 

@@ -39,10 +39,11 @@ SLOW = {("attention", "simple", "T128"), ("attention", "simple", "T257"), ("atte
 
 def _dtypes(op: str, variant: str, case: str) -> tuple:
     """float32 and bfloat16 everywhere; float16 (the same code but for its conversions) where it
-    changes an instruction: flash's fp16 mma, at two shapes. flash takes float32 through the simple
-    kernels, checked as the simple variant."""
-    if (op, variant) == ("attention", "flash"):
-        return ("bfloat16", "float16") if case in ("small", "T17-C36-NH3") else ("bfloat16",)
+    changes an instruction: flash's and wgmma's fp16 multiplies, at the shapes that reach them (wgmma's
+    kernels run at heads of 64 only: HS64). flash and wgmma take float32 through the simple kernels,
+    checked as the simple variant."""
+    if op == "attention" and variant in ("flash", "wgmma"):
+        return ("bfloat16", "float16") if case in ("small", "T17-C36-NH3", "HS64") else ("bfloat16",)
     return ("float32", "bfloat16")
 
 
@@ -307,6 +308,36 @@ def test_embedding_backward_walks_a_very_frequent_token_in_order():
     np.add.at(ref, tokens.reshape(-1), dout.reshape(-1, C).astype(np.float64))
     np.testing.assert_allclose(grads["wte"], ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(grads["wpe"], dout[0], rtol=1e-6)
+
+
+# ---- attention wgmma: the Hopper kernels at heads of 64 ----------------------------------------------
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("B,T,NH", [(1, 130, 2), (2, 64, 1)], ids=["T130-3-tiles-ragged", "T64-one-tile"])
+def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype):
+    """attention.cu's wgmma kernels (the emulator's wgmma reads the swizzled tiles through their
+    descriptors and gathers the register A operand of P V by its fragment layout): y and dqkv
+    poisoned, against float64 naive on the same rounded inputs; the launches must be the wgmma
+    kernels, and a head of 32 must fall back to flash's."""
+    from backends.cupy_raw import attention
+    from backends.naive import attention as naive
+    C = 64 * NH
+    rng = np.random.default_rng(3)
+    qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
+    with rt.recording() as rec:
+        attention.wgmma.backward(attention.wgmma.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
+    assert [k.kernel for k in rec] == ["attention_wgmma_forward", "attention_flash_delta",
+                                       "attention_wgmma_backward_dkdv", "attention_wgmma_backward_dq"]
+    grads = {"qkv": _poisoned((B, T, 3 * C), dtype)}
+    with rt.emulation():
+        y, saved = attention.wgmma.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), dtype))
+        attention.wgmma.backward(saved, dy, grads)
+    ref_y, ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})
+    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
+    _check("attention y", y, ref_y, dtype, "forward")
+    _check("attention dqkv", grads["qkv"], ref["qkv"], dtype, "gradient")
+    with rt.recording() as rec:
+        attention.wgmma.forward({"qkv": _as(dtype, rng.standard_normal((1, 8, 3 * 64)))}, {"n_head": 2})
+    assert [k.kernel for k in rec] == ["attention_flash_forward"]
 
 
 # ---- attention_cached: the KV cache's views, read in place ------------------------------------------

@@ -533,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     floatX* sqg = sv + KEYS * STRIDE;  // stage s: Q at sqg + 2s KEYS STRIDE, dY KEYS STRIDE after it
     float* sld = reinterpret_cast<float*>(sqg + 4 * KEYS * STRIDE);  // stage s: L at sld + 2s KEYS, delta after
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
     const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
@@ -631,7 +631,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     floatX* sg = sq + KEYS * STRIDE;
     floatX* skv = sg + KEYS * STRIDE;  // stage s: K at skv + 2s KEYS STRIDE, V KEYS STRIDE after it
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
     const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
@@ -694,4 +694,355 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     __syncthreads();
     store_tile<KEYS>(dqkv + (long long)b * T * ld + h * HS, ld, sq, q0, T, HS);
 }
+
+// ---- the wgmma variant ---------------------------------------------------------------------------
+// What Hopper adds to flash, for 16-bit heads of 64 (HEAD_DIM 64, VEC; attention.py falls back to the
+// flash kernels otherwise): the products are wgmma.mma_async m64n64k16, issued by the block's one
+// warpgroup (4 warps, 64 rows: warp w holds rows 16w..16w+15 of every accumulator, in exactly the
+// C layout the flash kernels' math already reads) with the operands read by the tensor cores from
+// shared memory, not by each warp into registers: the tiles are 64 rows of 128 bytes in the 128-byte
+// swizzle (matmul_layout.cuh), filled by cp.async as in flash, and described to wgmma by descriptors.
+//   S = A B^T (Q K^T, K Q^T, V dY^T, dY V^T): both operands K-major tiles (a row per query or key).
+//   O += P B (P V, P^T dY, dS^T Q, dS K): P from registers (the scores' accumulators converted to 16
+//   bits: for wgmma's A a warp's 16 rows are the mma.sync A fragment), B an MN-major tile (a row per
+//   key or query, the head dimension along it: the descriptor's transpose bit).
+// The schedules, masks and softmax are flash's (online_softmax, dkdv_probabilities,
+// dq_probabilities); results are stored from the registers as pairs.
+#if FLASH_WGMMA
+#include "matmul_layout.cuh"
+#include "wgmma.cuh"
+
+static_assert(HEAD_DIM == 64 && VEC, "the wgmma kernels take 16-bit heads of 64 in 128-byte rows");
+#define WG_TILE_BYTES (KEYS * 128)  // one 64 x 64 16-bit tile
+
+#define WG_ACC4(a, i) "+f"(a[i][0]), "+f"(a[i][1]), "+f"(a[i][2]), "+f"(a[i][3])
+#define WG_ACC32(a) WG_ACC4(a, 0), WG_ACC4(a, 1), WG_ACC4(a, 2), WG_ACC4(a, 3), WG_ACC4(a, 4), WG_ACC4(a, 5), \
+                    WG_ACC4(a, 6), WG_ACC4(a, 7)
+#define WG_REGS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+                   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+#ifdef CUPY_RAW_EMULATOR
+// acc (64 x 64) += A (64 x 16) B (16 x 64), A K-major at descriptor da, B K-major (B^T's rows) at db
+__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db) {
+    const int t = threadIdx.x & 127;
+    for (int reg = 0; reg < 32; ++reg) {
+        int row, col;
+        wgmma_acc_coords(t, reg, row, col);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) sum += emu_wgmma_operand(da, true, row, k) * emu_wgmma_operand(db, true, col, k);
+        acc[reg / 4][reg % 4] += sum;
+    }
+}
+// acc (64 x 64) += A (64 x 16, this warp's 16 rows in registers a) B (16 x 64, MN-major at db):
+// the warp's fragments gathered as emu_mma16816 gathers them
+__device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const u32 (&a)[4], unsigned long long db) {
+    emu::Warp& w = emu::my_warp();
+    const int t = threadIdx.x & 127, lane = t % 32;
+    memcpy(w.a[lane], a, 16);
+    emu::warp_barrier();
+    float A[16][16];
+    for (int l = 0; l < 32; l++)
+        for (int half = 0; half < 2; half++) {
+            const int g = l / 4, q = l % 4, shift = 16 * half;
+            for (int r = 0; r < 4; r++)
+                A[g + 8 * (r & 1)][8 * (r >> 1) + 2 * q + half] =
+                    emu_half_value((unsigned short)(w.a[l][r] >> shift), !T_IS_BF16);
+        }
+    emu::warp_barrier();
+    for (int reg = 0; reg < 32; ++reg) {
+        int row, col;
+        wgmma_acc_coords(t, reg, row, col);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) sum += A[row % 16][k] * emu_wgmma_operand(db, false, col, k);
+        acc[reg / 4][reg % 4] += sum;
+    }
+}
+#else
+__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db) {
+#define WGMMA_SS(AB)                                                                                    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " " WG_REGS_32 ", %32, %33, "  \
+                 "p, 1, 1, 0, 0;\n}\n"                                                                  \
+                 : WG_ACC32(acc) : "l"(da), "l"(db), "r"(1))
+    if constexpr (T_IS_BF16) WGMMA_SS("bf16");
+    else WGMMA_SS("f16");
+#undef WGMMA_SS
+}
+__device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const u32 (&a)[4], unsigned long long db) {
+#define WGMMA_RS(AB)                                                                                    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " " WG_REGS_32 ", "           \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                          \
+                 : WG_ACC32(acc) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+    if constexpr (T_IS_BF16) WGMMA_RS("bf16");
+    else WGMMA_RS("f16");
+#undef WGMMA_RS
+}
+#endif  // CUPY_RAW_EMULATOR
+
+__device__ __forceinline__ void zero_acc(float (&acc)[8][4]) {
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+// Issue acc += A B^T over the 64 of k (four k-steps): A and B 64-row K-major tiles at shared addresses
+// a and b. (The caller fences before and commits and waits after.)
+__device__ __forceinline__ void issue_nt(float (&acc)[8][4], unsigned a, unsigned b) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_ss(acc, wgmma_operand_desc(true, a, 0, kk), wgmma_operand_desc(true, b, 0, kk));
+}
+
+// Issue acc += P B: P this warp's rows as the 16-bit A fragments of the four k-steps, B the MN-major
+// tile at shared address b (its row k is row k of B).
+__device__ __forceinline__ void issue_pn(float (&acc)[8][4], const u32 (&pa)[4][4], unsigned b) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_rs(acc, pa[kk], wgmma_operand_desc(false, b, 0, kk));
+}
+
+// Wait for every wgmma issued; the accumulators are the registers' own again.
+__device__ __forceinline__ void finish_wgmma(float (&a)[8][4]) {
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(a);
+}
+__device__ __forceinline__ void finish_wgmma(float (&a)[8][4], float (&b)[8][4]) {
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(a);
+    fence_accumulators(b);
+}
+
+// a 16-bit 64 x 64 accumulator (this thread's 32 floats) as the A fragments of its four k-steps
+__device__ __forceinline__ void acc_to_a(u32 (&pa)[4][4], const float (&acc)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) c_to_a(pa[kk], acc, kk);
+}
+
+// Rows row0..row0+63 of one head (row stride ld) into a swizzled tile at `tile` (1024-byte aligned):
+// 16-byte chunk c of row r at swizzled_offset(r, c); rows >= T zeros. cp.async, committed by the caller.
+__device__ __forceinline__ void load_tile_sw(unsigned char* tile, const floatX* g, long long ld, int row0, int T) {
+    for (int i = threadIdx.x; i < KEYS * 8; i += FLASH_THREADS) {
+        const int r = i / 8, c = i % 8;
+        const bool in = row0 + r < T;
+        cp_async16(tile + swizzled_offset(r, c), in ? g + (long long)(row0 + r) * ld + 8 * c : g, in);
+    }
+}
+
+// Tile j's copies landed for every thread and made visible to wgmma (tile j + 1's may still fly).
+__device__ __forceinline__ void await_tile_sw(bool more_issued) {
+    if (more_issued) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    WG_FENCE_PROXY_ASYNC();
+    __syncthreads();
+}
+
+// Step j of a walk over key tiles (forward, dQ): two stages of (K, V) swizzled tiles at skv, stage 0
+// issued before the walk; issues tile j + 1's, waits for tile j's and returns its K tile (V follows).
+__device__ __forceinline__ unsigned char* kv_step_sw(unsigned char* skv, const floatX* base, long long ld, int C,
+                                                     int j, int n_tiles, int T) {
+    const bool more = j + 1 < n_tiles;
+    if (more) {
+        unsigned char* next = skv + ((j + 1) % 2) * 2 * WG_TILE_BYTES;
+        load_tile_sw(next, base + C, ld, (j + 1) * KEYS, T);
+        load_tile_sw(next + WG_TILE_BYTES, base + 2 * C, ld, (j + 1) * KEYS, T);
+        cp_async_commit();
+    }
+    await_tile_sw(more);
+    return skv + (j % 2) * 2 * WG_TILE_BYTES;
+}
+
+// this thread's part of a 64 x 64 accumulator (rows row_a, row_a + 8; columns 8n + 2c, + 1), times
+// scale_a / scale_b, to the rows < T of g (row stride ld), as floatX pairs
+__device__ __forceinline__ void store_acc(floatX* g, long long ld, const float (&acc)[8][4], int row_a, int T,
+                                          float scale_a, float scale_b) {
+    const int c = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        if (row_a < T) *reinterpret_cast<u32*>(g + (long long)row_a * ld + 8 * n + 2 * c) =
+            pack2(acc[n][0] * scale_a, acc[n][1] * scale_a);
+        if (row_a + 8 < T) *reinterpret_cast<u32*>(g + (long long)(row_a + 8) * ld + 8 * n + 2 * c) =
+            pack2(acc[n][2] * scale_b, acc[n][3] * scale_b);
+    }
+}
+
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+    return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
+}
+
+// Forward. grid (cdiv(T, 64), NH, B), the heaviest query tiles (the last) first; block 128 (one
+// warpgroup, 64 queries). Dynamic shared (1 KB of alignment slack, then swizzled tiles): Q, two stages
+// of K and V.
+extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_forward(
+        const floatX* __restrict__ qkv, floatX* __restrict__ y, floatX* __restrict__ res, float* __restrict__ lse,
+        int T, int C, int NH, float scale_log2) {
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    unsigned char* sq = align_1024(flash_smem);
+    unsigned char* skv = sq + WG_TILE_BYTES;
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const long long ld = 3LL * C;
+    const floatX* base = qkv + (long long)b * T * ld + h * HS;
+    const int q0 = qt * KEYS, row_a = q0 + warp * 16 + g;
+    const int n_tiles = (min(T, q0 + KEYS) + KEYS - 1) / KEYS;
+    load_tile_sw(sq, base, ld, q0, T);
+    load_tile_sw(skv, base + C, ld, 0, T);
+    load_tile_sw(skv + WG_TILE_BYTES, base + 2 * C, ld, 0, T);
+    cp_async_commit();
+    float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
+    zero_acc(o);
+    for (int j = 0; j < n_tiles; j++) {
+        const int k0 = j * KEYS;
+        unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
+        float s[8][4];
+        zero_acc(s);
+        wgmma_fence();
+        issue_nt(s, smem_u32(sq), smem_u32(sk));
+        finish_wgmma(s);
+        const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
+        online_softmax(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
+        u32 pa[4][4];
+        acc_to_a(pa, s);
+        wgmma_fence();
+        issue_pn(o, pa, smem_u32(sk + WG_TILE_BYTES));
+        finish_wgmma(o);
+        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
+    }
+    const float inv_a = 1.0f / l_run[0], inv_b = 1.0f / l_run[1];
+    const long long out0 = (long long)b * T * C + h * HS;
+    store_acc(y + out0, C, o, row_a, T, inv_a, inv_b);
+#pragma unroll
+    for (int n = 0; n < 8; n++)  // res = o - y, y rounded as just stored
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[n][e] = o[n][e] * (e < 2 ? inv_a : inv_b) - to_f32(from_f32<floatX>(o[n][e] * (e < 2 ? inv_a : inv_b)));
+    store_acc(res + out0, C, o, row_a, T, 1.0f, 1.0f);
+    if (c == 0) {
+        float* l = lse + ((long long)b * NH + h) * T;
+        if (row_a < T) l[row_a] = m_run[0] + log2f(l_run[0]);
+        if (row_a + 8 < T) l[row_a + 8] = m_run[1] + log2f(l_run[1]);
+    }
+}
+
+// dK, dV of one 64-key tile (flash's attention_flash_backward_dkdv on wgmma). grid (cdiv(T, 64), NH, B);
+// block 128 (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack, then swizzled K and V tiles, two
+// stages of Q and dY tiles, then two stages of the query tile's L and delta (2 x 64 floats each).
+extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_backward_dkdv(
+        const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
+        const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2,
+        float scale) {
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    unsigned char* sk = align_1024(flash_smem);
+    unsigned char* sv = sk + WG_TILE_BYTES;
+    unsigned char* sqg = sv + WG_TILE_BYTES;  // stage s: Q at sqg + 2s tiles, dY one tile after it
+    float* sld = reinterpret_cast<float*>(sqg + 4 * WG_TILE_BYTES);  // stage s: L at sld + 2s KEYS, delta after
+    const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const long long ld = 3LL * C;
+    const floatX* base = qkv + (long long)b * T * ld + h * HS;
+    const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
+    const float* lse_bh = lse + ((long long)b * NH + h) * T;
+    const float* delta_bh = delta + ((long long)b * NH + h) * T;
+    const int k0 = kt * KEYS, n_tiles = (T - k0 + KEYS - 1) / KEYS;
+    auto load_stage = [&](int stage, int q0) {
+        unsigned char* s = sqg + stage * 2 * WG_TILE_BYTES;
+        load_tile_sw(s, base, ld, q0, T);
+        load_tile_sw(s + WG_TILE_BYTES, dy_bh, C, q0, T);
+        float* l = sld + stage * 2 * KEYS;
+        for (int i = threadIdx.x; i < KEYS; i += FLASH_THREADS) {
+            const bool in = q0 + i < T;
+            l[i] = in ? lse_bh[q0 + i] : POS_INF_F;  // a padded query row: P = exp2(-inf) = 0
+            l[KEYS + i] = in ? delta_bh[q0 + i] : 0.0f;
+        }
+    };
+    load_tile_sw(sk, base + C, ld, k0, T);
+    load_tile_sw(sv, base + 2 * C, ld, k0, T);
+    load_stage(0, k0);
+    cp_async_commit();
+    float dk[8][4], dv[8][4];
+    zero_acc(dk);
+    zero_acc(dv);
+    const int key_a = k0 + warp * 16 + g;
+    for (int j = 0; j < n_tiles; j++) {
+        const int q0 = k0 + j * KEYS;
+        unsigned char* sq = sqg + (j % 2) * 2 * WG_TILE_BYTES;
+        unsigned char* sg = sq + WG_TILE_BYTES;
+        const float* sl = sld + (j % 2) * 2 * KEYS;
+        const bool more = j + 1 < n_tiles;
+        if (more) {
+            load_stage((j + 1) % 2, q0 + KEYS);
+            cp_async_commit();
+        }
+        await_tile_sw(more);
+        float st[8][4], dpt[8][4];
+        zero_acc(st);
+        zero_acc(dpt);
+        wgmma_fence();
+        issue_nt(st, smem_u32(sk), smem_u32(sq));   // S^T = K Q^T
+        issue_nt(dpt, smem_u32(sv), smem_u32(sg));  // dP^T = V dY^T
+        finish_wgmma(st, dpt);
+        dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, j == 0, scale_log2);
+        u32 pa[4][4], sa[4][4];
+        acc_to_a(pa, st);
+        acc_to_a(sa, dpt);
+        wgmma_fence();
+        issue_pn(dv, pa, smem_u32(sg));  // dV += P^T dY
+        issue_pn(dk, sa, smem_u32(sq));  // dK += dS^T Q
+        finish_wgmma(dv, dk);
+        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
+    }
+    floatX* out = dqkv + (long long)b * T * ld + h * HS;
+    store_acc(out + C, ld, dk, key_a, T, scale, scale);
+    store_acc(out + 2 * C, ld, dv, key_a, T, 1.0f, 1.0f);
+}
+
+// dQ of one 64-query tile (flash's attention_flash_backward_dq on wgmma). grid (cdiv(T, 64), NH, B),
+// the heaviest first; block 128. Dynamic shared: 1 KB slack, then swizzled Q and dY tiles, two stages
+// of K and V tiles.
+extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_backward_dq(
+        const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
+        const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2,
+        float scale) {
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    unsigned char* sq = align_1024(flash_smem);
+    unsigned char* sg = sq + WG_TILE_BYTES;
+    unsigned char* skv = sg + WG_TILE_BYTES;
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const long long ld = 3LL * C;
+    const floatX* base = qkv + (long long)b * T * ld + h * HS;
+    const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
+    const int q0 = qt * KEYS, n_tiles = (min(T, q0 + KEYS) + KEYS - 1) / KEYS;
+    load_tile_sw(sq, base, ld, q0, T);
+    load_tile_sw(sg, dy_bh, C, q0, T);
+    load_tile_sw(skv, base + C, ld, 0, T);
+    load_tile_sw(skv + WG_TILE_BYTES, base + 2 * C, ld, 0, T);
+    cp_async_commit();
+    const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
+    const float* lse_bh = lse + ((long long)b * NH + h) * T;
+    const float* delta_bh = delta + ((long long)b * NH + h) * T;
+    const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_b < T ? lse_bh[row_b] : POS_INF_F};
+    const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
+    float dq[8][4];
+    zero_acc(dq);
+    for (int j = 0; j < n_tiles; j++) {
+        const int k0 = j * KEYS;
+        unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
+        float s[8][4], dp[8][4];
+        zero_acc(s);
+        zero_acc(dp);
+        wgmma_fence();
+        issue_nt(s, smem_u32(sq), smem_u32(sk));                   // S = Q K^T
+        issue_nt(dp, smem_u32(sg), smem_u32(sk + WG_TILE_BYTES));  // dP = dY V^T
+        finish_wgmma(s, dp);
+        const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
+        dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
+        u32 sa[4][4];
+        acc_to_a(sa, s);
+        wgmma_fence();
+        issue_pn(dq, sa, smem_u32(sk));  // dQ += dS K
+        finish_wgmma(dq);
+        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
+    }
+    store_acc(dqkv + (long long)b * T * ld + h * HS, ld, dq, row_a, T, scale, scale);
+}
+#endif  // FLASH_WGMMA
 #endif  // HEAD_DIM

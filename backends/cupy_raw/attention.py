@@ -128,6 +128,23 @@ class Flash:
                              f"got HS={HS} (C={C}, n_head={n_head})")
         return B, T, C, HS
 
+    # What a subclass changes: the module's defines and architecture, and which kernels it launches.
+    def _defines(self, qkv, HS: int, *arrays) -> dict:
+        return _flash_defines(qkv, HS, *arrays)
+
+    def _arch(self, defines: dict) -> str:
+        return "sm_90"
+
+    def _forward_kernel(self, defines: dict, T: int):
+        """(kernel, queries a block, dynamic shared bytes): the Q tile, two stages of K and V."""
+        m_tiles = defines["FWD_M_TILES"]
+        return "attention_flash_forward", FLASH_KEYS * m_tiles, _flash_shared(defines, m_tiles + 4)
+
+    def _backward_kernels(self, defines: dict):
+        """((dK/dV kernel, shared bytes), (dQ kernel, shared bytes))"""
+        return (("attention_flash_backward_dkdv", _flash_shared(defines, 6, 4 * FLASH_KEYS)),  # K, V; 2 x (Q, dY); 2 x (L, delta)
+                ("attention_flash_backward_dq", _flash_shared(defines, 6)))  # Q, dY; 2 x (K, V)
+
     def forward(self, inputs, attrs, out=None):
         qkv, n_head = inputs["qkv"], attrs["n_head"]
         if str(qkv.dtype) == "float32":
@@ -137,13 +154,12 @@ class Flash:
         y = _common.output("attention", xp, out, (B, T, C), str(qkv.dtype))
         res = xp.empty((B, T, C), dtype=qkv.dtype)
         lse = xp.empty((B, n_head, T), dtype=np.float32)
-        defines = _flash_defines(qkv, HS, y, res)
-        m_tiles = defines["FWD_M_TILES"]  # a block: the Q tile (64 m_tiles rows), two stages of K and V
-        rt.launch(rt.function("attention", "attention_flash_forward", defines),
-                  (rt.cdiv(T, FLASH_KEYS * m_tiles), n_head, B), FLASH_THREADS,
+        defines = self._defines(qkv, HS, y, res)
+        kernel, rows, shared = self._forward_kernel(defines, T)
+        rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)),
+                  (rt.cdiv(T, rows), n_head, B), FLASH_THREADS,
                   (qkv, y, res, lse, _common.i32(T), _common.i32(C), _common.i32(n_head),
-                   _common.f32(LOG2E / math.sqrt(HS))),
-                  shared_mem=_flash_shared(defines, m_tiles + 4))
+                   _common.f32(LOG2E / math.sqrt(HS))), shared_mem=shared)
         return y, FlashSaved(qkv, y, res, lse, n_head)
 
     def backward(self, saved, dout, grads):
@@ -155,19 +171,52 @@ class Flash:
         xp = _common.xp_of(qkv)
         dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
         delta = xp.empty((B, n_head, T), dtype=np.float32)
-        defines = _flash_defines(qkv, HS, dout, dqkv)
+        defines = self._defines(qkv, HS, dout, dqkv)
+        arch = self._arch(defines)
         dims = (_common.i32(T), _common.i32(C), _common.i32(n_head))
-        rt.launch(rt.function("attention", "attention_flash_delta", defines), rt.cdiv(B * T * n_head, 4), 128,
+        rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch), rt.cdiv(B * T * n_head, 4), 128,
                   (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
         grid = (rt.cdiv(T, FLASH_KEYS), n_head, B)
-        rt.launch(rt.function("attention", "attention_flash_backward_dkdv", defines), grid, FLASH_THREADS,
-                  (qkv, dout, saved.lse, delta, dqkv) + dims + scales,
-                  shared_mem=_flash_shared(defines, 6, 4 * FLASH_KEYS))  # K, V; 2 x (Q, dY); 2 x (L, delta)
-        rt.launch(rt.function("attention", "attention_flash_backward_dq", defines), grid, FLASH_THREADS,
-                  (qkv, dout, saved.lse, delta, dqkv) + dims + scales,
-                  shared_mem=_flash_shared(defines, 6))  # Q, dY; 2 x (K, V)
+        for kernel, shared in self._backward_kernels(defines):
+            rt.launch(rt.function("attention", kernel, defines, arch=arch), grid, FLASH_THREADS,
+                      (qkv, dout, saved.lse, delta, dqkv) + dims + scales, shared_mem=shared)
         return {"qkv": dqkv}
 
 
 flash = Flash()
+
+
+class Wgmma(Flash):
+    """flash's schedule on Hopper's wgmma (attention.cu's wgmma section, sm_90a) for 16-bit heads of
+    exactly 64 on 16-byte-aligned rows; every other head runs flash's kernels (and float32 the simple
+    ones). The same saved tensors as flash, so either backward takes either forward's."""
+
+    def _defines(self, qkv, HS: int, *arrays) -> dict:
+        defines = _flash_defines(qkv, HS, *arrays)
+        if HS == 64 and defines["VEC"]:
+            defines["FLASH_WGMMA"] = 1
+        return defines
+
+    def _arch(self, defines: dict) -> str:
+        return "sm_90a" if "FLASH_WGMMA" in defines else "sm_90"
+
+    def _forward_kernel(self, defines: dict, T: int):
+        if "FLASH_WGMMA" not in defines:
+            return super()._forward_kernel(defines, T)
+        return "attention_wgmma_forward", FLASH_KEYS, _wgmma_shared(5)  # Q; 2 x (K, V)
+
+    def _backward_kernels(self, defines: dict):
+        if "FLASH_WGMMA" not in defines:
+            return super()._backward_kernels(defines)
+        return (("attention_wgmma_backward_dkdv", _wgmma_shared(6, 4 * FLASH_KEYS)),  # K, V; 2 x (Q, dY); 2 x (L, delta)
+                ("attention_wgmma_backward_dq", _wgmma_shared(6)))  # Q, dY; 2 x (K, V)
+
+
+def _wgmma_shared(tiles: int, floats: int = 0) -> int:
+    """Dynamic shared bytes of a wgmma kernel: 1 KB of slack to align the swizzled tiles to 1024 bytes,
+    `tiles` 64 x 64 16-bit tiles (8 KB each), then `floats` floats."""
+    return 1024 + tiles * 8192 + 4 * floats
+
+
+wgmma = Wgmma()

@@ -667,11 +667,6 @@ __device__ __forceinline__ void named_arrive(int id, int count) {
 #define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
 #endif  // CUPY_RAW_EMULATOR
 
-// the accumulators of all WG_MH m64 blocks
-template <int M, int N> __device__ __forceinline__ void fence_accumulators(float (&d)[M][N]) {
-#pragma unroll
-    for (int h = 0; h < M; ++h) fence_accumulators(d[h]);
-}
 
 // One BMN x 64 tile of an operand. K-major maps have boxes of 64 k x BMN rows (one load); MN-major
 // maps boxes of 64 mn x 64 k (one load per 64-wide panel).

@@ -6,11 +6,12 @@ each variant names its implementation by string, imported the first time it is u
 variant listed for an op is the backend's default for it.
 
     embedding     gather     one warp per position forward; sort-free deterministic scatter-add backward
-    layernorm     rows       one warp per row, row kept in registers; dweight/dbias from per-block partials
+    layernorm     rows       one warp per row, rows copied into shared memory by cp.async; dweight/dbias partials
     matmul        tiled      tensor-core GEMM (mma.sync, cp.async pipeline), bias and GELU epilogues (matmul.py)
     matmul        wgmma      Hopper GEMM: TMA, mbarriers, warp-specialised wgmma consumers
     matmul        cublaslt   cuBLASLt called directly, capturable in a CUDA graph: the reference point
     attention     flash      FlashAttention-2 forward and backward on tensor cores (mma.sync m16n8k16)
+    attention     wgmma      the same schedule on Hopper's wgmma for 16-bit heads of 64 (flash's kernels otherwise)
     attention     simple     one block per query row, exact softmax in shared memory, no tensor cores
     attention_cached simple  generation with a KV cache: block per new query row, cache views in place
     gelu          fused      tanh GELU, one pass each way, 16-byte vectors
@@ -28,11 +29,12 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 _VARIANTS = [
     ("embedding", "gather", "embedding", "warp per position; sort-free, deterministic scatter-add backward"),
-    ("layernorm", "rows", "layernorm", "warp per row in registers; deterministic dweight/dbias partial sums"),
+    ("layernorm", "rows", "layernorm", "warp per row, rows staged by cp.async; deterministic dweight/dbias partials"),
     ("matmul", "tiled", "matmul:tiled", "hand-written tensor-core GEMM, bias and GELU epilogues, fp32 accumulation"),
     ("matmul", "wgmma", "matmul:wgmma", "Hopper GEMM: TMA tiles, a producer warp, wgmma consumers; bias and GELU epilogues"),
     ("matmul", "cublaslt", "matmul:cublaslt", "cuBLASLt called directly (ctypes), graph-capturable; the reference"),
     ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),
+    ("attention", "wgmma", "attention:wgmma", "FlashAttention-2's schedule on Hopper's wgmma (heads of 64, 16-bit)"),
     ("attention", "simple", "attention:simple", "one block per query row, exact softmax, no tensor cores"),
     ("attention_cached", "simple", "attention_cached", "KV-cache attention: block per query row, cache views read in place"),
     ("gelu", "fused", "gelu", "tanh GELU, one pass each way"),

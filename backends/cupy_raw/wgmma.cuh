@@ -52,3 +52,9 @@ template <int N> __device__ __forceinline__ void fence_accumulators(float (&d)[N
 }
 #define WG_FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory")
 #endif  // CUPY_RAW_EMULATOR
+
+// the accumulators of M blocks (or n8 tiles) of N floats each
+template <int M, int N> __device__ __forceinline__ void fence_accumulators(float (&d)[M][N]) {
+#pragma unroll
+    for (int h = 0; h < M; ++h) fence_accumulators(d[h]);
+}
