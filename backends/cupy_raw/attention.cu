@@ -713,7 +713,10 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
 #include "wgmma.cuh"
 
 static_assert(HEAD_DIM == 64 && VEC, "the wgmma kernels take 16-bit heads of 64 in 128-byte rows");
+static_assert(WG_GROUPS == 1 || WG_GROUPS == 2, "one or two warpgroups a block");
 #define WG_TILE_BYTES (KEYS * 128)  // one 64 x 64 16-bit tile
+#define WG_THREADS (128 * WG_GROUPS)
+#define WG_ROWS (64 * WG_GROUPS)    // the block's queries (forward, dQ) or keys (dK/dV)
 
 #define WG_ACC4(a, i) "+f"(a[i][0]), "+f"(a[i][1]), "+f"(a[i][2]), "+f"(a[i][3])
 #define WG_ACC32(a) WG_ACC4(a, 0), WG_ACC4(a, 1), WG_ACC4(a, 2), WG_ACC4(a, 3), WG_ACC4(a, 4), WG_ACC4(a, 5), \
@@ -821,7 +824,7 @@ __device__ __forceinline__ void acc_to_a(u32 (&pa)[4][4], const float (&acc)[8][
 // Rows row0..row0+63 of one head (row stride ld) into a swizzled tile at `tile` (1024-byte aligned):
 // 16-byte chunk c of row r at swizzled_offset(r, c); rows >= T zeros. cp.async, committed by the caller.
 __device__ __forceinline__ void load_tile_sw(unsigned char* tile, const floatX* g, long long ld, int row0, int T) {
-    for (int i = threadIdx.x; i < KEYS * 8; i += FLASH_THREADS) {
+    for (int i = threadIdx.x; i < KEYS * 8; i += WG_THREADS) {
         const int r = i / 8, c = i % 8;
         const bool in = row0 + r < T;
         cp_async16(tile + swizzled_offset(r, c), in ? g + (long long)(row0 + r) * ld + 8 * c : g, in);
@@ -869,22 +872,27 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
     return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
 }
 
-// Forward. grid (cdiv(T, 64), NH, B), the heaviest query tiles (the last) first; block 128 (one
-// warpgroup, 64 queries). Dynamic shared (1 KB of alignment slack, then swizzled tiles): Q, two stages
-// of K and V.
-extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_forward(
+// The block's WG_GROUPS warpgroups share every tile they stream (K and V in the forward and dQ; Q
+// and dY in dK/dV): warpgroup wg owns rows 64 wg.. of the block's 64 WG_GROUPS queries (or keys) and
+// multiplies its own 64-row operand tile; two of them halve the streamed tiles' traffic per row.
+// A warpgroup skips (warpgroup-uniform, barriers still met) a tile that masks all its rows.
+
+// Forward. grid (cdiv(T, WG_ROWS), NH, B), the heaviest query tiles (the last) first; block
+// WG_THREADS. Dynamic shared (1 KB of alignment slack, then swizzled tiles): WG_GROUPS Q tiles, two
+// stages of K and V.
+extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward(
         const floatX* __restrict__ qkv, floatX* __restrict__ y, floatX* __restrict__ res, float* __restrict__ lse,
         int T, int C, int NH, float scale_log2) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned char* sq = align_1024(flash_smem);
-    unsigned char* skv = sq + WG_TILE_BYTES;
+    unsigned char* skv = sq + WG_GROUPS * WG_TILE_BYTES;
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
-    const int q0 = qt * KEYS, row_a = q0 + warp * 16 + g;
-    const int n_tiles = (min(T, q0 + KEYS) + KEYS - 1) / KEYS;
-    load_tile_sw(sq, base, ld, q0, T);
+    const int q0 = qt * WG_ROWS, row_a = q0 + warp * 16 + g, wg_last = q0 + 64 * wg + 63;
+    const int n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
+    for (int w = 0; w < WG_GROUPS; w++) load_tile_sw(sq + w * WG_TILE_BYTES, base, ld, q0 + 64 * w, T);
     load_tile_sw(skv, base + C, ld, 0, T);
     load_tile_sw(skv + WG_TILE_BYTES, base + 2 * C, ld, 0, T);
     cp_async_commit();
@@ -893,18 +901,20 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_forw
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
         unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
-        float s[8][4];
-        zero_acc(s);
-        wgmma_fence();
-        issue_nt(s, smem_u32(sq), smem_u32(sk));
-        finish_wgmma(s);
-        const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
-        online_softmax(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
-        u32 pa[4][4];
-        acc_to_a(pa, s);
-        wgmma_fence();
-        issue_pn(o, pa, smem_u32(sk + WG_TILE_BYTES));
-        finish_wgmma(o);
+        if (k0 <= wg_last) {
+            float s[8][4];
+            zero_acc(s);
+            wgmma_fence();
+            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk));
+            finish_wgmma(s);
+            const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
+            online_softmax(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
+            u32 pa[4][4];
+            acc_to_a(pa, s);
+            wgmma_fence();
+            issue_pn(o, pa, smem_u32(sk + WG_TILE_BYTES));
+            finish_wgmma(o);
+        }
         __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
     const float inv_a = 1.0f / l_run[0], inv_b = 1.0f / l_run[1];
@@ -913,7 +923,10 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_forw
 #pragma unroll
     for (int n = 0; n < 8; n++)  // res = o - y, y rounded as just stored
 #pragma unroll
-        for (int e = 0; e < 4; e++) o[n][e] = o[n][e] * (e < 2 ? inv_a : inv_b) - to_f32(from_f32<floatX>(o[n][e] * (e < 2 ? inv_a : inv_b)));
+        for (int e = 0; e < 4; e++) {
+            const float val = o[n][e] * (e < 2 ? inv_a : inv_b);
+            o[n][e] = val - to_f32(from_f32<floatX>(val));
+        }
     store_acc(res + out0, C, o, row_a, T, 1.0f, 1.0f);
     if (c == 0) {
         float* l = lse + ((long long)b * NH + h) * T;
@@ -922,39 +935,42 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_forw
     }
 }
 
-// dK, dV of one 64-key tile (flash's attention_flash_backward_dkdv on wgmma). grid (cdiv(T, 64), NH, B);
-// block 128 (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack, then swizzled K and V tiles, two
-// stages of Q and dY tiles, then two stages of the query tile's L and delta (2 x 64 floats each).
-extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_backward_dkdv(
+// dK, dV of the block's WG_ROWS keys (flash's attention_flash_backward_dkdv on wgmma). grid
+// (cdiv(T, WG_ROWS), NH, B); block WG_THREADS (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack,
+// then WG_GROUPS swizzled K and as many V tiles, two stages of Q and dY tiles, then two stages of
+// the query tile's L and delta (2 x 64 floats each).
+extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backward_dkdv(
         const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
         const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2,
         float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned char* sk = align_1024(flash_smem);
-    unsigned char* sv = sk + WG_TILE_BYTES;
-    unsigned char* sqg = sv + WG_TILE_BYTES;  // stage s: Q at sqg + 2s tiles, dY one tile after it
+    unsigned char* sv = sk + WG_GROUPS * WG_TILE_BYTES;
+    unsigned char* sqg = sv + WG_GROUPS * WG_TILE_BYTES;  // stage s: Q at sqg + 2s tiles, dY one tile after it
     float* sld = reinterpret_cast<float*>(sqg + 4 * WG_TILE_BYTES);  // stage s: L at sld + 2s KEYS, delta after
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
     const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
     const float* lse_bh = lse + ((long long)b * NH + h) * T;
     const float* delta_bh = delta + ((long long)b * NH + h) * T;
-    const int k0 = kt * KEYS, n_tiles = (T - k0 + KEYS - 1) / KEYS;
+    const int k0 = kt * WG_ROWS, wg_k0 = k0 + 64 * wg, n_tiles = (T - k0 + KEYS - 1) / KEYS;
     auto load_stage = [&](int stage, int q0) {
         unsigned char* s = sqg + stage * 2 * WG_TILE_BYTES;
         load_tile_sw(s, base, ld, q0, T);
         load_tile_sw(s + WG_TILE_BYTES, dy_bh, C, q0, T);
         float* l = sld + stage * 2 * KEYS;
-        for (int i = threadIdx.x; i < KEYS; i += FLASH_THREADS) {
+        for (int i = threadIdx.x; i < KEYS; i += WG_THREADS) {
             const bool in = q0 + i < T;
             l[i] = in ? lse_bh[q0 + i] : POS_INF_F;  // a padded query row: P = exp2(-inf) = 0
             l[KEYS + i] = in ? delta_bh[q0 + i] : 0.0f;
         }
     };
-    load_tile_sw(sk, base + C, ld, k0, T);
-    load_tile_sw(sv, base + 2 * C, ld, k0, T);
+    for (int w = 0; w < WG_GROUPS; w++) {
+        load_tile_sw(sk + w * WG_TILE_BYTES, base + C, ld, k0 + 64 * w, T);
+        load_tile_sw(sv + w * WG_TILE_BYTES, base + 2 * C, ld, k0 + 64 * w, T);
+    }
     load_stage(0, k0);
     cp_async_commit();
     float dk[8][4], dv[8][4];
@@ -972,21 +988,24 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_back
             cp_async_commit();
         }
         await_tile_sw(more);
-        float st[8][4], dpt[8][4];
-        zero_acc(st);
-        zero_acc(dpt);
-        wgmma_fence();
-        issue_nt(st, smem_u32(sk), smem_u32(sq));   // S^T = K Q^T
-        issue_nt(dpt, smem_u32(sv), smem_u32(sg));  // dP^T = V dY^T
-        finish_wgmma(st, dpt);
-        dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, j == 0, scale_log2);
-        u32 pa[4][4], sa[4][4];
-        acc_to_a(pa, st);
-        acc_to_a(sa, dpt);
-        wgmma_fence();
-        issue_pn(dv, pa, smem_u32(sg));  // dV += P^T dY
-        issue_pn(dk, sa, smem_u32(sq));  // dK += dS^T Q
-        finish_wgmma(dv, dk);
+        if (q0 + KEYS > wg_k0) {  // else every query of the tile comes before every key of this warpgroup
+            float st[8][4], dpt[8][4];
+            zero_acc(st);
+            zero_acc(dpt);
+            wgmma_fence();
+            issue_nt(st, smem_u32(sk + wg * WG_TILE_BYTES), smem_u32(sq));   // S^T = K Q^T
+            issue_nt(dpt, smem_u32(sv + wg * WG_TILE_BYTES), smem_u32(sg));  // dP^T = V dY^T
+            finish_wgmma(st, dpt);
+            // q0 == wg_k0: the warpgroup's diagonal tile, where some queries come before some keys
+            dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, q0 == wg_k0, scale_log2);
+            u32 pa[4][4], sa[4][4];
+            acc_to_a(pa, st);
+            acc_to_a(sa, dpt);
+            wgmma_fence();
+            issue_pn(dv, pa, smem_u32(sg));  // dV += P^T dY
+            issue_pn(dk, sa, smem_u32(sq));  // dK += dS^T Q
+            finish_wgmma(dv, dk);
+        }
         __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
     floatX* out = dqkv + (long long)b * T * ld + h * HS;
@@ -994,25 +1013,27 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_back
     store_acc(out + 2 * C, ld, dv, key_a, T, 1.0f, 1.0f);
 }
 
-// dQ of one 64-query tile (flash's attention_flash_backward_dq on wgmma). grid (cdiv(T, 64), NH, B),
-// the heaviest first; block 128. Dynamic shared: 1 KB slack, then swizzled Q and dY tiles, two stages
-// of K and V tiles.
-extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_backward_dq(
+// dQ of the block's WG_ROWS queries (flash's attention_flash_backward_dq on wgmma). grid
+// (cdiv(T, WG_ROWS), NH, B), the heaviest first; block WG_THREADS. Dynamic shared: 1 KB slack, then
+// WG_GROUPS swizzled Q and as many dY tiles, two stages of K and V tiles.
+extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backward_dq(
         const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
         const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2,
         float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned char* sq = align_1024(flash_smem);
-    unsigned char* sg = sq + WG_TILE_BYTES;
-    unsigned char* skv = sg + WG_TILE_BYTES;
+    unsigned char* sg = sq + WG_GROUPS * WG_TILE_BYTES;
+    unsigned char* skv = sg + WG_GROUPS * WG_TILE_BYTES;
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
     const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
-    const int q0 = qt * KEYS, n_tiles = (min(T, q0 + KEYS) + KEYS - 1) / KEYS;
-    load_tile_sw(sq, base, ld, q0, T);
-    load_tile_sw(sg, dy_bh, C, q0, T);
+    const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
+    for (int w = 0; w < WG_GROUPS; w++) {
+        load_tile_sw(sq + w * WG_TILE_BYTES, base, ld, q0 + 64 * w, T);
+        load_tile_sw(sg + w * WG_TILE_BYTES, dy_bh, C, q0 + 64 * w, T);
+    }
     load_tile_sw(skv, base + C, ld, 0, T);
     load_tile_sw(skv + WG_TILE_BYTES, base + 2 * C, ld, 0, T);
     cp_async_commit();
@@ -1026,20 +1047,22 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_wgmma_back
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
         unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
-        float s[8][4], dp[8][4];
-        zero_acc(s);
-        zero_acc(dp);
-        wgmma_fence();
-        issue_nt(s, smem_u32(sq), smem_u32(sk));                   // S = Q K^T
-        issue_nt(dp, smem_u32(sg), smem_u32(sk + WG_TILE_BYTES));  // dP = dY V^T
-        finish_wgmma(s, dp);
-        const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
-        dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
-        u32 sa[4][4];
-        acc_to_a(sa, s);
-        wgmma_fence();
-        issue_pn(dq, sa, smem_u32(sk));  // dQ += dS K
-        finish_wgmma(dq);
+        if (k0 <= wg_last) {
+            float s[8][4], dp[8][4];
+            zero_acc(s);
+            zero_acc(dp);
+            wgmma_fence();
+            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk));                   // S = Q K^T
+            issue_nt(dp, smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk + WG_TILE_BYTES));  // dP = dY V^T
+            finish_wgmma(s, dp);
+            const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
+            dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
+            u32 sa[4][4];
+            acc_to_a(sa, s);
+            wgmma_fence();
+            issue_pn(dq, sa, smem_u32(sk));  // dQ += dS K
+            finish_wgmma(dq);
+        }
         __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
     store_acc(dqkv + (long long)b * T * ld + h * HS, ld, dq, row_a, T, scale, scale);

@@ -1,4 +1,4 @@
-"""attention, cupy_raw: causal multi-head attention from qkv (B,T,3C), two variants (attention.cu
+"""attention, cupy_raw: causal multi-head attention from qkv (B,T,3C), three variants (attention.cu
 has the kernels, the math and the mma fragment layouts).
 
     simple   one block per (query row, head, batch), float32 throughout, no tensor cores; the
@@ -11,6 +11,11 @@ has the kernels, the math and the mma fragment layouts).
              kernel over query tiles (no atomics: bitwise repeatable). Head sizes up to 128
              (padded to a multiple of 16 in shared memory). float32 inputs run the simple kernels
              (tensor cores take 16-bit inputs here).
+    wgmma    flash's schedule on Hopper's wgmma.mma_async (sm_90a), for 16-bit heads of exactly 64
+             on 16-byte-aligned rows (the GPT-2 shapes): the tensor cores read K, V, Q and dY from
+             128-byte-swizzled shared tiles through descriptors instead of each warp loading
+             fragments, and a block's two warpgroups (128 rows) share every tile they stream. Other
+             heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
 
 Saved by flash for 16-bit inputs: L (B,NH,T) float32 and res = o - y in the input dtype. delta =
 rowsum(dy * o) from the rounded y alone is off by about |dy||y| 2^-9, which dS = P (dP - delta)
@@ -121,10 +126,12 @@ def _flash_shared(defines: dict, tiles: int, floats: int = 0) -> int:
 class Flash:
     """FlashAttention-2 on tensor cores for fp16/bf16; float32 inputs take the simple kernels."""
 
+    name = "flash"
+
     def _check(self, qkv, n_head):
         B, T, C, HS = _shape(qkv, n_head)
         if HS > FLASH_MAX_HS:
-            raise ValueError(f"attention: the cupy_raw flash variant takes head sizes up to {FLASH_MAX_HS}, "
+            raise ValueError(f"attention: the cupy_raw {self.name} variant takes head sizes up to {FLASH_MAX_HS}, "
                              f"got HS={HS} (C={C}, n_head={n_head})")
         return B, T, C, HS
 
@@ -135,15 +142,16 @@ class Flash:
     def _arch(self, defines: dict) -> str:
         return "sm_90"
 
-    def _forward_kernel(self, defines: dict, T: int):
-        """(kernel, queries a block, dynamic shared bytes): the Q tile, two stages of K and V."""
+    def _forward_kernel(self, defines: dict):
+        """(kernel, queries a block, threads, dynamic shared bytes): the Q tile, two stages of K and V."""
         m_tiles = defines["FWD_M_TILES"]
-        return "attention_flash_forward", FLASH_KEYS * m_tiles, _flash_shared(defines, m_tiles + 4)
+        return "attention_flash_forward", FLASH_KEYS * m_tiles, FLASH_THREADS, _flash_shared(defines, m_tiles + 4)
 
     def _backward_kernels(self, defines: dict):
-        """((dK/dV kernel, shared bytes), (dQ kernel, shared bytes))"""
-        return (("attention_flash_backward_dkdv", _flash_shared(defines, 6, 4 * FLASH_KEYS)),  # K, V; 2 x (Q, dY); 2 x (L, delta)
-                ("attention_flash_backward_dq", _flash_shared(defines, 6)))  # Q, dY; 2 x (K, V)
+        """The dK/dV and the dQ kernel: (kernel, keys or queries a block, threads, shared bytes) each."""
+        return (("attention_flash_backward_dkdv", FLASH_KEYS, FLASH_THREADS,
+                 _flash_shared(defines, 6, 4 * FLASH_KEYS)),  # K, V; 2 x (Q, dY); 2 x (L, delta)
+                ("attention_flash_backward_dq", FLASH_KEYS, FLASH_THREADS, _flash_shared(defines, 6)))  # Q, dY; 2 x (K, V)
 
     def forward(self, inputs, attrs, out=None):
         qkv, n_head = inputs["qkv"], attrs["n_head"]
@@ -155,9 +163,9 @@ class Flash:
         res = xp.empty((B, T, C), dtype=qkv.dtype)
         lse = xp.empty((B, n_head, T), dtype=np.float32)
         defines = self._defines(qkv, HS, y, res)
-        kernel, rows, shared = self._forward_kernel(defines, T)
+        kernel, rows, threads, shared = self._forward_kernel(defines)
         rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)),
-                  (rt.cdiv(T, rows), n_head, B), FLASH_THREADS,
+                  (rt.cdiv(T, rows), n_head, B), threads,
                   (qkv, y, res, lse, _common.i32(T), _common.i32(C), _common.i32(n_head),
                    _common.f32(LOG2E / math.sqrt(HS))), shared_mem=shared)
         return y, FlashSaved(qkv, y, res, lse, n_head)
@@ -177,9 +185,8 @@ class Flash:
         rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch), rt.cdiv(B * T * n_head, 4), 128,
                   (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
-        grid = (rt.cdiv(T, FLASH_KEYS), n_head, B)
-        for kernel, shared in self._backward_kernels(defines):
-            rt.launch(rt.function("attention", kernel, defines, arch=arch), grid, FLASH_THREADS,
+        for kernel, rows, threads, shared in self._backward_kernels(defines):
+            rt.launch(rt.function("attention", kernel, defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
                       (qkv, dout, saved.lse, delta, dqkv) + dims + scales, shared_mem=shared)
         return {"qkv": dqkv}
 
@@ -192,25 +199,32 @@ class Wgmma(Flash):
     exactly 64 on 16-byte-aligned rows; every other head runs flash's kernels (and float32 the simple
     ones). The same saved tensors as flash, so either backward takes either forward's."""
 
+    name = "wgmma"
+    #: warpgroups a block (attention.cu's WG_GROUPS): two share each streamed tile among 128 rows
+    groups = 2
+
     def _defines(self, qkv, HS: int, *arrays) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
         if HS == 64 and defines["VEC"]:
-            defines["FLASH_WGMMA"] = 1
+            defines.update(FLASH_WGMMA=1, WG_GROUPS=self.groups)
         return defines
 
     def _arch(self, defines: dict) -> str:
         return "sm_90a" if "FLASH_WGMMA" in defines else "sm_90"
 
-    def _forward_kernel(self, defines: dict, T: int):
+    def _forward_kernel(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
-            return super()._forward_kernel(defines, T)
-        return "attention_wgmma_forward", FLASH_KEYS, _wgmma_shared(5)  # Q; 2 x (K, V)
+            return super()._forward_kernel(defines)
+        g = defines["WG_GROUPS"]  # a Q tile a warpgroup; 2 x (K, V)
+        return "attention_wgmma_forward", 64 * g, 128 * g, _wgmma_shared(g + 4)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
             return super()._backward_kernels(defines)
-        return (("attention_wgmma_backward_dkdv", _wgmma_shared(6, 4 * FLASH_KEYS)),  # K, V; 2 x (Q, dY); 2 x (L, delta)
-                ("attention_wgmma_backward_dq", _wgmma_shared(6)))  # Q, dY; 2 x (K, V)
+        g = defines["WG_GROUPS"]
+        return (("attention_wgmma_backward_dkdv", 64 * g, 128 * g,
+                 _wgmma_shared(2 * g + 4, 4 * FLASH_KEYS)),  # K, V a warpgroup; 2 x (Q, dY); 2 x (L, delta)
+                ("attention_wgmma_backward_dq", 64 * g, 128 * g, _wgmma_shared(2 * g + 4)))  # Q, dY a warpgroup; 2 x (K, V)
 
 
 def _wgmma_shared(tiles: int, floats: int = 0) -> int:

@@ -10,8 +10,8 @@ variant listed for an op is the backend's default for it.
     matmul        tiled      tensor-core GEMM (mma.sync, cp.async pipeline), bias and GELU epilogues (matmul.py)
     matmul        wgmma      Hopper GEMM: TMA, mbarriers, warp-specialised wgmma consumers
     matmul        cublaslt   cuBLASLt called directly, capturable in a CUDA graph: the reference point
+    attention     wgmma      FlashAttention-2's schedule on Hopper's wgmma for 16-bit heads of 64 (flash's otherwise)
     attention     flash      FlashAttention-2 forward and backward on tensor cores (mma.sync m16n8k16)
-    attention     wgmma      the same schedule on Hopper's wgmma for 16-bit heads of 64 (flash's kernels otherwise)
     attention     simple     one block per query row, exact softmax in shared memory, no tensor cores
     attention_cached simple  generation with a KV cache: block per new query row, cache views in place
     gelu          fused      tanh GELU, one pass each way, 16-byte vectors
@@ -33,8 +33,8 @@ _VARIANTS = [
     ("matmul", "tiled", "matmul:tiled", "hand-written tensor-core GEMM, bias and GELU epilogues, fp32 accumulation"),
     ("matmul", "wgmma", "matmul:wgmma", "Hopper GEMM: TMA tiles, a producer warp, wgmma consumers; bias and GELU epilogues"),
     ("matmul", "cublaslt", "matmul:cublaslt", "cuBLASLt called directly (ctypes), graph-capturable; the reference"),
-    ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),
     ("attention", "wgmma", "attention:wgmma", "FlashAttention-2's schedule on Hopper's wgmma (heads of 64, 16-bit)"),
+    ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),
     ("attention", "simple", "attention:simple", "one block per query row, exact softmax, no tensor cores"),
     ("attention_cached", "simple", "attention_cached", "KV-cache attention: block per query row, cache views read in place"),
     ("gelu", "fused", "gelu", "tanh GELU, one pass each way"),

@@ -3,8 +3,9 @@ GPU, in one process, and the forward's two block shapes (attention.cu's FWD_M_TI
 
     python3 bench/tune/cupy_raw_attention_probe.py --out DIR      # the H200, ~1 min
 
-1. Check: each variant of ours (cupy_raw wgmma; cupy_raw flash with 128-query forward blocks, the
-   default at heads of up to 64, and with 64-query blocks; triton's attention) on fresh random inputs with NaN-poisoned
+1. Check: each variant of ours (cupy_raw wgmma with two warpgroups a block, the default, and with
+   one; cupy_raw flash with 128-query forward blocks, the default at heads of up to 64, and with
+   64-query blocks; triton's attention) on fresh random inputs with NaN-poisoned
    outputs and gradient buffers, forward and backward, against SDPA's math backend in float64 on the
    same rounded inputs: attention_tiles.py's check (GPT-2's shape B=2, T=1024, 12 heads of 64 in bf16,
    ragged T=1000, T=257 in fp16, heads of 128 and of 5). Pass: relative L2 error under
@@ -70,7 +71,9 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     from backends.triton import attention as tri
     from backends.cupy_raw import attention as raw
-    ours = {"cupy_raw wgmma": raw.wgmma,
+    one_group = raw.Wgmma()
+    one_group.groups = 1
+    ours = {"cupy_raw wgmma (2 warpgroups a block)": raw.wgmma, "cupy_raw wgmma (1 warpgroup a block)": one_group,
             "cupy_raw flash (128-query forward blocks)": _FlashWithMTiles(2),
             "cupy_raw flash (64-query forward blocks)": _FlashWithMTiles(1),
             "triton": tri}
