@@ -325,7 +325,8 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     from euler_core.numerics import compare, tolerance
     from backends.cupy_raw import attention
     from backends.naive import attention as naive
-    monkeypatch.setattr(attention.wgmma, "groups", groups)
+    monkeypatch.setattr(attention.wgmma, "forward_groups", groups)
+    monkeypatch.setattr(attention.wgmma, "backward_groups", groups)
     C = 64 * NH
     rng = np.random.default_rng(3)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))

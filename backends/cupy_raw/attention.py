@@ -14,7 +14,8 @@ has the kernels, the math and the mma fragment layouts).
     wgmma    flash's schedule on Hopper's wgmma.mma_async (sm_90a), for 16-bit heads of exactly 64
              on 16-byte-aligned rows (the GPT-2 shapes): the tensor cores read K, V, Q and dY from
              128-byte-swizzled shared tiles through descriptors instead of each warp loading
-             fragments, and a block's two warpgroups (128 rows) share every tile they stream. Other
+             fragments; in the forward a block's two warpgroups (128 queries) share every K and V tile
+             they stream (the backward keeps one warpgroup a block: registers). Other
              heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
 
 Saved by flash for 16-bit inputs: L (B,NH,T) float32 and res = o - y in the input dtype. delta =
@@ -136,7 +137,7 @@ class Flash:
         return B, T, C, HS
 
     # What a subclass changes: the module's defines and architecture, and which kernels it launches.
-    def _defines(self, qkv, HS: int, *arrays) -> dict:
+    def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         return _flash_defines(qkv, HS, *arrays)
 
     def _arch(self, defines: dict) -> str:
@@ -179,7 +180,7 @@ class Flash:
         xp = _common.xp_of(qkv)
         dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
         delta = xp.empty((B, n_head, T), dtype=np.float32)
-        defines = self._defines(qkv, HS, dout, dqkv)
+        defines = self._defines(qkv, HS, dout, dqkv, backward=True)
         arch = self._arch(defines)
         dims = (_common.i32(T), _common.i32(C), _common.i32(n_head))
         rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch), rt.cdiv(B * T * n_head, 4), 128,
@@ -200,13 +201,16 @@ class Wgmma(Flash):
     ones). The same saved tensors as flash, so either backward takes either forward's."""
 
     name = "wgmma"
-    #: warpgroups a block (attention.cu's WG_GROUPS): two share each streamed tile among 128 rows
-    groups = 2
+    #: warpgroups a block (attention.cu's WG_GROUPS), forward and backward: two share each streamed
+    #: tile among 128 rows. Measured on the H200 (bf16, T=1024, B=32; reports/cupy_raw-h200/wgmma-d052702):
+    #: forward 289 us with two, 305 with one; backward 935 with two (185 registers in dK/dV: one block
+    #: an SM), 844 with one (three blocks an SM).
+    forward_groups, backward_groups = 2, 1
 
-    def _defines(self, qkv, HS: int, *arrays) -> dict:
+    def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
         if HS == 64 and defines["VEC"]:
-            defines.update(FLASH_WGMMA=1, WG_GROUPS=self.groups)
+            defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups)
         return defines
 
     def _arch(self, defines: dict) -> str:

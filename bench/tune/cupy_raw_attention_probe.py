@@ -3,8 +3,8 @@ GPU, in one process, and the forward's two block shapes (attention.cu's FWD_M_TI
 
     python3 bench/tune/cupy_raw_attention_probe.py --out DIR      # the H200, ~1 min
 
-1. Check: each variant of ours (cupy_raw wgmma with two warpgroups a block, the default, and with
-   one; cupy_raw flash with 128-query forward blocks, the default at heads of up to 64, and with
+1. Check: each variant of ours (cupy_raw wgmma as shipped, and with two and with one warpgroup a
+   block in both directions; cupy_raw flash with 128-query forward blocks, the default at heads of up to 64, and with
    64-query blocks; triton's attention) on fresh random inputs with NaN-poisoned
    outputs and gradient buffers, forward and backward, against SDPA's math backend in float64 on the
    same rounded inputs: attention_tiles.py's check (GPT-2's shape B=2, T=1024, 12 heads of 64 in bf16,
@@ -71,9 +71,11 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     from backends.triton import attention as tri
     from backends.cupy_raw import attention as raw
-    one_group = raw.Wgmma()
-    one_group.groups = 1
-    ours = {"cupy_raw wgmma (2 warpgroups a block)": raw.wgmma, "cupy_raw wgmma (1 warpgroup a block)": one_group,
+    two_groups, one_group = raw.Wgmma(), raw.Wgmma()
+    two_groups.forward_groups = two_groups.backward_groups = 2
+    one_group.forward_groups = one_group.backward_groups = 1
+    ours = {"cupy_raw wgmma (as shipped)": raw.wgmma, "cupy_raw wgmma (2 warpgroups a block)": two_groups,
+            "cupy_raw wgmma (1 warpgroup a block)": one_group,
             "cupy_raw flash (128-query forward blocks)": _FlashWithMTiles(2),
             "cupy_raw flash (64-query forward blocks)": _FlashWithMTiles(1),
             "triton": tri}
