@@ -725,15 +725,17 @@ static_assert(WG_GROUPS == 1 || WG_GROUPS == 2, "one or two warpgroups a block")
                    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
 #ifdef CUPY_RAW_EMULATOR
-// acc (64 x 64) += A (64 x 16) B (16 x 64), A K-major at descriptor da, B K-major (B^T's rows) at db
-__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db) {
+// acc (64 x 64) = A (64 x 16) B (16 x 64) (+ acc where accumulate), A K-major at descriptor da, B
+// K-major (B^T's rows) at db
+__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db,
+                                         int accumulate) {
     const int t = threadIdx.x & 127;
     for (int reg = 0; reg < 32; ++reg) {
         int row, col;
         wgmma_acc_coords(t, reg, row, col);
         float sum = 0.0f;
         for (int k = 0; k < 16; ++k) sum += emu_wgmma_operand(da, true, row, k) * emu_wgmma_operand(db, true, col, k);
-        acc[reg / 4][reg % 4] += sum;
+        acc[reg / 4][reg % 4] = (accumulate ? acc[reg / 4][reg % 4] : 0.0f) + sum;
     }
 }
 // acc (64 x 64) += A (64 x 16, this warp's 16 rows in registers a) B (16 x 64, MN-major at db):
@@ -761,12 +763,13 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const u32 (&a)[4], 
     }
 }
 #else
-__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db) {
+__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db,
+                                         int accumulate) {
 #define WGMMA_SS(AB)                                                                                    \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " " WG_REGS_32 ", %32, %33, "  \
                  "p, 1, 1, 0, 0;\n}\n"                                                                  \
-                 : WG_ACC32(acc) : "l"(da), "l"(db), "r"(1))
+                 : WG_ACC32(acc) : "l"(da), "l"(db), "r"(accumulate))
     if constexpr (T_IS_BF16) WGMMA_SS("bf16");
     else WGMMA_SS("f16");
 #undef WGMMA_SS
@@ -788,11 +791,13 @@ __device__ __forceinline__ void zero_acc(float (&acc)[8][4]) {
     for (int n = 0; n < 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
-// Issue acc += A B^T over the 64 of k (four k-steps): A and B 64-row K-major tiles at shared addresses
-// a and b. (The caller fences before and commits and waits after.)
+// Issue acc = A B^T over the 64 of k (four k-steps; the first overwrites acc, wgmma's scale-d 0, so
+// nothing zeroes it in registers): A and B 64-row K-major tiles at shared addresses a and b. (The
+// caller fences before and commits and waits after.)
 __device__ __forceinline__ void issue_nt(float (&acc)[8][4], unsigned a, unsigned b) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_ss(acc, wgmma_operand_desc(true, a, 0, kk), wgmma_operand_desc(true, b, 0, kk));
+    for (int kk = 0; kk < 4; kk++)
+        wgmma_ss(acc, wgmma_operand_desc(true, a, 0, kk), wgmma_operand_desc(true, b, 0, kk), kk > 0);
 }
 
 // Issue acc += P B: P this warp's rows as the 16-bit A fragments of the four k-steps, B the MN-major
@@ -903,7 +908,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
         unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
         if (k0 <= wg_last) {
             float s[8][4];
-            zero_acc(s);
             wgmma_fence();
             issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk));
             finish_wgmma(s);
@@ -988,10 +992,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
             cp_async_commit();
         }
         await_tile_sw(more);
-        if (q0 + KEYS > wg_k0) {  // else every query of the tile comes before every key of this warpgroup
+        // (with one warpgroup never false: then the test is compiled out, the wgmma kept out of a branch)
+        if (WG_GROUPS == 1 || q0 + KEYS > wg_k0) {  // else every query of the tile comes before every key of this warpgroup
             float st[8][4], dpt[8][4];
-            zero_acc(st);
-            zero_acc(dpt);
             wgmma_fence();
             issue_nt(st, smem_u32(sk + wg * WG_TILE_BYTES), smem_u32(sq));   // S^T = K Q^T
             issue_nt(dpt, smem_u32(sv + wg * WG_TILE_BYTES), smem_u32(sg));  // dP^T = V dY^T
@@ -1047,10 +1050,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
         unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
-        if (k0 <= wg_last) {
+        if (WG_GROUPS == 1 || k0 <= wg_last) {  // (one warpgroup: every tile has a key at or before a row)
             float s[8][4], dp[8][4];
-            zero_acc(s);
-            zero_acc(dp);
             wgmma_fence();
             issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk));                   // S = Q K^T
             issue_nt(dp, smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk + WG_TILE_BYTES));  // dP = dY V^T
