@@ -791,13 +791,16 @@ __device__ __forceinline__ void zero_acc(float (&acc)[8][4]) {
     for (int n = 0; n < 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
-// Issue acc = A B^T over the 64 of k (four k-steps; the first overwrites acc, wgmma's scale-d 0, so
-// nothing zeroes it in registers): A and B 64-row K-major tiles at shared addresses a and b. (The
-// caller fences before and commits and waits after.)
-__device__ __forceinline__ void issue_nt(float (&acc)[8][4], unsigned a, unsigned b) {
+// Issue acc = A B^T (overwrite: the first of the four k-steps ignores acc, wgmma's scale-d 0) or acc
+// += A B^T over the 64 of k: A and B 64-row K-major tiles at shared addresses a and b. (The caller
+// fences before and commits and waits after.) Measured on the H200 (reports/cupy_raw-h200/wgmma-53103d3,
+// B=32): the backward's kernels overwrite (783 us, against 831 zeroing the 64 registers first, which
+// the compiler moved past wgmma.fence and ptxas then guarded with an injected arrive and wait); the
+// forward zeroes s and accumulates (286 us; overwriting, 398: not understood yet).
+__device__ __forceinline__ void issue_nt(float (&acc)[8][4], unsigned a, unsigned b, bool overwrite) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
-        wgmma_ss(acc, wgmma_operand_desc(true, a, 0, kk), wgmma_operand_desc(true, b, 0, kk), kk > 0);
+        wgmma_ss(acc, wgmma_operand_desc(true, a, 0, kk), wgmma_operand_desc(true, b, 0, kk), kk > 0 || !overwrite);
 }
 
 // Issue acc += P B: P this warp's rows as the 16-bit A fragments of the four k-steps, B the MN-major
@@ -908,8 +911,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
         unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
         if (k0 <= wg_last) {
             float s[8][4];
+            zero_acc(s);
             wgmma_fence();
-            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk));
+            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), false);
             finish_wgmma(s);
             const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
             online_softmax(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
@@ -996,8 +1000,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
         if (WG_GROUPS == 1 || q0 + KEYS > wg_k0) {  // else every query of the tile comes before every key of this warpgroup
             float st[8][4], dpt[8][4];
             wgmma_fence();
-            issue_nt(st, smem_u32(sk + wg * WG_TILE_BYTES), smem_u32(sq));   // S^T = K Q^T
-            issue_nt(dpt, smem_u32(sv + wg * WG_TILE_BYTES), smem_u32(sg));  // dP^T = V dY^T
+            issue_nt(st, smem_u32(sk + wg * WG_TILE_BYTES), smem_u32(sq), true);   // S^T = K Q^T
+            issue_nt(dpt, smem_u32(sv + wg * WG_TILE_BYTES), smem_u32(sg), true);  // dP^T = V dY^T
             finish_wgmma(st, dpt);
             // q0 == wg_k0: the warpgroup's diagonal tile, where some queries come before some keys
             dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, q0 == wg_k0, scale_log2);
@@ -1053,8 +1057,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
         if (WG_GROUPS == 1 || k0 <= wg_last) {  // (one warpgroup: every tile has a key at or before a row)
             float s[8][4], dp[8][4];
             wgmma_fence();
-            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk));                   // S = Q K^T
-            issue_nt(dp, smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk + WG_TILE_BYTES));  // dP = dY V^T
+            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), true);                   // S = Q K^T
+            issue_nt(dp, smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk + WG_TILE_BYTES), true);  // dP = dY V^T
             finish_wgmma(s, dp);
             const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
             dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
