@@ -793,7 +793,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[8][4]) {
 
 // Issue acc = A B^T (overwrite: the first of the four k-steps ignores acc, wgmma's scale-d 0) or acc
 // += A B^T over the 64 of k: A and B 64-row K-major tiles at shared addresses a and b. (The caller
-// fences before and commits and waits after.) Measured on the H200 (reports/cupy_raw-h200/wgmma-53103d3,
+// fences before and commits and waits after.) Measured on the H200 (reports/cupy_raw-h200/wgmma-attention/53103d3,
 // B=32): the backward's kernels overwrite (783 us, against 831 zeroing the 64 registers first, which
 // the compiler moved past wgmma.fence and ptxas then guarded with an injected arrive and wait); the
 // forward zeroes s and accumulates (286 us; overwriting, 398: not understood yet).

@@ -202,7 +202,7 @@ class Wgmma(Flash):
 
     name = "wgmma"
     #: warpgroups a block (attention.cu's WG_GROUPS), forward and backward: two share each streamed
-    #: tile among 128 rows. Measured on the H200 (bf16, T=1024, B=32; reports/cupy_raw-h200/wgmma-d052702):
+    #: tile among 128 rows. Measured on the H200 (bf16, T=1024, B=32; reports/cupy_raw-h200/wgmma-attention/d052702):
     #: forward 289 us with two, 305 with one; backward 935 with two (185 registers in dK/dV: one block
     #: an SM), 844 with one (three blocks an SM).
     forward_groups, backward_groups = 2, 1
