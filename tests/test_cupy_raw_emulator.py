@@ -372,6 +372,8 @@ def test_wide_rows_and_heads_are_refused_before_launch():
                            "bias": np.ones(4096, np.float32)}, {"eps": 1e-5})
     with pytest.raises(ValueError, match="attention: .*flash variant takes head sizes up to 128"):
         attention.flash.forward({"qkv": np.ones((1, 4, 3 * 256), np.float16)}, {"n_head": 1})
+    with pytest.raises(ValueError, match="attention: .*wgmma variant takes head sizes up to 128"):
+        attention.wgmma.forward({"qkv": np.ones((1, 4, 3 * 256), np.float16)}, {"n_head": 1})
     assert not rec
 
 
