@@ -81,6 +81,7 @@ class _KernelModel:
     def __init__(self):
         self.maps: list = []
         self.kernels: list = []
+        self.compute = True  # False: record the launches (checked as ever) without their arithmetic
 
     def tiled_2d(self, a, rows, cols, row_stride, box_cols, box_rows):
         _real_tiled_2d(a, rows, cols, row_stride, box_cols, box_rows)  # the real checks
@@ -92,7 +93,8 @@ class _KernelModel:
         self.kernels.append((k.name, dict(k.defines)))
         grid = tuple(grid) if isinstance(grid, tuple) else (grid,)
         block = tuple(block) if isinstance(block, tuple) else (block,)
-        getattr(self, k.name)(k.defines, grid + (1,) * (3 - len(grid)), block, args, shared_mem)
+        if self.compute:
+            getattr(self, k.name)(k.defines, grid + (1,) * (3 - len(grid)), block, args, shared_mem)
 
     @staticmethod
     def _operand(a, ld, kmajor, extent, depth):
@@ -501,6 +503,7 @@ def _compiler_for(defines: dict) -> str | None:
 
 @needs_nvcc
 def test_every_module_compiles_for_sm90(model):
+    model.compute = False  # only which modules are launched matters here (GPT-2's shapes in float64: ~1 min)
     modules = _used_modules(model)
     groups = {k for key in modules for k, _ in key if k.startswith("GEMM_")}
     assert groups == {"GEMM_SIMT", "GEMM_MMA", "GEMM_WGMMA", "GEMM_REDUCE"}
