@@ -310,38 +310,42 @@ __device__ __forceinline__ const floatX* kv_step(floatX* skv, const floatX* base
 }
 
 // The online softmax of one 16-row tile of scores s (the C layout: rows row_a = its first row + g and
-// row_a + 8; keys k0 + 8n + 2c + (e & 1)), in place: masked where edge (a key after its row, or at
-// or past T), scaled to base 2, the running max m and sum l of the two rows updated, s turned into
-// P = exp2(s - m); corr gets exp2(m_old - m_new), the factor the output accumulator must be scaled by
-// (rescale_rows) before P V is added to it.
-__device__ __forceinline__ void softmax_scores(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
-                                               int row_a, int k0, int T, bool edge, float scale_log2) {
+// row_a + 8; keys k0 + 8n + 2c + (e & 1)), in place: masked where MASKED (a key after its row, or at
+// or past T), the running max m (in base 2: of s scale_log2) and sum l of the two rows updated, s
+// turned into P = exp2(s scale_log2 - m), one FMA and one exp2 a score; corr gets exp2(m_old - m_new),
+// the factor the output accumulator must be scaled by (rescale_rows) before P V is added to it. The
+// max is taken over the raw scores and scaled once a row (scale_log2 > 0 keeps the order).
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
+                                             int row_a, int k0, int T, float scale_log2) {
     const int c = threadIdx.x % 4, row_b = row_a + 8;
-    float mx[2] = {m_run[0], m_run[1]};
+    float mx[2] = {-POS_INF_F, -POS_INF_F};
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
-            float v = s[n][e] * scale_log2;
-            if (edge && (key > row || key >= T)) v = -POS_INF_F;
-            s[n][e] = v;
-            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            if constexpr (MASKED) {
+                const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
+                if (key > row || key >= T) s[n][e] = -POS_INF_F;
+            }
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
         }
-    float rowsum[2] = {0.0f, 0.0f};
+    float rowsum[2] = {0.0f, 0.0f}, neg_m[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        // every row's key 0 is in tile 0, so mx is finite from then on
-        corr[r] = exp2f(m_run[r] - mx[r]);
-        m_run[r] = mx[r];
+        // every row's key 0 is in tile 0, so the max is finite from then on
+        const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+        corr[r] = exp2f(m_run[r] - m_new);
+        m_run[r] = m_new;
+        neg_m[r] = -m_new;
     }
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const float p = exp2f(s[n][e] - mx[e >> 1]);
+            const float p = exp2f(fmaf(s[n][e], scale_log2, neg_m[e >> 1]));
             s[n][e] = p;
             rowsum[e >> 1] += p;
         }
@@ -351,6 +355,15 @@ __device__ __forceinline__ void softmax_scores(float (*s)[4], float (&m_run)[2],
         rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
         l_run[r] = l_run[r] * corr[r] + rowsum[r];
     }
+}
+
+// softmax_tile with the mask where edge (a tile that holds a key after one of the rows, or at or
+// past T): two copies of the code, so that the tiles wholly before the diagonal, nearly all of them,
+// spend no instruction on a mask
+__device__ __forceinline__ void softmax_scores(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
+                                               int row_a, int k0, int T, bool edge, float scale_log2) {
+    if (edge) softmax_tile<true>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
+    else softmax_tile<false>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
 }
 
 // o (this thread's part of a 16-row output accumulator) times corr of its two rows
@@ -375,39 +388,56 @@ __device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2],
 
 // dK/dV's tile, in place: st (S^T, rows keys key_a = the thread's first key and key_a + 8, columns
 // queries q0 + 8n + 2c + (e & 1)) becomes P^T = exp2(S^T scale_log2 - L) (0 for a query before its key
-// where edge, the diagonal tile), dpt (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query
+// where MASKED, the diagonal tile), dpt (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query
 // tile's L and delta.
-__device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
-                                                   int key_a, int q0, bool edge, float scale_log2) {
+template <bool MASKED>
+__device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
+                                          int key_a, int q0, float scale_log2) {
     const int c = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int qi = n * 8 + 2 * c + (e & 1), key = e < 2 ? key_a : key_a + 8;
-            float p = exp2f(st[n][e] * scale_log2 - sl[qi]);
-            if (edge && q0 + qi < key) p = 0.0f;
+            float p = exp2f(fmaf(st[n][e], scale_log2, -sl[qi]));
+            if constexpr (MASKED) {
+                if (q0 + qi < key) p = 0.0f;
+            }
             st[n][e] = p;
             dpt[n][e] = p * (dpt[n][e] - sd[qi]);
         }
 }
+// (two copies, as softmax_scores: the tiles off the diagonal pay for no mask)
+__device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
+                                                   int key_a, int q0, bool edge, float scale_log2) {
+    if (edge) dkdv_tile<true>(st, dpt, sl, sd, key_a, q0, scale_log2);
+    else dkdv_tile<false>(st, dpt, sl, sd, key_a, q0, scale_log2);
+}
 
 // dQ's tile, in place: s (S, rows row_a and row_a + 8, keys k0 + 8n + 2c + (e & 1)) becomes
-// dS = P (dP - delta), P = exp2(S scale_log2 - L) (0 past a row or past T where edge); l_row, d_row:
+// dS = P (dP - delta), P = exp2(S scale_log2 - L) (0 past a row or past T where MASKED); l_row, d_row:
 // the two rows' L and delta.
-__device__ __forceinline__ void dq_probabilities(float (*s)[4], const float (*dp)[4], const float (&l_row)[2],
-                                                 const float (&d_row)[2], int row_a, int k0, int T, bool edge,
-                                                 float scale_log2) {
+template <bool MASKED>
+__device__ __forceinline__ void dq_tile(float (*s)[4], const float (*dp)[4], const float (&l_row)[2],
+                                        const float (&d_row)[2], int row_a, int k0, int T, float scale_log2) {
     const int c = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_a + 8;
-            float p = exp2f(s[n][e] * scale_log2 - l_row[e >> 1]);
-            if (edge && (key > row || key >= T)) p = 0.0f;
+            float p = exp2f(fmaf(s[n][e], scale_log2, -l_row[e >> 1]));
+            if constexpr (MASKED) {
+                const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_a + 8;
+                if (key > row || key >= T) p = 0.0f;
+            }
             s[n][e] = p * (dp[n][e] - d_row[e >> 1]);
         }
+}
+__device__ __forceinline__ void dq_probabilities(float (*s)[4], const float (*dp)[4], const float (&l_row)[2],
+                                                 const float (&d_row)[2], int row_a, int k0, int T, bool edge,
+                                                 float scale_log2) {
+    if (edge) dq_tile<true>(s, dp, l_row, d_row, row_a, k0, T, scale_log2);
+    else dq_tile<false>(s, dp, l_row, d_row, row_a, k0, T, scale_log2);
 }
 
 // Forward. grid (cdiv(T, FWD_ROWS), NH, B), the heaviest query tiles (the last) first; block 128:
@@ -852,9 +882,13 @@ __device__ __forceinline__ void acc_to_a(u32 (&pa)[4][4], const float (&acc)[8][
 
 // Rows row0..row0+63 of one head (row stride ld) into a swizzled tile at `tile` (1024-byte aligned):
 // 16-byte chunk c of row r at swizzled_offset(r, c); rows >= T zeros. cp.async, committed by the caller.
+// (A fixed count of copies a thread, unrolled: a loop over threadIdx.x compiled to a generic loop
+// that cost more instructions than the copies.)
 __device__ __forceinline__ void load_tile_sw(unsigned char* tile, const floatX* g, long long ld, int row0, int T) {
-    for (int i = threadIdx.x; i < KEYS * 8; i += WG_THREADS) {
-        const int r = i / 8, c = i % 8;
+    static_assert(KEYS * 8 % WG_THREADS == 0, "whole 16-byte chunks a thread");
+#pragma unroll
+    for (int k = 0; k < KEYS * 8 / WG_THREADS; k++) {
+        const int i = threadIdx.x + k * WG_THREADS, r = i / 8, c = i % 8;
         const bool in = row0 + r < T;
         cp_async16(tile + swizzled_offset(r, c), in ? g + (long long)(row0 + r) * ld + 8 * c : g, in);
     }
