@@ -313,7 +313,7 @@ __device__ __forceinline__ const floatX* kv_step(floatX* skv, const floatX* base
 // row_a + 8; keys k0 + 8n + 2c + (e & 1)), in place: masked where MASKED (a key after its row, or at
 // or past T), the running max m (in base 2: of s scale_log2) and sum l of the two rows updated, s
 // turned into P = exp2(s scale_log2 - m), one FMA and one exp2 a score; corr gets exp2(m_old - m_new),
-// the factor the output accumulator must be scaled by (rescale_rows) before P V is added to it. The
+// the factor the output accumulator must be scaled by before P V is added to it. The
 // max is taken over the raw scores and scaled once a row (scale_log2 > 0 keeps the order).
 template <bool MASKED>
 __device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
@@ -358,16 +358,13 @@ __device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], f
 }
 
 // softmax_tile with the mask where edge (a tile that holds a key after one of the rows, or at or
-// past T): two copies of the code, so that the tiles wholly before the diagonal, nearly all of them,
-// spend no instruction on a mask
-__device__ __forceinline__ void softmax_scores(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
+// past T; two copies of the code, so that the tiles wholly before the diagonal, nearly all of them,
+// spend no instruction on a mask), then the output accumulator o rescaled by corr
+__device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (*o)[4],
                                                int row_a, int k0, int T, bool edge, float scale_log2) {
+    float corr[2];
     if (edge) softmax_tile<true>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
     else softmax_tile<false>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
-}
-
-// o (this thread's part of a 16-row output accumulator) times corr of its two rows
-__device__ __forceinline__ void rescale_rows(float (*o)[4], const float (&corr)[2]) {
 #pragma unroll
     for (int n = 0; n < DN; n++) {
         o[n][0] *= corr[0];
@@ -375,15 +372,6 @@ __device__ __forceinline__ void rescale_rows(float (*o)[4], const float (&corr)[
         o[n][2] *= corr[1];
         o[n][3] *= corr[1];
     }
-}
-
-// softmax_scores, then o rescaled: the step in one piece, for a walk that waits for P V before the
-// next tile's scores
-__device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (*o)[4],
-                                               int row_a, int k0, int T, bool edge, float scale_log2) {
-    float corr[2];
-    softmax_scores(s, m_run, l_run, corr, row_a, k0, T, edge, scale_log2);
-    rescale_rows(o, corr);
 }
 
 // dK/dV's tile, in place: st (S^T, rows keys key_a = the thread's first key and key_a + 8, columns
@@ -407,7 +395,7 @@ __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const
             dpt[n][e] = p * (dpt[n][e] - sd[qi]);
         }
 }
-// (two copies, as softmax_scores: the tiles off the diagonal pay for no mask)
+// (two copies, as online_softmax's: the tiles off the diagonal pay for no mask)
 __device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
                                                    int key_a, int q0, bool edge, float scale_log2) {
     if (edge) dkdv_tile<true>(st, dpt, sl, sd, key_a, q0, scale_log2);
@@ -758,13 +746,6 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
 
 static_assert(HEAD_DIM == 64 && VEC, "the wgmma kernels take 16-bit heads of 64 in 128-byte rows");
 static_assert(WG_GROUPS == 1 || WG_GROUPS == 2, "one or two warpgroups a block");
-#ifndef FWD_OVERLAP  // (a module defines the one of its direction: forward or backward)
-#define FWD_OVERLAP 0
-#endif
-#ifndef BWD_OVERLAP
-#define BWD_OVERLAP 0
-#endif
-static_assert(!BWD_OVERLAP || WG_GROUPS == 1, "the overlapped backward takes one warpgroup a block");
 #define WG_TILE_BYTES (KEYS * 128)  // one 64 x 64 16-bit tile
 #define WG_THREADS (128 * WG_GROUPS)
 #define WG_ROWS (64 * WG_GROUPS)    // the block's queries (forward, dQ) or keys (dK/dV)
@@ -922,31 +903,6 @@ __device__ __forceinline__ unsigned char* kv_step_sw(unsigned char* skv, const f
     return skv + (j % 2) * 2 * WG_TILE_BYTES;
 }
 
-// The overlapped walks (FWD_OVERLAP, BWD_OVERLAP) stream their tiles through three stages: step j
-// multiplies with tiles j and j + 1 while tile j + 2's copies fly. load(t) issues tile t's copies
-// into stage t % 3 (the caller's lambda); each tile is one cp.async group, an empty one past the end,
-// so the counts the waits name never change.
-// Before the walk (after the caller has issued, uncommitted, whatever else tile 0 must come with):
-// tiles 0 and 1 issued, tile 0 landed for every thread and made visible to wgmma.
-template <typename Load> __device__ __forceinline__ void stages3_begin(int n_tiles, Load load) {
-    load(0);
-    cp_async_commit();
-    if (n_tiles > 1) load(1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    WG_FENCE_PROXY_ASYNC();
-    __syncthreads();
-}
-// At the top of step j: tile j + 1 landed and visible; every warpgroup is done with tile j - 1, so
-// its stage takes tile j + 2's copies, issued here.
-template <typename Load> __device__ __forceinline__ void stages3_step(int j, int n_tiles, Load load) {
-    cp_async_wait<0>();
-    WG_FENCE_PROXY_ASYNC();
-    __syncthreads();
-    if (j + 2 < n_tiles) load(j + 2);
-    cp_async_commit();
-}
-
 // this thread's part of a 64 x 64 accumulator (rows row_a, row_a + 8; columns 8n + 2c, + 1), times
 // scale_a / scale_b, to the rows < T of g (row stride ld), as floatX pairs
 __device__ __forceinline__ void store_acc(floatX* g, long long ld, const float (&acc)[8][4], int row_a, int T,
@@ -988,50 +944,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
     for (int w = 0; w < WG_GROUPS; w++) load_tile_sw(sq + w * WG_TILE_BYTES, base, ld, q0 + 64 * w, T);
     float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
     zero_acc(o);
-#if FWD_OVERLAP
-    // Three stages of (K, V), tile j in stage j % 3. Step j issues tile j + 1's scores and tile j's
-    // P V together, waits for the scores only, and computes their softmax while P V still runs on
-    // the tensor cores (FlashAttention-3's overlap within a warpgroup); o is rescaled once P V is
-    // done. So step j reads K of tile j + 1 and V of tile j while tile j + 2's copies fly.
-    auto stage = [&](int t) { return skv + (t % 3) * 2 * WG_TILE_BYTES; };
-    stages3_begin(n_tiles, [&](int t) { load_kv_sw(stage(t), base, ld, C, t * KEYS, T); });
-    const unsigned sq_wg = smem_u32(sq + wg * WG_TILE_BYTES);
-    const int n_mine = min(n_tiles, wg_last / KEYS + 1);  // the tiles with a key <= one of this warpgroup's rows
-    float s[8][4], corr[2];
-    u32 pa[4][4];
-    zero_acc(s);  // tile 0: every row has its key 0 there
-    wgmma_fence();
-    issue_nt(s, sq_wg, smem_u32(stage(0)), false);
-    finish_wgmma(s);
-    online_softmax(s, m_run, l_run, o, row_a, 0, T, KEYS - 1 > q0 + warp * 16 || KEYS > T, scale_log2);
-    acc_to_a(pa, s);
-    for (int j = 0; j < n_tiles; j++) {
-        const int k1 = (j + 1) * KEYS;
-        stages3_step(j, n_tiles, [&](int t) { load_kv_sw(stage(t), base, ld, C, t * KEYS, T); });
-        // (each branch fences, issues and waits in one piece: a wgmma issued in one branch and
-        // waited for in another makes ptxas serialise every wgmma of the kernel, C7520)
-        if (j + 1 < n_mine) {
-            zero_acc(s);
-            wgmma_fence();
-            issue_nt(s, sq_wg, smem_u32(stage(j + 1)), false);
-            wgmma_commit();
-            issue_pn(o, pa, smem_u32(stage(j) + WG_TILE_BYTES));
-            wgmma_commit();
-            wgmma_wait<1>();  // the scores; P V may still run
-            fence_accumulators(s);
-            const bool edge = k1 + KEYS - 1 > q0 + warp * 16 || k1 + KEYS > T;
-            softmax_scores(s, m_run, l_run, corr, row_a, k1, T, edge, scale_log2);
-            wgmma_wait<0>();
-            fence_accumulators(o);
-            rescale_rows(o, corr);
-            acc_to_a(pa, s);
-        } else if (j < n_mine) {  // this warpgroup's last tile
-            wgmma_fence();
-            issue_pn(o, pa, smem_u32(stage(j) + WG_TILE_BYTES));
-            finish_wgmma(o);
-        }
-    }
-#else
     load_kv_sw(skv, base, ld, C, 0, T);
     cp_async_commit();
     for (int j = 0; j < n_tiles; j++) {
@@ -1053,7 +965,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
         }
         __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
-#endif  // FWD_OVERLAP
     const float inv_a = 1.0f / l_run[0], inv_b = 1.0f / l_run[1];
     const long long out0 = (long long)b * T * C + h * HS;
     store_acc(y + out0, C, o, row_a, T, inv_a, inv_b);
@@ -1084,8 +995,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     unsigned char* sk = align_1024(flash_smem);
     unsigned char* sv = sk + WG_GROUPS * WG_TILE_BYTES;
     unsigned char* sqg = sv + WG_GROUPS * WG_TILE_BYTES;  // stage s: Q at sqg + 2s tiles, dY one tile after it
-    // stage s: L at sld + 2s KEYS, delta after (BWD_OVERLAP: three stages of each)
-    float* sld = reinterpret_cast<float*>(sqg + (BWD_OVERLAP ? 6 : 4) * WG_TILE_BYTES);
+    float* sld = reinterpret_cast<float*>(sqg + 4 * WG_TILE_BYTES);  // stage s: L at sld + 2s KEYS, delta after
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const long long ld = 3LL * C;
@@ -1109,63 +1019,12 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
         load_tile_sw(sk + w * WG_TILE_BYTES, base + C, ld, k0 + 64 * w, T);
         load_tile_sw(sv + w * WG_TILE_BYTES, base + 2 * C, ld, k0 + 64 * w, T);
     }
-#if BWD_OVERLAP
-    // Three stages of (Q, dY, L, delta), query tile j in stage j % 3: step j issues tile j + 1's S^T
-    // and dP^T and tile j's dV and dK products together, and turns tile j + 1's scores into P^T and
-    // dS^T while the tensor cores still add tile j's (the forward's FWD_OVERLAP, on four products).
-    auto load = [&](int t) { load_stage(t % 3, k0 + t * KEYS); };
-    stages3_begin(n_tiles, load);
-#else
     load_stage(0, k0);
     cp_async_commit();
-#endif
     float dk[8][4], dv[8][4];
     zero_acc(dk);
     zero_acc(dv);
     const int key_a = k0 + warp * 16 + g;
-#if BWD_OVERLAP
-    const unsigned k_tile = smem_u32(sk), v_tile = smem_u32(sv);
-    auto q_tile = [&](int t) { return sqg + (t % 3) * 2 * WG_TILE_BYTES; };  // dY one tile after it
-    auto ld_floats = [&](int t) { return sld + (t % 3) * 2 * KEYS; };         // delta KEYS after it
-    float st[8][4], dpt[8][4];
-    u32 pa[4][4], sa[4][4];
-    wgmma_fence();
-    issue_nt(st, k_tile, smem_u32(q_tile(0)), true);                  // S^T = K Q^T
-    issue_nt(dpt, v_tile, smem_u32(q_tile(0) + WG_TILE_BYTES), true);  // dP^T = V dY^T
-    finish_wgmma(st, dpt);
-    dkdv_probabilities(st, dpt, ld_floats(0), ld_floats(0) + KEYS, key_a, k0, true, scale_log2);  // the diagonal
-    acc_to_a(pa, st);
-    acc_to_a(sa, dpt);
-    for (int j = 0; j < n_tiles; j++) {
-        stages3_step(j, n_tiles, load);
-        const unsigned q_j = smem_u32(q_tile(j)), g_j = q_j + WG_TILE_BYTES;
-        if (j + 1 < n_tiles) {  // (fenced, issued and waited for in one branch: see the forward)
-            const unsigned q_next = smem_u32(q_tile(j + 1));
-            wgmma_fence();
-            issue_nt(st, k_tile, q_next, true);
-            issue_nt(dpt, v_tile, q_next + WG_TILE_BYTES, true);
-            wgmma_commit();
-            issue_pn(dv, pa, g_j);  // dV += P^T dY
-            issue_pn(dk, sa, q_j);  // dK += dS^T Q
-            wgmma_commit();
-            wgmma_wait<1>();  // S^T and dP^T of tile j + 1; dV and dK may still run
-            fence_accumulators(st);
-            fence_accumulators(dpt);
-            const float* sl = ld_floats(j + 1);
-            dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, k0 + (j + 1) * KEYS, false, scale_log2);
-            wgmma_wait<0>();
-            fence_accumulators(dv);
-            fence_accumulators(dk);
-            acc_to_a(pa, st);
-            acc_to_a(sa, dpt);
-        } else {
-            wgmma_fence();
-            issue_pn(dv, pa, g_j);
-            issue_pn(dk, sa, q_j);
-            finish_wgmma(dv, dk);
-        }
-    }
-#else
     for (int j = 0; j < n_tiles; j++) {
         const int q0 = k0 + j * KEYS;
         unsigned char* sq = sqg + (j % 2) * 2 * WG_TILE_BYTES;
@@ -1196,7 +1055,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
         }
         __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
-#endif  // BWD_OVERLAP
     floatX* out = dqkv + (long long)b * T * ld + h * HS;
     store_acc(out + C, ld, dk, key_a, T, scale, scale);
     store_acc(out + 2 * C, ld, dv, key_a, T, 1.0f, 1.0f);
@@ -1223,16 +1081,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
         load_tile_sw(sq + w * WG_TILE_BYTES, base, ld, q0 + 64 * w, T);
         load_tile_sw(sg + w * WG_TILE_BYTES, dy_bh, C, q0 + 64 * w, T);
     }
-#if BWD_OVERLAP
-    // Three stages of (K, V): step j issues tile j + 1's S and dP and tile j's dQ product together
-    // and turns tile j + 1's scores into dS while dQ's product still runs (see dK/dV).
-    auto stage = [&](int t) { return skv + (t % 3) * 2 * WG_TILE_BYTES; };
-    auto load = [&](int t) { load_kv_sw(stage(t), base, ld, C, t * KEYS, T); };
-    stages3_begin(n_tiles, load);
-#else
     load_kv_sw(skv, base, ld, C, 0, T);
     cp_async_commit();
-#endif
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
     const float* lse_bh = lse + ((long long)b * NH + h) * T;
     const float* delta_bh = delta + ((long long)b * NH + h) * T;
@@ -1240,41 +1090,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
     float dq[8][4];
     zero_acc(dq);
-#if BWD_OVERLAP
-    const unsigned q_tile = smem_u32(sq), g_tile = smem_u32(sg);
-    float s[8][4], dp[8][4];
-    u32 sa[4][4];
-    wgmma_fence();
-    issue_nt(s, q_tile, smem_u32(stage(0)), true);                  // S = Q K^T
-    issue_nt(dp, g_tile, smem_u32(stage(0) + WG_TILE_BYTES), true);  // dP = dY V^T
-    finish_wgmma(s, dp);
-    dq_probabilities(s, dp, l_row, d_row, row_a, 0, T, KEYS - 1 > q0 + warp * 16 || KEYS > T, scale_log2);
-    acc_to_a(sa, s);
-    for (int j = 0; j < n_tiles; j++) {
-        stages3_step(j, n_tiles, load);
-        if (j + 1 < n_tiles) {  // (fenced, issued and waited for in one branch: see the forward)
-            const int k1 = (j + 1) * KEYS;
-            wgmma_fence();
-            issue_nt(s, q_tile, smem_u32(stage(j + 1)), true);
-            issue_nt(dp, g_tile, smem_u32(stage(j + 1) + WG_TILE_BYTES), true);
-            wgmma_commit();
-            issue_pn(dq, sa, smem_u32(stage(j)));  // dQ += dS K
-            wgmma_commit();
-            wgmma_wait<1>();  // S and dP of tile j + 1; dQ's product may still run
-            fence_accumulators(s);
-            fence_accumulators(dp);
-            const bool edge = k1 + KEYS - 1 > q0 + warp * 16 || k1 + KEYS > T;
-            dq_probabilities(s, dp, l_row, d_row, row_a, k1, T, edge, scale_log2);
-            wgmma_wait<0>();
-            fence_accumulators(dq);
-            acc_to_a(sa, s);
-        } else {
-            wgmma_fence();
-            issue_pn(dq, sa, smem_u32(stage(j)));
-            finish_wgmma(dq);
-        }
-    }
-#else
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
         unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
@@ -1294,7 +1109,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
         }
         __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
     }
-#endif  // BWD_OVERLAP
     store_acc(dqkv + (long long)b * T * ld + h * HS, ld, dq, row_a, T, scale, scale);
 }
 #endif  // FLASH_WGMMA

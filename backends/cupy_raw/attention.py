@@ -204,22 +204,16 @@ class Wgmma(Flash):
     #: warpgroups a block (attention.cu's WG_GROUPS), forward and backward: two share each streamed
     #: tile among 128 rows. Measured on the H200 (bf16, T=1024, B=32; reports/cupy_raw-h200/wgmma-attention/d052702):
     #: forward 289 us with two, 305 with one; backward 935 with two (185 registers in dK/dV: one block
-    #: an SM), 844 with one (three blocks an SM).
+    #: an SM), 844 with one (three blocks an SM). Each walk takes its tiles in turn (the products, then
+    #: the softmax that needs them): FlashAttention-3's overlap within a warpgroup (the next tile's
+    #: scores issued with this tile's P V, a third stage of tiles) measured no faster twice
+    #: (wgmma-attention/2ed8b77, 7f124a6: forward 252 against 239 us, backward 707 against 704).
     forward_groups, backward_groups = 2, 1
-    #: the forward's softmax of tile j + 1 under tile j's P V (attention.cu's FWD_OVERLAP; three
-    #: stages of K and V instead of two)
-    forward_overlap = True
-    #: the same in both backward kernels (BWD_OVERLAP: one warpgroup a block only)
-    backward_overlap = True
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
         if HS == 64 and defines["VEC"]:
             defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups)
-            if backward:
-                defines["BWD_OVERLAP"] = int(self.backward_overlap)
-            else:
-                defines["FWD_OVERLAP"] = int(self.forward_overlap)
         return defines
 
     def _arch(self, defines: dict) -> str:
@@ -228,20 +222,16 @@ class Wgmma(Flash):
     def _forward_kernel(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
             return super()._forward_kernel(defines)
-        g = defines["WG_GROUPS"]  # a Q tile a warpgroup; 3 (overlapped) or 2 stages of (K, V)
-        return "attention_wgmma_forward", 64 * g, 128 * g, _wgmma_shared(g + (6 if defines["FWD_OVERLAP"] else 4))
+        g = defines["WG_GROUPS"]  # a Q tile a warpgroup; 2 x (K, V)
+        return "attention_wgmma_forward", 64 * g, 128 * g, _wgmma_shared(g + 4)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
             return super()._backward_kernels(defines)
-        g, stages = defines["WG_GROUPS"], 3 if defines["BWD_OVERLAP"] else 2
-        if defines["BWD_OVERLAP"] and g != 1:
-            raise ValueError(f"attention: the cupy_raw {self.name} variant's overlapped backward takes one "
-                             f"warpgroup a block, got backward_groups={g}")
-        return (("attention_wgmma_backward_dkdv", 64 * g, 128 * g,  # K, V a warpgroup; stages of (Q, dY) and (L, delta)
-                 _wgmma_shared(2 * g + 2 * stages, 2 * stages * FLASH_KEYS)),
-                ("attention_wgmma_backward_dq", 64 * g, 128 * g,  # Q, dY a warpgroup; stages of (K, V)
-                 _wgmma_shared(2 * g + 2 * stages)))
+        g = defines["WG_GROUPS"]
+        return (("attention_wgmma_backward_dkdv", 64 * g, 128 * g,
+                 _wgmma_shared(2 * g + 4, 4 * FLASH_KEYS)),  # K, V a warpgroup; 2 x (Q, dY); 2 x (L, delta)
+                ("attention_wgmma_backward_dq", 64 * g, 128 * g, _wgmma_shared(2 * g + 4)))  # Q, dY a warpgroup; 2 x (K, V)
 
 
 def _wgmma_shared(tiles: int, floats: int = 0) -> int:

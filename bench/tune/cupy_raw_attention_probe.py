@@ -1,11 +1,11 @@
 """cupy_raw's flash attention beside PyTorch SDPA (cuDNN, FlashAttention-2) and triton's attention on one
-GPU, in one process, and the wgmma variant's schedules (attention.cu's FWD_OVERLAP, BWD_OVERLAP, WG_GROUPS).
+GPU, in one process, and the forward's two block shapes (attention.cu's FWD_M_TILES).
 
     python3 bench/tune/cupy_raw_attention_probe.py --out DIR      # the H200, ~1 min
 
-1. Check: each variant of ours (cupy_raw wgmma as shipped; with each tile's softmax waiting for its
-   products, FWD_OVERLAP and BWD_OVERLAP off; with one warpgroup a forward block; cupy_raw flash with
-   128-query forward blocks, the default at heads of up to 64; triton's attention) on fresh random inputs with NaN-poisoned
+1. Check: each variant of ours (cupy_raw wgmma as shipped, and with two and with one warpgroup a
+   block in both directions; cupy_raw flash with 128-query forward blocks, the default at heads of up to 64, and with
+   64-query blocks; triton's attention) on fresh random inputs with NaN-poisoned
    outputs and gradient buffers, forward and backward, against SDPA's math backend in float64 on the
    same rounded inputs: attention_tiles.py's check (GPT-2's shape B=2, T=1024, 12 heads of 64 in bf16,
    ragged T=1000, T=257 in fp16, heads of 128 and of 5). Pass: relative L2 error under
@@ -71,13 +71,13 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     from backends.triton import attention as tri
     from backends.cupy_raw import attention as raw
-    in_turn, one_group = raw.Wgmma(), raw.Wgmma()
-    in_turn.forward_overlap = in_turn.backward_overlap = False
-    one_group.forward_groups = 1
-    ours = {"cupy_raw wgmma (as shipped)": raw.wgmma,
-            "cupy_raw wgmma (each tile in turn, no overlap)": in_turn,
-            "cupy_raw wgmma (1 warpgroup a forward block)": one_group,
+    two_groups, one_group = raw.Wgmma(), raw.Wgmma()
+    two_groups.forward_groups = two_groups.backward_groups = 2
+    one_group.forward_groups = one_group.backward_groups = 1
+    ours = {"cupy_raw wgmma (as shipped)": raw.wgmma, "cupy_raw wgmma (2 warpgroups a block)": two_groups,
+            "cupy_raw wgmma (1 warpgroup a block)": one_group,
             "cupy_raw flash (128-query forward blocks)": _FlashWithMTiles(2),
+            "cupy_raw flash (64-query forward blocks)": _FlashWithMTiles(1),
             "triton": tri}
     records, ok = [], {}
     for name, impl in ours.items():
