@@ -349,6 +349,36 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     assert [k.kernel for k in rec] == ["attention_flash_forward"]
 
 
+@pytest.mark.parametrize("variant", ["flash", "wgmma"])
+def test_attention_rescales_when_a_later_tile_holds_far_larger_scores(variant):
+    """The forward moves a row's running max only when a tile's max passes it by more than
+    attention.cu's RESCALE_SLACK (2^8 in P), rescaling the output then. Keys that grow along the
+    sequence (each tile's scores far above the last's) make every row move its max at every tile,
+    the path random inputs of unit scale almost never take: y and L (through the backward's
+    gradient) against float64 naive."""
+    from backends.cupy_raw import attention
+    from backends.naive import attention as naive
+    from euler_core.numerics import compare, tolerance
+    B, T, NH, C = 1, 256, 1, 64
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((B, T, 3 * C))
+    x[:, :, :C] = np.abs(x[:, :, :C]) + 0.5                           # queries: positive
+    x[:, :, C:2 * C] = (np.abs(x[:, :, C:2 * C]) + 0.5) * np.linspace(0.2, 6.0, T)[None, :, None]  # growing keys
+    qkv, dy = _as("float16", x), _as("float16", rng.standard_normal((B, T, C)))
+    impl = getattr(attention, variant)
+    grads = {"qkv": _poisoned((B, T, 3 * C), "float16")}
+    with rt.emulation():
+        y, saved = impl.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "float16"))
+        impl.backward(saved, dy, grads)
+    ref_y, ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})
+    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
+    scores = np.einsum("tc,sc->ts", x[0, :, :C], x[0, :, C:2 * C]) / 8 * 1.4426950408889634
+    assert np.tril(scores).max(axis=1)[192:].min() > np.tril(scores)[:, :64].max() + 3 * 8, \
+        "the inputs must put each late row's max far above its first tile's"
+    _check("attention y", y, ref_y, "float16", "forward")
+    compare("attention dqkv", grads["qkv"].astype(np.float64), ref["qkv"], tolerance("float16", "gradient"))
+
+
 # ---- attention_cached: the KV cache's views, read in place ------------------------------------------
 def test_attention_cached_reads_the_caches_views_in_place():
     from backends.cupy_raw import attention_cached
