@@ -351,11 +351,11 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
 
 @pytest.mark.parametrize("variant", ["flash", "wgmma"])
 def test_attention_rescales_when_a_later_tile_holds_far_larger_scores(variant):
-    """The forward moves a row's running max only when a tile's max passes it by more than
-    attention.cu's RESCALE_SLACK (2^8 in P), rescaling the output then. Keys that grow along the
-    sequence (each tile's scores far above the last's) make every row move its max at every tile,
-    the path random inputs of unit scale almost never take: y and L (through the backward's
-    gradient) against float64 naive."""
+    """Keys that grow along the sequence put each tile's scores far above the last's, so every row's
+    running max moves by far more than random inputs of unit scale ever make it, and the output is
+    rescaled by factors far from 1 at every tile (the path a lazy rescale, one that waits for the
+    max to move by 2^8, would take; tried at 0acd58c, no faster on the H200): y and L (through the
+    backward's gradient) against float64 naive."""
     from backends.cupy_raw import attention
     from backends.naive import attention as naive
     from euler_core.numerics import compare, tolerance

@@ -309,26 +309,17 @@ __device__ __forceinline__ const floatX* kv_step(floatX* skv, const floatX* base
     return skv + (j % 2) * 2 * KEYS * STRIDE;
 }
 
-// A row's running max m moves only when a tile's max passes it by more than RESCALE_SLACK (base 2;
-// FlashAttention-4's lazy rescaling): until then P = exp2(s scale_log2 - m) stays below
-// 2^RESCALE_SLACK, which float32 sums and 16-bit P hold exactly as well as values below 1, and the
-// output accumulator needs no rescaling. The result is the same softmax (o and l share the stale
-// m; L = m + log2(l) whichever m it was); the rescale happens a handful of times a row, not a tile.
-#define RESCALE_SLACK 8.0f
-
 // The online softmax of one 16-row tile of scores s (the C layout: rows row_a = its first row + g and
 // row_a + 8; keys k0 + 8n + 2c + (e & 1)), in place: masked where MASKED (a key after its row, or at
 // or past T), the running max m (in base 2: of s scale_log2) and sum l of the two rows updated, s
-// turned into P = exp2(s scale_log2 - m), one FMA and one exp2 a score; corr gets exp2(m_old - m_new)
-// (1 where m did not move), the factor the output accumulator must be scaled by before P V is added
-// to it. Returns whether m moved for either row. The max is taken over the raw scores and scaled
-// once a row (scale_log2 > 0 keeps the order); maxima and sums are kept in four partials a row, so
-// that no chain of dependent instructions is longer than four.
+// turned into P = exp2(s scale_log2 - m), one FMA and one exp2 a score; corr gets exp2(m_old - m_new),
+// the factor the output accumulator must be scaled by before P V is added to it. The
+// max is taken over the raw scores and scaled once a row (scale_log2 > 0 keeps the order).
 template <bool MASKED>
-__device__ __forceinline__ bool softmax_tile(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
+__device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
                                              int row_a, int k0, int T, float scale_log2) {
     const int c = threadIdx.x % 4, row_b = row_a + 8;
-    float mx[2][4] = {{-POS_INF_F, -POS_INF_F, -POS_INF_F, -POS_INF_F}, {-POS_INF_F, -POS_INF_F, -POS_INF_F, -POS_INF_F}};
+    float mx[2] = {-POS_INF_F, -POS_INF_F};
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
@@ -337,22 +328,18 @@ __device__ __forceinline__ bool softmax_tile(float (*s)[4], float (&m_run)[2], f
                 const int key = k0 + n * 8 + 2 * c + (e & 1), row = e < 2 ? row_a : row_b;
                 if (key > row || key >= T) s[n][e] = -POS_INF_F;
             }
-            mx[e >> 1][n & 3] = fmaxf(mx[e >> 1][n & 3], s[n][e]);
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
         }
-    float rowsum[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}, neg_m[2];
-    bool grew = false;
+    float rowsum[2] = {0.0f, 0.0f}, neg_m[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float m = fmaxf(fmaxf(mx[r][0], mx[r][1]), fmaxf(mx[r][2], mx[r][3]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        // every row's key 0 is in tile 0, so m is finite from then on (and always moves there)
-        const float m_tile = m * scale_log2;
-        const bool grow = m_tile > m_run[r] + RESCALE_SLACK;
-        corr[r] = grow ? exp2f(m_run[r] - m_tile) : 1.0f;
-        if (grow) m_run[r] = m_tile;
-        grew = grew || grow;
-        neg_m[r] = -m_run[r];
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        // every row's key 0 is in tile 0, so the max is finite from then on
+        const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+        corr[r] = exp2f(m_run[r] - m_new);
+        m_run[r] = m_new;
+        neg_m[r] = -m_new;
     }
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++)
@@ -360,35 +347,30 @@ __device__ __forceinline__ bool softmax_tile(float (*s)[4], float (&m_run)[2], f
         for (int e = 0; e < 4; e++) {
             const float p = exp2f(fmaf(s[n][e], scale_log2, neg_m[e >> 1]));
             s[n][e] = p;
-            rowsum[e >> 1][n & 3] += p;
+            rowsum[e >> 1] += p;
         }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float sum = (rowsum[r][0] + rowsum[r][1]) + (rowsum[r][2] + rowsum[r][3]);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        l_run[r] = l_run[r] * corr[r] + sum;
+        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 1);
+        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
+        l_run[r] = l_run[r] * corr[r] + rowsum[r];
     }
-    return grew;
 }
 
 // softmax_tile with the mask where edge (a tile that holds a key after one of the rows, or at or
 // past T; two copies of the code, so that the tiles wholly before the diagonal, nearly all of them,
-// spend no instruction on a mask), then the output accumulator o rescaled by corr where a row of
-// the warp moved its max (a warp-uniform test: the multiplies are skipped together)
+// spend no instruction on a mask), then the output accumulator o rescaled by corr
 __device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (*o)[4],
                                                int row_a, int k0, int T, bool edge, float scale_log2) {
     float corr[2];
-    const bool grew = edge ? softmax_tile<true>(s, m_run, l_run, corr, row_a, k0, T, scale_log2)
-                           : softmax_tile<false>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
-    if (__any_sync(0xffffffffu, grew)) {
+    if (edge) softmax_tile<true>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
+    else softmax_tile<false>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
 #pragma unroll
-        for (int n = 0; n < DN; n++) {
-            o[n][0] *= corr[0];
-            o[n][1] *= corr[0];
-            o[n][2] *= corr[1];
-            o[n][3] *= corr[1];
-        }
+    for (int n = 0; n < DN; n++) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
     }
 }
 

@@ -285,12 +285,6 @@ template <typename T> inline T emu_shuffle(T v, int source_lane_xor, bool up) {
 }
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) { return emu_shuffle(v, mask, false); }
 template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned d) { return emu_shuffle(v, (int)d, true); }
-// the warp's vote, as a butterfly of shuffles (every lane ends with the OR of all 32)
-inline bool __any_sync(unsigned, int predicate) {
-    int any = predicate != 0;
-    for (int mask = 1; mask < 32; mask *= 2) any |= emu_shuffle(any, mask, false);
-    return any != 0;
-}
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: D = A B + C for the whole warp
 inline float emu_half_value(unsigned short bits, bool fp16) {
