@@ -311,13 +311,16 @@ def test_embedding_backward_walks_a_very_frequent_token_in_order():
 
 
 # ---- attention wgmma: the Hopper kernels at heads of 64 ----------------------------------------------
-@pytest.mark.parametrize("groups", [2, 1], ids=["2-warpgroups", "1-warpgroup"])
+@pytest.mark.parametrize("groups,rings", [(2, None), (1, None), (2, ((2, 1), (2, 1))), (1, ((4, 3), (4, 3)))],
+                         ids=["2-warpgroups", "1-warpgroup", "2-warpgroups-ring2-ahead1", "1-warpgroup-ring4-ahead3"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("B,T,NH", [(1, 200, 2), (2, 64, 1)], ids=["T200-4-tiles-ragged", "T64-one-tile"])
-def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups, monkeypatch):
+@pytest.mark.parametrize("B,T,NH", [(2, 200, 2), (2, 64, 1)], ids=["T200-4-tiles-ragged", "T64-one-tile"])
+def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups, rings, monkeypatch):
     """attention.cu's wgmma kernels (the emulator's wgmma reads the swizzled tiles through their
-    descriptors and gathers the register A operand of P V by its fragment layout), with one and two
-    warpgroups a block: y and dqkv poisoned, against float64 naive on the same rounded inputs; the
+    descriptors and gathers the register A operand of P V by its fragment layout; its TMA copies the
+    boxes, zeros past the arrays' extents, and its mbarriers count arrivals and bytes), with one and
+    two warpgroups a block and rings of TMA slots other than the shipped ones (the slots' parities
+    over several passes: T200 walks 4 tiles): y and dqkv poisoned, against float64 naive on the same rounded inputs; the
     launches must be the wgmma kernels, and a head of 32 must fall back to flash's. The gradient is
     held to the bound with the benchmark's allowance for bf16 rounding tails (one element of T200's
     76,800 is 1.09x past it, with the same value from flash's kernels: P and dS rounded to 16 bits)."""
@@ -327,6 +330,9 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     from backends.naive import attention as naive
     monkeypatch.setattr(attention.wgmma, "forward_groups", groups)
     monkeypatch.setattr(attention.wgmma, "backward_groups", groups)
+    if rings:
+        monkeypatch.setattr(attention.wgmma, "forward_ring", rings[0])
+        monkeypatch.setattr(attention.wgmma, "backward_ring", rings[1])
     C = 64 * NH
     rng = np.random.default_rng(3)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))

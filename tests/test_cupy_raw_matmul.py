@@ -423,7 +423,7 @@ def test_split_k_slices():
 
 def test_tensor_maps_refuse_what_tma_cannot_describe():
     a = np.zeros((64, 40), dtype=np.float16)
-    with pytest.raises(ValueError, match="row stride"):
+    with pytest.raises(ValueError, match="stride must be a multiple of 16 bytes"):
         _tma.tiled_2d(np.zeros((64, 37), dtype=np.float16), 64, 37, 37, 64, 64)
     with pytest.raises(ValueError, match="box"):
         _tma.tiled_2d(a, 64, 40, 40, 128, 64)    # 256 bytes: wider than the 128-byte swizzle
@@ -432,6 +432,21 @@ def test_tensor_maps_refuse_what_tma_cannot_describe():
     with pytest.raises(ValueError, match="dtype"):
         _tma.tiled_2d(np.zeros((64, 40), dtype=np.float64), 64, 40, 40, 64, 64)
     assert _tma.tiled_2d(a, 64, 40, 40, 64, 64).data == bytes(128)  # recording: checked, not encoded
+    # the attention kernels' maps: (B, T, columns) planes, and flat float arrays in packed boxes
+    qkv = np.zeros((2, 100, 192), dtype=np.float16)
+    assert _tma.tiled(qkv, (192, 100, 2), (192, 100 * 192), (64, 64, 1)).data == bytes(128)
+    with pytest.raises(ValueError, match="one plane at a time"):
+        _tma.tiled(qkv, (192, 100, 2), (192, 100 * 192), (64, 64, 2))
+    with pytest.raises(ValueError, match="span of the dimensions inside it"):
+        _tma.tiled(qkv, (192, 100, 2), (192, 99 * 192), (64, 64, 1))   # planes overlap
+    with pytest.raises(ValueError, match="reach element"):
+        _tma.tiled(qkv, (192, 100, 3), (192, 100 * 192), (64, 64, 1))  # a plane past the array
+    with pytest.raises(ValueError, match="as many extents"):
+        _tma.tiled(qkv, (192, 100, 2), (192,), (64, 64, 1))
+    lse = np.zeros(1000, dtype=np.float32)
+    assert _tma.tiled(lse, (1000,), (), (64,), swizzle=False).data == bytes(128)   # 256-byte boxes, packed
+    with pytest.raises(ValueError, match="exactly 128"):
+        _tma.tiled(lse, (1000,), (), (64,))                                        # swizzled rows are 128 bytes
 
 
 def test_bad_inputs_are_refused_before_any_launch(model):

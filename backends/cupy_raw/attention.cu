@@ -376,11 +376,11 @@ __device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2],
 
 // dK/dV's tile, in place: st (S^T, rows keys key_a = the thread's first key and key_a + 8, columns
 // queries q0 + 8n + 2c + (e & 1)) becomes P^T = exp2(S^T scale_log2 - L) (0 for a query before its key
-// where MASKED, the diagonal tile), dpt (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query
+// or at or past T where MASKED: the diagonal tile, and the wgmma kernels' last tile past T), dpt (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query
 // tile's L and delta.
 template <bool MASKED>
 __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
-                                          int key_a, int q0, float scale_log2) {
+                                          int key_a, int q0, int T, float scale_log2) {
     const int c = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++)
@@ -389,7 +389,7 @@ __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const
             const int qi = n * 8 + 2 * c + (e & 1), key = e < 2 ? key_a : key_a + 8;
             float p = exp2f(fmaf(st[n][e], scale_log2, -sl[qi]));
             if constexpr (MASKED) {
-                if (q0 + qi < key) p = 0.0f;
+                if (q0 + qi < key || q0 + qi >= T) p = 0.0f;
             }
             st[n][e] = p;
             dpt[n][e] = p * (dpt[n][e] - sd[qi]);
@@ -397,9 +397,9 @@ __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const
 }
 // (two copies, as online_softmax's: the tiles off the diagonal pay for no mask)
 __device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
-                                                   int key_a, int q0, bool edge, float scale_log2) {
-    if (edge) dkdv_tile<true>(st, dpt, sl, sd, key_a, q0, scale_log2);
-    else dkdv_tile<false>(st, dpt, sl, sd, key_a, q0, scale_log2);
+                                                   int key_a, int q0, int T, bool edge, float scale_log2) {
+    if (edge) dkdv_tile<true>(st, dpt, sl, sd, key_a, q0, T, scale_log2);
+    else dkdv_tile<false>(st, dpt, sl, sd, key_a, q0, T, scale_log2);
 }
 
 // dQ's tile, in place: s (S, rows row_a and row_a + 8, keys k0 + 8n + 2c + (e & 1)) becomes
@@ -625,7 +625,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
             }
         }
         // j == 0: the diagonal tile (q0 == k0), where some queries come before some keys
-        dkdv_probabilities(st, dpt, sl, sd, key_a, q0, j == 0, scale_log2);
+        dkdv_probabilities(st, dpt, sl, sd, key_a, q0, T, j == 0, scale_log2);
 #pragma unroll
         for (int kk = 0; kk < KEYS / 16; kk++) {
             u32 pa[4], sa[4];
@@ -743,6 +743,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
 #if FLASH_WGMMA
 #include "matmul_layout.cuh"
 #include "wgmma.cuh"
+#include "tma.cuh"
 
 static_assert(HEAD_DIM == 64 && VEC, "the wgmma kernels take 16-bit heads of 64 in 128-byte rows");
 static_assert(WG_GROUPS == 1 || WG_GROUPS == 2, "one or two warpgroups a block");
@@ -861,46 +862,59 @@ __device__ __forceinline__ void acc_to_a(u32 (&pa)[4][4], const float (&acc)[8][
     for (int kk = 0; kk < 4; kk++) c_to_a(pa[kk], acc, kk);
 }
 
-// Rows row0..row0+63 of one head (row stride ld) into a swizzled tile at `tile` (1024-byte aligned):
-// 16-byte chunk c of row r at swizzled_offset(r, c); rows >= T zeros. cp.async, committed by the caller.
-// (A fixed count of copies a thread, unrolled: a loop over threadIdx.x compiled to a generic loop
-// that cost more instructions than the copies.)
-__device__ __forceinline__ void load_tile_sw(unsigned char* tile, const floatX* g, long long ld, int row0, int T) {
-    static_assert(KEYS * 8 % WG_THREADS == 0, "whole 16-byte chunks a thread");
-#pragma unroll
-    for (int k = 0; k < KEYS * 8 / WG_THREADS; k++) {
-        const int i = threadIdx.x + k * WG_THREADS, r = i / 8, c = i % 8;
-        const bool in = row0 + r < T;
-        cp_async16(tile + swizzled_offset(r, c), in ? g + (long long)(row0 + r) * ld + 8 * c : g, in);
+// The tiles stream through a ring of WG_RING slots filled by TMA (tma.cuh), with no block-wide
+// barrier: thread 0 issues the copies of tile j + WG_AHEAD at step j, once every thread has
+// released that slot's previous tile (its "empty" mbarrier, WG_THREADS arrivals), and the copies
+// complete its "full" mbarrier; every thread waits for that one, multiplies, and releases the slot.
+// So the warpgroups are never held together (only thread 0's warpgroup waits, and only for a tile
+// WG_RING - WG_AHEAD steps back), where the cp.async stages needed a __syncthreads every tile (15%
+// of the forward's stall samples, reports/cupy_raw-h200/ncu-attention-499346b). The tensor maps
+// (attention.py) see qkv and dy as (B, T, columns) arrays, so rows past T arrive as zeros, and L and
+// delta as flat float arrays (a tile's rows past T bring the next head's values; the masked tiles
+// mask those rows). The mbarriers follow the tiles: `once` (the block's own tiles, loaded first),
+// full[WG_RING], empty[WG_RING].
+static_assert(WG_AHEAD >= 1 && WG_AHEAD < WG_RING, "tiles issued ahead: at least one, fewer than the ring's slots");
+#define WG_BARS_BYTES (8 * (1 + 2 * WG_RING))
+__device__ __forceinline__ unsigned full_bar(unsigned bars, int slot) { return bars + 8 * (1 + slot); }
+__device__ __forceinline__ unsigned empty_bar(unsigned bars, int slot) { return bars + 8 * (1 + WG_RING + slot); }
+
+// thread 0, before the block's first __syncthreads
+__device__ __forceinline__ void init_ring(unsigned bars) {
+    mbar_init(bars, 1);
+    for (int s = 0; s < WG_RING; s++) {
+        mbar_init(full_bar(bars, s), 1);
+        mbar_init(empty_bar(bars, s), WG_THREADS);
     }
+    MBAR_FENCE_INIT();
 }
 
-// Tile j's copies landed for every thread and made visible to wgmma (tile j + 1's may still fly).
-__device__ __forceinline__ void await_tile_sw(bool more_issued) {
-    if (more_issued) cp_async_wait<1>();
-    else cp_async_wait<0>();
-    WG_FENCE_PROXY_ASYNC();
-    __syncthreads();
+// The issuing thread: wait until tile t's slot is free (its previous tile released by every thread;
+// the ring's first pass at once), announce the bytes its copies bring; returns the slot.
+__device__ __forceinline__ int claim_slot(unsigned bars, int t, unsigned bytes) {
+    const int slot = t % WG_RING;
+    mbar_wait(empty_bar(bars, slot), ((t / WG_RING) & 1) ^ 1);
+    mbar_expect_tx(full_bar(bars, slot), bytes);
+    return slot;
 }
 
-// K and V rows k0.. of one head into a stage of two swizzled tiles (K, then V one tile after it)
-__device__ __forceinline__ void load_kv_sw(unsigned char* stage, const floatX* base, long long ld, int C, int k0,
-                                           int T) {
-    load_tile_sw(stage, base + C, ld, k0, T);
-    load_tile_sw(stage + WG_TILE_BYTES, base + 2 * C, ld, k0, T);
+// Every thread: wait for tile t's copies; returns its slot.
+__device__ __forceinline__ int await_slot(unsigned bars, int t) {
+    const int slot = t % WG_RING;
+    mbar_wait(full_bar(bars, slot), (t / WG_RING) & 1);
+    return slot;
 }
 
-// Step j of a walk over key tiles (forward, dQ): two stages of (K, V) swizzled tiles at skv, stage 0
-// issued before the walk; issues tile j + 1's, waits for tile j's and returns its K tile (V follows).
-__device__ __forceinline__ unsigned char* kv_step_sw(unsigned char* skv, const floatX* base, long long ld, int C,
-                                                     int j, int n_tiles, int T) {
-    const bool more = j + 1 < n_tiles;
-    if (more) {
-        load_kv_sw(skv + ((j + 1) % 2) * 2 * WG_TILE_BYTES, base, ld, C, (j + 1) * KEYS, T);
-        cp_async_commit();
-    }
-    await_tile_sw(more);
-    return skv + (j % 2) * 2 * WG_TILE_BYTES;
+// Every thread, once done with tile t (its wgmma waited for).
+__device__ __forceinline__ void release_slot(unsigned bars, int t) { mbar_arrive(empty_bar(bars, t % WG_RING)); }
+
+// The issuing thread: the K and V tiles of keys t KEYS.. of head column hc (batch b) into tile t's
+// slot of a ring of (K, V) stages at skv.
+__device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int C,
+                                         int hc, int b) {
+    const int slot = claim_slot(bars, t, 2 * WG_TILE_BYTES);
+    const unsigned dst = skv + slot * 2 * WG_TILE_BYTES;
+    tma_load_3d(dst, qkv_map, C + hc, t * KEYS, b, full_bar(bars, slot));
+    tma_load_3d(dst + WG_TILE_BYTES, qkv_map, 2 * C + hc, t * KEYS, b, full_bar(bars, slot));
 }
 
 // this thread's part of a 64 x 64 accumulator (rows row_a, row_a + 8; columns 8n + 2c, + 1), times
@@ -927,28 +941,35 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
 // A warpgroup skips (warpgroup-uniform, barriers still met) a tile that masks all its rows.
 
 // Forward. grid (cdiv(T, WG_ROWS), NH, B), the heaviest query tiles (the last) first; block
-// WG_THREADS. Dynamic shared (1 KB of alignment slack, then swizzled tiles): WG_GROUPS Q tiles, two
-// stages of K and V.
+// WG_THREADS. Dynamic shared (1 KB of alignment slack, then swizzled tiles): WG_GROUPS Q tiles, the
+// ring of (K, V) stages, its mbarriers.
 extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward(
-        const floatX* __restrict__ qkv, floatX* __restrict__ y, floatX* __restrict__ res, float* __restrict__ lse,
-        int T, int C, int NH, float scale_log2) {
+        const __grid_constant__ TmaDescriptor qkv_map, floatX* __restrict__ y, floatX* __restrict__ res,
+        float* __restrict__ lse, int T, int C, int NH, float scale_log2) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned char* sq = align_1024(flash_smem);
     unsigned char* skv = sq + WG_GROUPS * WG_TILE_BYTES;
+    const unsigned bars = smem_u32(skv + WG_RING * 2 * WG_TILE_BYTES);
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const long long ld = 3LL * C;
-    const floatX* base = qkv + (long long)b * T * ld + h * HS;
     const int q0 = qt * WG_ROWS, row_a = q0 + warp * 16 + g, wg_last = q0 + 64 * wg + 63;
     const int n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
-    for (int w = 0; w < WG_GROUPS; w++) load_tile_sw(sq + w * WG_TILE_BYTES, base, ld, q0 + 64 * w, T);
+    if (threadIdx.x == 0) init_ring(bars);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(bars, WG_GROUPS * WG_TILE_BYTES);
+        for (int w = 0; w < WG_GROUPS; w++)
+            tma_load_3d(smem_u32(sq + w * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b, bars);
+        for (int t = 0; t < WG_AHEAD && t < n_tiles; t++) issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b);
+    }
     float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
     zero_acc(o);
-    load_kv_sw(skv, base, ld, C, 0, T);
-    cp_async_commit();
+    mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
-        unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
+        if (threadIdx.x == 0 && j + WG_AHEAD < n_tiles) issue_kv(bars, smem_u32(skv), &qkv_map, j + WG_AHEAD, C, h * HS, b);
+        __syncwarp();
+        unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
         if (k0 <= wg_last) {
             float s[8][4];
             zero_acc(s);
@@ -963,7 +984,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
             issue_pn(o, pa, smem_u32(sk + WG_TILE_BYTES));
             finish_wgmma(o);
         }
-        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
+        release_slot(bars, j);
     }
     const float inv_a = 1.0f / l_run[0], inv_b = 1.0f / l_run[1];
     const long long out0 = (long long)b * T * C + h * HS;
@@ -985,57 +1006,54 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
 
 // dK, dV of the block's WG_ROWS keys (flash's attention_flash_backward_dkdv on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B); block WG_THREADS (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack,
-// then WG_GROUPS swizzled K and as many V tiles, two stages of Q and dY tiles, then two stages of
-// the query tile's L and delta (2 x 64 floats each).
+// then WG_GROUPS swizzled K and as many V tiles, the ring of (Q, dY) stages, the ring's L and delta
+// (2 x 64 floats a slot), its mbarriers.
 extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backward_dkdv(
-        const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
-        const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2,
-        float scale) {
+        const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
+        const __grid_constant__ TmaDescriptor lse_map, const __grid_constant__ TmaDescriptor delta_map,
+        floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2, float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned char* sk = align_1024(flash_smem);
     unsigned char* sv = sk + WG_GROUPS * WG_TILE_BYTES;
-    unsigned char* sqg = sv + WG_GROUPS * WG_TILE_BYTES;  // stage s: Q at sqg + 2s tiles, dY one tile after it
-    float* sld = reinterpret_cast<float*>(sqg + 4 * WG_TILE_BYTES);  // stage s: L at sld + 2s KEYS, delta after
+    unsigned char* sqg = sv + WG_GROUPS * WG_TILE_BYTES;  // slot s: Q at sqg + 2s tiles, dY one tile after it
+    float* sld = reinterpret_cast<float*>(sqg + WG_RING * 2 * WG_TILE_BYTES);  // slot s: L at sld + 2s KEYS, delta after
+    const unsigned bars = smem_u32(sld + WG_RING * 2 * KEYS);
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
-    const long long ld = 3LL * C;
-    const floatX* base = qkv + (long long)b * T * ld + h * HS;
-    const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
-    const float* lse_bh = lse + ((long long)b * NH + h) * T;
-    const float* delta_bh = delta + ((long long)b * NH + h) * T;
     const int k0 = kt * WG_ROWS, wg_k0 = k0 + 64 * wg, n_tiles = (T - k0 + KEYS - 1) / KEYS;
-    auto load_stage = [&](int stage, int q0) {
-        unsigned char* s = sqg + stage * 2 * WG_TILE_BYTES;
-        load_tile_sw(s, base, ld, q0, T);
-        load_tile_sw(s + WG_TILE_BYTES, dy_bh, C, q0, T);
-        float* l = sld + stage * 2 * KEYS;
-        for (int i = threadIdx.x; i < KEYS; i += WG_THREADS) {
-            const bool in = q0 + i < T;
-            l[i] = in ? lse_bh[q0 + i] : POS_INF_F;  // a padded query row: P = exp2(-inf) = 0
-            l[KEYS + i] = in ? delta_bh[q0 + i] : 0.0f;
-        }
+    const int row_l = (b * NH + h) * T;  // the head's first element of L and delta
+    auto issue_qg = [&](int t) {  // the issuing thread: query tile t's Q, dY, L and delta
+        const int slot = claim_slot(bars, t, 2 * WG_TILE_BYTES + 2 * KEYS * 4);
+        const unsigned dst = smem_u32(sqg + slot * 2 * WG_TILE_BYTES), bar = full_bar(bars, slot);
+        const int q0 = k0 + t * KEYS;
+        tma_load_3d(dst, &qkv_map, h * HS, q0, b, bar);
+        tma_load_3d(dst + WG_TILE_BYTES, &dy_map, h * HS, q0, b, bar);
+        tma_load_1d(smem_u32(sld + slot * 2 * KEYS), &lse_map, row_l + q0, bar);
+        tma_load_1d(smem_u32(sld + slot * 2 * KEYS + KEYS), &delta_map, row_l + q0, bar);
     };
-    for (int w = 0; w < WG_GROUPS; w++) {
-        load_tile_sw(sk + w * WG_TILE_BYTES, base + C, ld, k0 + 64 * w, T);
-        load_tile_sw(sv + w * WG_TILE_BYTES, base + 2 * C, ld, k0 + 64 * w, T);
+    if (threadIdx.x == 0) init_ring(bars);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
+        for (int w = 0; w < WG_GROUPS; w++) {
+            tma_load_3d(smem_u32(sk + w * WG_TILE_BYTES), &qkv_map, C + h * HS, k0 + 64 * w, b, bars);
+            tma_load_3d(smem_u32(sv + w * WG_TILE_BYTES), &qkv_map, 2 * C + h * HS, k0 + 64 * w, b, bars);
+        }
+        for (int t = 0; t < WG_AHEAD && t < n_tiles; t++) issue_qg(t);
     }
-    load_stage(0, k0);
-    cp_async_commit();
     float dk[8][4], dv[8][4];
     zero_acc(dk);
     zero_acc(dv);
     const int key_a = k0 + warp * 16 + g;
+    mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
         const int q0 = k0 + j * KEYS;
-        unsigned char* sq = sqg + (j % 2) * 2 * WG_TILE_BYTES;
+        if (threadIdx.x == 0 && j + WG_AHEAD < n_tiles) issue_qg(j + WG_AHEAD);
+        __syncwarp();
+        const int slot = await_slot(bars, j);
+        unsigned char* sq = sqg + slot * 2 * WG_TILE_BYTES;
         unsigned char* sg = sq + WG_TILE_BYTES;
-        const float* sl = sld + (j % 2) * 2 * KEYS;
-        const bool more = j + 1 < n_tiles;
-        if (more) {
-            load_stage((j + 1) % 2, q0 + KEYS);
-            cp_async_commit();
-        }
-        await_tile_sw(more);
+        const float* sl = sld + slot * 2 * KEYS;
         // (with one warpgroup never false: then the test is compiled out, the wgmma kept out of a branch)
         if (WG_GROUPS == 1 || q0 + KEYS > wg_k0) {  // else every query of the tile comes before every key of this warpgroup
             float st[8][4], dpt[8][4];
@@ -1043,8 +1061,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
             issue_nt(st, smem_u32(sk + wg * WG_TILE_BYTES), smem_u32(sq), true);   // S^T = K Q^T
             issue_nt(dpt, smem_u32(sv + wg * WG_TILE_BYTES), smem_u32(sg), true);  // dP^T = V dY^T
             finish_wgmma(st, dpt);
-            // q0 == wg_k0: the warpgroup's diagonal tile, where some queries come before some keys
-            dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, q0 == wg_k0, scale_log2);
+            // masked: the warpgroup's diagonal tile (some queries before some keys), or the last tile
+            // when it runs past T (its rows past T hold the next head's L and delta)
+            dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, T, q0 == wg_k0 || q0 + KEYS > T, scale_log2);
             u32 pa[4][4], sa[4][4];
             acc_to_a(pa, st);
             acc_to_a(sa, dpt);
@@ -1053,8 +1072,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
             issue_pn(dk, sa, smem_u32(sq));  // dK += dS^T Q
             finish_wgmma(dv, dk);
         }
-        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
+        release_slot(bars, j);
     }
+    const long long ld = 3LL * C;
     floatX* out = dqkv + (long long)b * T * ld + h * HS;
     store_acc(out + C, ld, dk, key_a, T, scale, scale);
     store_acc(out + 2 * C, ld, dv, key_a, T, 1.0f, 1.0f);
@@ -1062,27 +1082,29 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
 
 // dQ of the block's WG_ROWS queries (flash's attention_flash_backward_dq on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B), the heaviest first; block WG_THREADS. Dynamic shared: 1 KB slack, then
-// WG_GROUPS swizzled Q and as many dY tiles, two stages of K and V tiles.
+// WG_GROUPS swizzled Q and as many dY tiles, the ring of (K, V) stages, its mbarriers.
 extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backward_dq(
-        const floatX* __restrict__ qkv, const floatX* __restrict__ dy, const float* __restrict__ lse,
-        const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2,
-        float scale) {
+        const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
+        const float* __restrict__ lse, const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C,
+        int NH, float scale_log2, float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned char* sq = align_1024(flash_smem);
     unsigned char* sg = sq + WG_GROUPS * WG_TILE_BYTES;
     unsigned char* skv = sg + WG_GROUPS * WG_TILE_BYTES;
+    const unsigned bars = smem_u32(skv + WG_RING * 2 * WG_TILE_BYTES);
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
-    const long long ld = 3LL * C;
-    const floatX* base = qkv + (long long)b * T * ld + h * HS;
-    const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
     const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
-    for (int w = 0; w < WG_GROUPS; w++) {
-        load_tile_sw(sq + w * WG_TILE_BYTES, base, ld, q0 + 64 * w, T);
-        load_tile_sw(sg + w * WG_TILE_BYTES, dy_bh, C, q0 + 64 * w, T);
+    if (threadIdx.x == 0) init_ring(bars);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
+        for (int w = 0; w < WG_GROUPS; w++) {
+            tma_load_3d(smem_u32(sq + w * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b, bars);
+            tma_load_3d(smem_u32(sg + w * WG_TILE_BYTES), &dy_map, h * HS, q0 + 64 * w, b, bars);
+        }
+        for (int t = 0; t < WG_AHEAD && t < n_tiles; t++) issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b);
     }
-    load_kv_sw(skv, base, ld, C, 0, T);
-    cp_async_commit();
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
     const float* lse_bh = lse + ((long long)b * NH + h) * T;
     const float* delta_bh = delta + ((long long)b * NH + h) * T;
@@ -1090,9 +1112,12 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
     float dq[8][4];
     zero_acc(dq);
+    mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
-        unsigned char* sk = kv_step_sw(skv, base, ld, C, j, n_tiles, T);
+        if (threadIdx.x == 0 && j + WG_AHEAD < n_tiles) issue_kv(bars, smem_u32(skv), &qkv_map, j + WG_AHEAD, C, h * HS, b);
+        __syncwarp();
+        unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
         if (WG_GROUPS == 1 || k0 <= wg_last) {  // (one warpgroup: every tile has a key at or before a row)
             float s[8][4], dp[8][4];
             wgmma_fence();
@@ -1107,9 +1132,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
             issue_pn(dq, sa, smem_u32(sk));  // dQ += dS K
             finish_wgmma(dq);
         }
-        __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
+        release_slot(bars, j);
     }
-    store_acc(dqkv + (long long)b * T * ld + h * HS, ld, dq, row_a, T, scale, scale);
+    store_acc(dqkv + (long long)b * T * 3LL * C + h * HS, 3LL * C, dq, row_a, T, scale, scale);
 }
 #endif  // FLASH_WGMMA
 #endif  // HEAD_DIM

@@ -14,9 +14,10 @@ has the kernels, the math and the mma fragment layouts).
     wgmma    flash's schedule on Hopper's wgmma.mma_async (sm_90a), for 16-bit heads of exactly 64
              on 16-byte-aligned rows (the GPT-2 shapes): the tensor cores read K, V, Q and dY from
              128-byte-swizzled shared tiles through descriptors instead of each warp loading
-             fragments; in the forward a block's two warpgroups (128 queries) share every K and V tile
-             they stream (the backward keeps one warpgroup a block: registers). Other
-             heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
+             fragments; the tiles come by TMA into a ring of slots behind mbarriers, so no
+             block-wide barrier a tile; in the forward a block's two warpgroups (128 queries) share
+             every K and V tile they stream (the backward keeps one warpgroup a block: registers).
+             Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
 
 Saved by flash for 16-bit inputs: L (B,NH,T) float32 and res = o - y in the input dtype. delta =
 rowsum(dy * o) from the rounded y alone is off by about |dy||y| 2^-9, which dS = P (dP - delta)
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _common
+from . import _common, _tma
 from . import _runtime as rt
 
 SIMPLE_THREADS = 128
@@ -148,6 +149,10 @@ class Flash:
         m_tiles = defines["FWD_M_TILES"]
         return "attention_flash_forward", FLASH_KEYS * m_tiles, FLASH_THREADS, _flash_shared(defines, m_tiles + 4)
 
+    def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None) -> tuple:
+        """A kernel's leading arguments: the arrays it reads (the forward: qkv alone)."""
+        return (qkv,) if dout is None else (qkv, dout, lse, delta)
+
     def _backward_kernels(self, defines: dict):
         """The dK/dV and the dQ kernel: (kernel, keys or queries a block, threads, shared bytes) each."""
         return (("attention_flash_backward_dkdv", FLASH_KEYS, FLASH_THREADS,
@@ -167,8 +172,9 @@ class Flash:
         kernel, rows, threads, shared = self._forward_kernel(defines)
         rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)),
                   (rt.cdiv(T, rows), n_head, B), threads,
-                  (qkv, y, res, lse, _common.i32(T), _common.i32(C), _common.i32(n_head),
-                   _common.f32(LOG2E / math.sqrt(HS))), shared_mem=shared)
+                  self._operands(kernel, defines, qkv) + (y, res, lse, _common.i32(T), _common.i32(C),
+                                                          _common.i32(n_head), _common.f32(LOG2E / math.sqrt(HS))),
+                  shared_mem=shared)
         return y, FlashSaved(qkv, y, res, lse, n_head)
 
     def backward(self, saved, dout, grads):
@@ -188,7 +194,8 @@ class Flash:
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
         for kernel, rows, threads, shared in self._backward_kernels(defines):
             rt.launch(rt.function("attention", kernel, defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
-                      (qkv, dout, saved.lse, delta, dqkv) + dims + scales, shared_mem=shared)
+                      self._operands(kernel, defines, qkv, dout, saved.lse, delta) + (dqkv,) + dims + scales,
+                      shared_mem=shared)
         return {"qkv": dqkv}
 
 
@@ -198,7 +205,9 @@ flash = Flash()
 class Wgmma(Flash):
     """flash's schedule on Hopper's wgmma (attention.cu's wgmma section, sm_90a) for 16-bit heads of
     exactly 64 on 16-byte-aligned rows; every other head runs flash's kernels (and float32 the simple
-    ones). The same saved tensors as flash, so either backward takes either forward's."""
+    ones). The same saved tensors as flash, so either backward takes either forward's. The tiles come
+    by TMA through tensor maps (_tma.py) over qkv and dy as (B, T, columns) arrays and over L and
+    delta as flat float arrays."""
 
     name = "wgmma"
     #: warpgroups a block (attention.cu's WG_GROUPS), forward and backward: two share each streamed
@@ -209,35 +218,57 @@ class Wgmma(Flash):
     #: scores issued with this tile's P V, a third stage of tiles) measured no faster twice
     #: (wgmma-attention/2ed8b77, 7f124a6: forward 252 against 239 us, backward 707 against 704).
     forward_groups, backward_groups = 2, 1
+    #: the ring of streamed tiles (attention.cu's WG_RING slots, WG_AHEAD tiles issued ahead of the
+    #: one multiplied), forward and backward
+    forward_ring, backward_ring = (4, 2), (3, 2)
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
         if HS == 64 and defines["VEC"]:
-            defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups)
+            ring, ahead = self.backward_ring if backward else self.forward_ring
+            defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups,
+                           WG_RING=ring, WG_AHEAD=ahead)
         return defines
 
     def _arch(self, defines: dict) -> str:
         return "sm_90a" if "FLASH_WGMMA" in defines else "sm_90"
 
+    def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None) -> tuple:
+        if "FLASH_WGMMA" not in defines:
+            return super()._operands(kernel, defines, qkv, dout, lse, delta)
+        B, T, C3 = qkv.shape
+        tile = (FLASH_KEYS, FLASH_KEYS, 1)  # 64 head columns of 64 rows of one batch: one swizzled tile
+        qkv_map = _tma.tiled(qkv, (C3, T, B), (C3, T * C3), tile)
+        if dout is None:
+            return (qkv_map,)
+        C = C3 // 3
+        dy_map = _tma.tiled(dout, (C, T, B), (C, T * C), tile)
+        if kernel == "attention_wgmma_backward_dq":
+            return qkv_map, dy_map, lse, delta
+        flat = [_tma.tiled(v, (v.size,), (), (FLASH_KEYS,), swizzle=False) for v in (lse, delta)]
+        return (qkv_map, dy_map, *flat)
+
     def _forward_kernel(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
             return super()._forward_kernel(defines)
-        g = defines["WG_GROUPS"]  # a Q tile a warpgroup; 2 x (K, V)
-        return "attention_wgmma_forward", 64 * g, 128 * g, _wgmma_shared(g + 4)
+        g, ring = defines["WG_GROUPS"], defines["WG_RING"]  # a Q tile a warpgroup; the ring of (K, V)
+        return "attention_wgmma_forward", 64 * g, 128 * g, _wgmma_shared(g + 2 * ring, ring)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
             return super()._backward_kernels(defines)
-        g = defines["WG_GROUPS"]
-        return (("attention_wgmma_backward_dkdv", 64 * g, 128 * g,
-                 _wgmma_shared(2 * g + 4, 4 * FLASH_KEYS)),  # K, V a warpgroup; 2 x (Q, dY); 2 x (L, delta)
-                ("attention_wgmma_backward_dq", 64 * g, 128 * g, _wgmma_shared(2 * g + 4)))  # Q, dY a warpgroup; 2 x (K, V)
+        g, ring = defines["WG_GROUPS"], defines["WG_RING"]
+        return (("attention_wgmma_backward_dkdv", 64 * g, 128 * g,  # K, V a warpgroup; the ring of (Q, dY, L, delta)
+                 _wgmma_shared(2 * g + 2 * ring, ring, 2 * FLASH_KEYS * ring)),
+                ("attention_wgmma_backward_dq", 64 * g, 128 * g,    # Q, dY a warpgroup; the ring of (K, V)
+                 _wgmma_shared(2 * g + 2 * ring, ring)))
 
 
-def _wgmma_shared(tiles: int, floats: int = 0) -> int:
+def _wgmma_shared(tiles: int, ring: int, floats: int = 0) -> int:
     """Dynamic shared bytes of a wgmma kernel: 1 KB of slack to align the swizzled tiles to 1024 bytes,
-    `tiles` 64 x 64 16-bit tiles (8 KB each), then `floats` floats."""
-    return 1024 + tiles * 8192 + 4 * floats
+    `tiles` 64 x 64 16-bit tiles (8 KB each), `floats` floats, then the mbarriers of a ring of `ring`
+    slots (attention.cu's WG_BARS_BYTES: `once`, full and empty, 8 bytes each)."""
+    return 1024 + tiles * 8192 + 4 * floats + 8 * (1 + 2 * ring)
 
 
 wgmma = Wgmma()

@@ -134,3 +134,19 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 #endif
+
+// A CUtensorMap (cuTensorMapEncodeTiled's opaque 128 bytes), passed by value as a __grid_constant__
+// (declared in every source: the CPU emulator declares a launcher for each kernel of a source, #if'd
+// out or not).
+// In the emulator it holds _tma.py's own description of the array instead (tma.cuh's EmuTensorMap),
+// and is only 8-byte aligned, as a C struct passed by value from ctypes is.
+#ifdef CUPY_RAW_EMULATOR
+#ifndef __grid_constant__
+#define __grid_constant__  // a qualifier the CPU has no use for
+#endif
+struct TmaDescriptor {
+#else
+struct alignas(64) TmaDescriptor {
+#endif
+    unsigned long long opaque[16];
+};

@@ -172,21 +172,6 @@ __device__ __forceinline__ void epilogue_tile(const float* stage, int tid, int r
     }
 }
 
-// A CUtensorMap (cuTensorMapEncodeTiled's opaque 128 bytes), passed by value as a __grid_constant__
-// (declared for every group: the CPU emulator declares a launcher for each kernel of the source).
-// In the emulator it holds _tma.py's own description of the array instead (EmuTensorMap below),
-// and is only 8-byte aligned, as a C struct passed by value from ctypes is.
-#ifdef CUPY_RAW_EMULATOR
-#ifndef __grid_constant__
-#define __grid_constant__  // a qualifier the CPU has no use for
-#endif
-struct TmaDescriptor {
-#else
-struct alignas(64) TmaDescriptor {
-#endif
-    unsigned long long opaque[16];
-};
-
 // =================================================================================================
 #ifdef GEMM_SIMT
 // A 64 x 64 tile of C per block, k in steps of 16 through shared memory (float32, transposed so
@@ -383,6 +368,7 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // =================================================================================================
 #ifdef GEMM_WGMMA
 #include "wgmma.cuh"
+#include "tma.cuh"
 // Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the tile of C), WG_BM (its rows),
 // WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
 // schedule, below). Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
@@ -452,72 +438,9 @@ static_assert(WG_PINGPONG ? (WG_BM == 64 || WG_BM == 128) : WG_BM == 64 * WG_CON
 
 #ifdef CUPY_RAW_EMULATOR
 #include <cstdio>
-// The Hopper machinery on the CPU (backends/cupy_raw/_emulator.py), by the PTX ISA's definitions:
-//   mbarrier   8 bytes of shared memory: the arrival count (bit 15: the current phase's parity), the
-//              arrivals still pending, the transaction bytes still expected; a phase completes when
-//              both reach zero (then the pending count is reset and the parity flips); try_wait.parity
-//              P succeeds once the phase of parity P has completed (at once for P = 1 on a fresh one)
-//   TMA        the box copied at once, element by element, zeros outside the array, into the 128-byte
-//              swizzle (16-byte chunk c of box row y at chunk c ^ (y % 8)); then its bytes complete
-//   wgmma      each thread computes its own accumulators at issue: register reg holds (row, col) of
-//              wgmma_acc_coords, the operands read from shared memory by wgmma.cuh's
-//              emu_wgmma_operand; fence / commit / wait have nothing to wait for
-struct EmuMbar {
-    unsigned short count_phase, pending;
-    int tx;
-};
-struct EmuTensorMap {  // what _tma.tiled_2d encodes in emulation
-    unsigned long long base, row_stride_bytes;
-    unsigned elem_bytes, rows, cols, box_cols, box_rows;
-};
-
-__device__ __forceinline__ EmuMbar& emu_mbar(unsigned bar) { return *reinterpret_cast<EmuMbar*>(smem_at(bar)); }
-__device__ __forceinline__ void emu_mbar_complete(EmuMbar& m) {
-    if (m.pending == 0 && m.tx == 0) {
-        m.count_phase ^= 0x8000;
-        m.pending = m.count_phase & 0x7fff;
-    }
-}
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) { emu_mbar(bar) = {(unsigned short)count, (unsigned short)count, 0}; }
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-    EmuMbar& m = emu_mbar(bar);
-    m.tx += (int)bytes;
-    m.pending--;
-    emu_mbar_complete(m);
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    EmuMbar& m = emu_mbar(bar);
-    m.pending--;
-    emu_mbar_complete(m);
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    for (long spins = 0; (unsigned)(emu_mbar(bar).count_phase >> 15) == parity; ++spins) {
-        if (spins > 20000000) {  // nothing will ever complete it: report instead of spinning forever
-            fprintf(stderr, "matmul.cu (emulated): thread %d waits forever on the mbarrier at %u for parity %u\n",
-                    (int)threadIdx.x, bar, parity);
-            abort();
-        }
-        emu::yield_to_scheduler();
-    }
-}
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
-    const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
-    unsigned char* d = smem_at(dst);
-    for (int y = 0; y < (int)m.box_rows; ++y)
-        for (int x = 0; x < (int)m.box_cols; ++x) {
-            const long gx = (long)c0 + x, gy = (long)c1 + y;
-            const unsigned byte = x * m.elem_bytes;
-            unsigned char* to = d + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15);
-            if (gx >= 0 && gx < (long)m.cols && gy >= 0 && gy < (long)m.rows)
-                memcpy(to, reinterpret_cast<const unsigned char*>(m.base) + gy * m.row_stride_bytes + gx * m.elem_bytes,
-                       m.elem_bytes);
-            else
-                memset(to, 0, m.elem_bytes);
-        }
-    EmuMbar& b = emu_mbar(bar);
-    b.tx -= (int)(m.box_rows * m.box_cols * m.elem_bytes);
-    emu_mbar_complete(b);
-}
+// wgmma on the CPU: each thread computes its own accumulators at issue, register reg holding (row,
+// col) of wgmma_acc_coords, the operands read from shared memory by wgmma.cuh's emu_wgmma_operand;
+// fence / commit / wait have nothing to wait for (the mbarriers and TMA: tma.cuh)
 __device__ __forceinline__ void wgmma_tile(float (&d)[WG_BN / 2], unsigned long long da, unsigned long long db) {
     const int t = threadIdx.x & 127;
     for (int reg = 0; reg < WG_BN / 2; ++reg) {
@@ -574,37 +497,7 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
         emu::yield_to_scheduler();
     }
 }
-#define WG_FENCE_MBARRIER_INIT()
 #else
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Wait until the phase of `bar` with this parity has completed (a fresh barrier counts its phase 1
-// as complete, so the producer's first pass over the ring does not wait).
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_AGAIN:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_AGAIN;\n"
-        "}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-
-// TMA: the box at coordinates (c0 innermost, c1) of `map` into shared memory at dst; its bytes are
-// counted against `bar`'s expected transactions.
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-
 #define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                  "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WG_REGS_0_63                                                                                    \
@@ -664,7 +557,6 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
 __device__ __forceinline__ void named_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
-#define WG_FENCE_MBARRIER_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
 #endif  // CUPY_RAW_EMULATOR
 
 
@@ -861,7 +753,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             mbar_init(full_bar + 8 * s, 1);                        // the producer's expect_tx arrival
             mbar_init(empty_bar + 8 * s, WG_SLOT_READERS);         // every thread that reads the slot
         }
-        WG_FENCE_MBARRIER_INIT();
+        MBAR_FENCE_INIT();
     }
     if ((flags & FLAG_ROWSUM) && tid < 256) {  // the tile of ones: 1024 bytes, 4 a thread
         const floatX one = from_f32<floatX>(1.0f);

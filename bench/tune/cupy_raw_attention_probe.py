@@ -3,9 +3,10 @@ GPU, in one process, and the forward's two block shapes (attention.cu's FWD_M_TI
 
     python3 bench/tune/cupy_raw_attention_probe.py --out DIR      # the H200, ~1 min
 
-1. Check: each variant of ours (cupy_raw wgmma as shipped, and with two and with one warpgroup a
-   block in both directions; cupy_raw flash with 128-query forward blocks, the default at heads of up to 64, and with
-   64-query blocks; triton's attention) on fresh random inputs with NaN-poisoned
+1. Check: each variant of ours (cupy_raw wgmma as shipped, with two and with one warpgroup a block
+   in both directions, and with other rings of TMA slots, "rings F/f, B/b": WG_RING / WG_AHEAD of
+   the forward, then of the backward; cupy_raw flash with 128-query forward blocks, the default at
+   heads of up to 64 other than 64; triton's attention) on fresh random inputs with NaN-poisoned
    outputs and gradient buffers, forward and backward, against SDPA's math backend in float64 on the
    same rounded inputs: attention_tiles.py's check (GPT-2's shape B=2, T=1024, 12 heads of 64 in bf16,
    ragged T=1000, T=257 in fp16, heads of 128 and of 5). Pass: relative L2 error under
@@ -71,14 +72,16 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     from backends.triton import attention as tri
     from backends.cupy_raw import attention as raw
-    two_groups, one_group = raw.Wgmma(), raw.Wgmma()
-    two_groups.forward_groups = two_groups.backward_groups = 2
-    one_group.forward_groups = one_group.backward_groups = 1
-    ours = {"cupy_raw wgmma (as shipped)": raw.wgmma, "cupy_raw wgmma (2 warpgroups a block)": two_groups,
-            "cupy_raw wgmma (1 warpgroup a block)": one_group,
-            "cupy_raw flash (128-query forward blocks)": _FlashWithMTiles(2),
-            "cupy_raw flash (64-query forward blocks)": _FlashWithMTiles(1),
-            "triton": tri}
+    ours = {"cupy_raw wgmma (as shipped)": raw.wgmma}
+    for groups in (2, 1):
+        v = raw.Wgmma()
+        v.forward_groups = v.backward_groups = groups
+        ours[f"cupy_raw wgmma ({groups} warpgroup{'s' * (groups > 1)} a block)"] = v
+    for forward_ring, backward_ring in (((2, 1), (2, 1)), ((3, 1), (3, 1)), ((3, 2), (4, 2)), ((4, 3), (4, 3))):
+        v = raw.Wgmma()
+        v.forward_ring, v.backward_ring = forward_ring, backward_ring
+        ours[f"cupy_raw wgmma (rings {forward_ring[0]}/{forward_ring[1]}, {backward_ring[0]}/{backward_ring[1]})"] = v
+    ours.update({"cupy_raw flash (128-query forward blocks)": _FlashWithMTiles(2), "triton": tri})
     records, ok = [], {}
     for name, impl in ours.items():
         for i, (B, T_, C_, nh, dt) in enumerate(CHECK_SHAPES):
@@ -89,7 +92,7 @@ def main() -> int:
             except Exception as ex:  # a launch that fails: reported, not timed
                 good, detail = False, f"{type(ex).__name__}: {str(ex)[:300]}"
             ok[name] = ok.get(name, True) and good
-            print(f"check {name:44s} B{B} T{T_} C{C_} NH{nh} {dt:8s} {'ok  ' if good else 'FAIL'} {detail}", flush=True)
+            print(f"check {name:52s} B{B} T{T_} C{C_} NH{nh} {dt:8s} {'ok  ' if good else 'FAIL'} {detail}", flush=True)
             records.append(dict(kind="check", name=name, B=B, T=T_, C=C_, NH=nh, dtype=dt, passed=good, detail=detail))
 
     import torch.nn.functional as F
@@ -100,7 +103,7 @@ def main() -> int:
     def add(B, name, what, sec):
         tflops = 2 * B * T * T * C * factor[what] / sec / 1e12
         table.append((B, name, what, sec))
-        print(f"time B{B} {name:44s} {what:17s} {sec * 1e3:8.4f} ms {tflops:6.1f} TFLOP/s", flush=True)
+        print(f"time B{B} {name:52s} {what:17s} {sec * 1e3:8.4f} ms {tflops:6.1f} TFLOP/s", flush=True)
         records.append(dict(kind="time", B=B, T=T, C=C, NH=NH, dtype="bfloat16", name=name, direction=what,
                             seconds=sec, tflops=tflops))
 

@@ -1,0 +1,134 @@
+// tma.cuh: Hopper's asynchronous copies and the barriers they complete, shared by matmul.cu's
+// gemm_wgmma and attention.cu's wgmma kernels (after tensor_core.cuh, whose smem_at the emulator uses;
+// TmaDescriptor, the kernel parameter, is common.cuh's):
+//
+//   mbar_init(bar, n)          an mbarrier (8 bytes of shared memory at address bar) whose phases
+//                              complete after n arrivals and every expected transaction byte
+//   MBAR_FENCE_INIT()          the initialisations made visible to the async proxy (TMA) before any
+//                              copy completes on them; then __syncthreads before anyone waits
+//   mbar_expect_tx(bar, b)     one arrival that also announces b bytes still to come (TMA's)
+//   mbar_arrive(bar)           one arrival
+//   mbar_wait(bar, parity)     wait until the phase of that parity has completed; a fresh barrier
+//                              counts its phase of parity 1 as complete, so the first pass of a
+//                              producer over a ring of "empty" barriers does not wait
+//   tma_load_1d / 2d / 3d      one box of a tensor map (_tma.py encodes them) into shared memory at
+//                              dst, coordinates innermost first, elements outside the array as
+//                              zeros; its bytes complete the transactions `bar` expects
+//
+// The pattern both users follow: a ring of slots, each with a "full" barrier (one expect_tx arrival
+// by the issuing thread; the copies complete it) and an "empty" barrier (an arrival by every thread
+// that reads the slot). Pass u over slot s waits on full[s] for parity u & 1, and the issuer of
+// pass u + 1 waits on empty[s] for parity u & 1 (so for parity 1 on the first pass: at once).
+#ifdef CUPY_RAW_EMULATOR
+#include <cstdio>
+// On the CPU (backends/cupy_raw/_emulator.py), by the PTX ISA's definitions:
+//   mbarrier   the arrival count (bit 15: the current phase's parity), the arrivals still pending,
+//              the transaction bytes still expected; a phase completes when both reach zero (then the
+//              pending count is reset and the parity flips); try_wait.parity P succeeds once the phase
+//              of parity P has completed (at once for P = 1 on a fresh one)
+//   TMA        the box copied at once, element by element, zeros outside the array; with the 128-byte
+//              swizzle 16-byte chunk c of box row y lands at chunk c ^ (y % 8) of 128-byte row y, else
+//              the box rows are packed; then its bytes complete
+struct EmuMbar {
+    unsigned short count_phase, pending;
+    int tx;
+};
+struct EmuTensorMap {  // what _tma.tiled encodes in emulation
+    unsigned long long base, row_stride_bytes, plane_stride_bytes;
+    unsigned elem_bytes, cols, rows, planes, box_cols, box_rows, swizzle_128b;
+};
+
+__device__ __forceinline__ EmuMbar& emu_mbar(unsigned bar) { return *reinterpret_cast<EmuMbar*>(smem_at(bar)); }
+__device__ __forceinline__ void emu_mbar_complete(EmuMbar& m) {
+    if (m.pending == 0 && m.tx == 0) {
+        m.count_phase ^= 0x8000;
+        m.pending = m.count_phase & 0x7fff;
+    }
+}
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) { emu_mbar(bar) = {(unsigned short)count, (unsigned short)count, 0}; }
+#define MBAR_FENCE_INIT()
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    EmuMbar& m = emu_mbar(bar);
+    m.tx += (int)bytes;
+    m.pending--;
+    emu_mbar_complete(m);
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    EmuMbar& m = emu_mbar(bar);
+    m.pending--;
+    emu_mbar_complete(m);
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    for (long spins = 0; (unsigned)(emu_mbar(bar).count_phase >> 15) == parity; ++spins) {
+        if (spins > 20000000) {  // nothing will ever complete it: report instead of spinning forever
+            fprintf(stderr, "tma.cuh (emulated): thread %d waits forever on the mbarrier at %u for parity %u\n",
+                    (int)threadIdx.x, bar, parity);
+            abort();
+        }
+        emu::yield_to_scheduler();
+    }
+}
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* map, int c0, int c1, int c2,
+                                            unsigned bar) {
+    const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
+    unsigned char* d = smem_at(dst);
+    const unsigned box_row_bytes = m.box_cols * m.elem_bytes;
+    for (int y = 0; y < (int)m.box_rows; ++y)
+        for (int x = 0; x < (int)m.box_cols; ++x) {
+            const long gx = (long)c0 + x, gy = (long)c1 + y;
+            const unsigned byte = x * m.elem_bytes;
+            unsigned char* to = m.swizzle_128b ? d + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15)
+                                               : d + y * box_row_bytes + byte;
+            if (gx >= 0 && gx < (long)m.cols && gy >= 0 && gy < (long)m.rows && c2 >= 0 && c2 < (int)m.planes)
+                memcpy(to, reinterpret_cast<const unsigned char*>(m.base) + c2 * m.plane_stride_bytes +
+                               gy * m.row_stride_bytes + gx * m.elem_bytes, m.elem_bytes);
+            else
+                memset(to, 0, m.elem_bytes);
+        }
+    EmuMbar& b = emu_mbar(bar);
+    b.tx -= (int)(m.box_rows * box_row_bytes);
+    emu_mbar_complete(b);
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
+    tma_load_3d(dst, map, c0, c1, 0, bar);
+}
+__device__ __forceinline__ void tma_load_1d(unsigned dst, const TmaDescriptor* map, int c0, unsigned bar) {
+    tma_load_3d(dst, map, c0, 0, 0, bar);
+}
+#else
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+#define MBAR_FENCE_INIT() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_AGAIN:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_AGAIN;\n"
+        "}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void tma_load_1d(unsigned dst, const TmaDescriptor* map, int c0, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n"
+        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* map, int c0, int c1, int c2,
+                                            unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+#endif  // CUPY_RAW_EMULATOR
