@@ -311,16 +311,20 @@ def test_embedding_backward_walks_a_very_frequent_token_in_order():
 
 
 # ---- attention wgmma: the Hopper kernels at heads of 64 ----------------------------------------------
-@pytest.mark.parametrize("groups,rings", [(2, None), (1, None), (2, ((2, 1), (2, 1))), (1, ((4, 3), (4, 3)))],
-                         ids=["2-warpgroups", "1-warpgroup", "2-warpgroups-ring2-ahead1", "1-warpgroup-ring4-ahead3"])
+@pytest.mark.parametrize("groups,rings,producer", [(2, None, False), (1, None, False), (2, ((2, 1), (2, 1)), False),
+                                                   (1, ((4, 3), (4, 3)), False), (2, ((3, 1), (2, 1)), True),
+                                                   (1, None, True)],
+                         ids=["2-warpgroups", "1-warpgroup", "2-warpgroups-ring2-ahead1", "1-warpgroup-ring4-ahead3",
+                              "2-warpgroups-producer-ring3-2", "1-warpgroup-producer"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("B,T,NH", [(2, 200, 2), (2, 64, 1)], ids=["T200-4-tiles-ragged", "T64-one-tile"])
-def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups, rings, monkeypatch):
+def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups, rings, producer, monkeypatch):
     """attention.cu's wgmma kernels (the emulator's wgmma reads the swizzled tiles through their
     descriptors and gathers the register A operand of P V by its fragment layout; its TMA copies the
     boxes, zeros past the arrays' extents, and its mbarriers count arrivals and bytes), with one and
-    two warpgroups a block and rings of TMA slots other than the shipped ones (the slots' parities
-    over several passes: T200 walks 4 tiles): y and dqkv poisoned, against float64 naive on the same rounded inputs; the
+    two warpgroups a block, rings of TMA slots other than the shipped ones (the slots' parities over
+    several passes: T200 walks 4 tiles) and with a producer warp issuing the copies: y and dqkv
+    poisoned, against float64 naive on the same rounded inputs; the
     launches must be the wgmma kernels, and a head of 32 must fall back to flash's. The gradient is
     held to the bound with the benchmark's allowance for bf16 rounding tails (one element of T200's
     76,800 is 1.09x past it, with the same value from flash's kernels: P and dS rounded to 16 bits)."""
@@ -333,6 +337,7 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     if rings:
         monkeypatch.setattr(attention.wgmma, "forward_ring", rings[0])
         monkeypatch.setattr(attention.wgmma, "backward_ring", rings[1])
+    monkeypatch.setattr(attention.wgmma, "producer", producer)
     C = 64 * NH
     rng = np.random.default_rng(3)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))

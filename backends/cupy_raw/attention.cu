@@ -863,17 +863,22 @@ __device__ __forceinline__ void acc_to_a(u32 (&pa)[4][4], const float (&acc)[8][
 }
 
 // The tiles stream through a ring of WG_RING slots filled by TMA (tma.cuh), with no block-wide
-// barrier: thread 0 issues the copies of tile j + WG_AHEAD at step j, once every thread has
-// released that slot's previous tile (its "empty" mbarrier, WG_THREADS arrivals), and the copies
-// complete its "full" mbarrier; every thread waits for that one, multiplies, and releases the slot.
-// So the warpgroups are never held together (only thread 0's warpgroup waits, and only for a tile
-// WG_RING - WG_AHEAD steps back), where the cp.async stages needed a __syncthreads every tile (15%
-// of the forward's stall samples, reports/cupy_raw-h200/ncu-attention-499346b). The tensor maps
-// (attention.py) see qkv and dy as (B, T, columns) arrays, so rows past T arrive as zeros, and L and
-// delta as flat float arrays (a tile's rows past T bring the next head's values; the masked tiles
-// mask those rows). The mbarriers follow the tiles: `once` (the block's own tiles, loaded first),
-// full[WG_RING], empty[WG_RING].
+// barrier: the issuing thread copies tile t into its slot once every multiplying thread has released
+// the slot's previous tile (its "empty" mbarrier, WG_THREADS arrivals), and the copies complete its
+// "full" mbarrier; every multiplying thread waits for that one, multiplies, and releases the slot.
+// The issuing thread is thread 0 (WG_PRODUCER 0: tile j + WG_AHEAD issued at step j, so only thread
+// 0's warpgroup ever waits for another, for a tile WG_RING - WG_AHEAD steps back) or lane 0 of a
+// producer warp after the warpgroups (WG_PRODUCER 1: it walks the whole ring ahead, as far as the
+// free slots let it, and no multiplying warp issues anything). Either way the warpgroups run out of
+// step, where the cp.async stages needed a __syncthreads every tile (15% of the forward's stall
+// samples, reports/cupy_raw-h200/ncu-attention-499346b). The tensor maps (attention.py) see qkv and
+// dy as (B, T, columns) arrays, so rows past T arrive as zeros, and L and delta as flat float
+// arrays (a tile's rows past T bring the next head's values; the masked tiles mask those rows). The
+// mbarriers follow the tiles: `once` (the block's own tiles, loaded first), full[WG_RING],
+// empty[WG_RING].
 static_assert(WG_AHEAD >= 1 && WG_AHEAD < WG_RING, "tiles issued ahead: at least one, fewer than the ring's slots");
+#define WG_BLOCK_THREADS (WG_THREADS + 32 * WG_PRODUCER)  // the multiplying warpgroups, then the producer warp
+#define WG_ISSUER (WG_PRODUCER ? WG_THREADS : 0)          // the thread that issues every copy
 #define WG_BARS_BYTES (8 * (1 + 2 * WG_RING))
 __device__ __forceinline__ unsigned full_bar(unsigned bars, int slot) { return bars + 8 * (1 + slot); }
 __device__ __forceinline__ unsigned empty_bar(unsigned bars, int slot) { return bars + 8 * (1 + WG_RING + slot); }
@@ -917,6 +922,25 @@ __device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaD
     tma_load_3d(dst + WG_TILE_BYTES, qkv_map, 2 * C + hc, t * KEYS, b, full_bar(bars, slot));
 }
 
+// The block's copies begin (after init_ring's __syncthreads): the issuing thread runs `once` (the
+// tiles read once) and issues the ring's first WG_AHEAD tiles, or with a producer warp every tile.
+// Returns true for the producer warp's threads, which have nothing else to do.
+template <class Once, class Issue>
+__device__ __forceinline__ bool ring_start(int n_tiles, Once once, Issue issue) {
+    if (threadIdx.x == WG_ISSUER) {
+        once();
+        for (int t = 0; t < (WG_PRODUCER ? n_tiles : min(WG_AHEAD, n_tiles)); t++) issue(t);
+    }
+    return threadIdx.x >= WG_THREADS;
+}
+
+// Step j's copies, without a producer warp: thread 0 issues tile j + WG_AHEAD.
+template <class Issue>
+__device__ __forceinline__ void ring_step(int j, int n_tiles, Issue issue) {
+    if (!WG_PRODUCER && threadIdx.x == 0 && j + WG_AHEAD < n_tiles) issue(j + WG_AHEAD);
+    __syncwarp();
+}
+
 // this thread's part of a 64 x 64 accumulator (rows row_a, row_a + 8; columns 8n + 2c, + 1), times
 // scale_a / scale_b, to the rows < T of g (row stride ld), as floatX pairs
 __device__ __forceinline__ void store_acc(floatX* g, long long ld, const float (&acc)[8][4], int row_a, int T,
@@ -943,7 +967,7 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
 // Forward. grid (cdiv(T, WG_ROWS), NH, B), the heaviest query tiles (the last) first; block
 // WG_THREADS. Dynamic shared (1 KB of alignment slack, then swizzled tiles): WG_GROUPS Q tiles, the
 // ring of (K, V) stages, its mbarriers.
-extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward(
+extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_forward(
         const __grid_constant__ TmaDescriptor qkv_map, floatX* __restrict__ y, floatX* __restrict__ res,
         float* __restrict__ lse, int T, int C, int NH, float scale_log2) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
@@ -954,21 +978,21 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int q0 = qt * WG_ROWS, row_a = q0 + warp * 16 + g, wg_last = q0 + 64 * wg + 63;
     const int n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
+    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_expect_tx(bars, WG_GROUPS * WG_TILE_BYTES);
-        for (int w = 0; w < WG_GROUPS; w++)
-            tma_load_3d(smem_u32(sq + w * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b, bars);
-        for (int t = 0; t < WG_AHEAD && t < n_tiles; t++) issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b);
-    }
+    if (ring_start(n_tiles, [&] {
+            mbar_expect_tx(bars, WG_GROUPS * WG_TILE_BYTES);
+            for (int w = 0; w < WG_GROUPS; w++)
+                tma_load_3d(smem_u32(sq + w * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b, bars);
+        }, issue))
+        return;
     float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
     zero_acc(o);
     mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
-        if (threadIdx.x == 0 && j + WG_AHEAD < n_tiles) issue_kv(bars, smem_u32(skv), &qkv_map, j + WG_AHEAD, C, h * HS, b);
-        __syncwarp();
+        ring_step(j, n_tiles, issue);
         unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
         if (k0 <= wg_last) {
             float s[8][4];
@@ -1008,7 +1032,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_forward
 // (cdiv(T, WG_ROWS), NH, B); block WG_THREADS (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack,
 // then WG_GROUPS swizzled K and as many V tiles, the ring of (Q, dY) stages, the ring's L and delta
 // (2 x 64 floats a slot), its mbarriers.
-extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backward_dkdv(
+extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dkdv(
         const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
         const __grid_constant__ TmaDescriptor lse_map, const __grid_constant__ TmaDescriptor delta_map,
         floatX* __restrict__ dqkv, int T, int C, int NH, float scale_log2, float scale) {
@@ -1022,7 +1046,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int k0 = kt * WG_ROWS, wg_k0 = k0 + 64 * wg, n_tiles = (T - k0 + KEYS - 1) / KEYS;
     const int row_l = (b * NH + h) * T;  // the head's first element of L and delta
-    auto issue_qg = [&](int t) {  // the issuing thread: query tile t's Q, dY, L and delta
+    auto issue = [&](int t) {  // the issuing thread: query tile t's Q, dY, L and delta
         const int slot = claim_slot(bars, t, 2 * WG_TILE_BYTES + 2 * KEYS * 4);
         const unsigned dst = smem_u32(sqg + slot * 2 * WG_TILE_BYTES), bar = full_bar(bars, slot);
         const int q0 = k0 + t * KEYS;
@@ -1033,14 +1057,14 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
-        for (int w = 0; w < WG_GROUPS; w++) {
-            tma_load_3d(smem_u32(sk + w * WG_TILE_BYTES), &qkv_map, C + h * HS, k0 + 64 * w, b, bars);
-            tma_load_3d(smem_u32(sv + w * WG_TILE_BYTES), &qkv_map, 2 * C + h * HS, k0 + 64 * w, b, bars);
-        }
-        for (int t = 0; t < WG_AHEAD && t < n_tiles; t++) issue_qg(t);
-    }
+    if (ring_start(n_tiles, [&] {
+            mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
+            for (int w = 0; w < WG_GROUPS; w++) {
+                tma_load_3d(smem_u32(sk + w * WG_TILE_BYTES), &qkv_map, C + h * HS, k0 + 64 * w, b, bars);
+                tma_load_3d(smem_u32(sv + w * WG_TILE_BYTES), &qkv_map, 2 * C + h * HS, k0 + 64 * w, b, bars);
+            }
+        }, issue))
+        return;
     float dk[8][4], dv[8][4];
     zero_acc(dk);
     zero_acc(dv);
@@ -1048,8 +1072,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
         const int q0 = k0 + j * KEYS;
-        if (threadIdx.x == 0 && j + WG_AHEAD < n_tiles) issue_qg(j + WG_AHEAD);
-        __syncwarp();
+        ring_step(j, n_tiles, issue);
         const int slot = await_slot(bars, j);
         unsigned char* sq = sqg + slot * 2 * WG_TILE_BYTES;
         unsigned char* sg = sq + WG_TILE_BYTES;
@@ -1083,7 +1106,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
 // dQ of the block's WG_ROWS queries (flash's attention_flash_backward_dq on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B), the heaviest first; block WG_THREADS. Dynamic shared: 1 KB slack, then
 // WG_GROUPS swizzled Q and as many dY tiles, the ring of (K, V) stages, its mbarriers.
-extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backward_dq(
+extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dq(
         const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
         const float* __restrict__ lse, const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C,
         int NH, float scale_log2, float scale) {
@@ -1095,16 +1118,17 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
+    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
-        for (int w = 0; w < WG_GROUPS; w++) {
-            tma_load_3d(smem_u32(sq + w * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b, bars);
-            tma_load_3d(smem_u32(sg + w * WG_TILE_BYTES), &dy_map, h * HS, q0 + 64 * w, b, bars);
-        }
-        for (int t = 0; t < WG_AHEAD && t < n_tiles; t++) issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b);
-    }
+    if (ring_start(n_tiles, [&] {
+            mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
+            for (int w = 0; w < WG_GROUPS; w++) {
+                tma_load_3d(smem_u32(sq + w * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b, bars);
+                tma_load_3d(smem_u32(sg + w * WG_TILE_BYTES), &dy_map, h * HS, q0 + 64 * w, b, bars);
+            }
+        }, issue))
+        return;
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
     const float* lse_bh = lse + ((long long)b * NH + h) * T;
     const float* delta_bh = delta + ((long long)b * NH + h) * T;
@@ -1115,8 +1139,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS) attention_wgmma_backwar
     mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
-        if (threadIdx.x == 0 && j + WG_AHEAD < n_tiles) issue_kv(bars, smem_u32(skv), &qkv_map, j + WG_AHEAD, C, h * HS, b);
-        __syncwarp();
+        ring_step(j, n_tiles, issue);
         unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
         if (WG_GROUPS == 1 || k0 <= wg_last) {  // (one warpgroup: every tile has a key at or before a row)
             float s[8][4], dp[8][4];

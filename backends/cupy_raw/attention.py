@@ -221,13 +221,15 @@ class Wgmma(Flash):
     #: the ring of streamed tiles (attention.cu's WG_RING slots, WG_AHEAD tiles issued ahead of the
     #: one multiplied), forward and backward
     forward_ring, backward_ring = (4, 2), (3, 2)
+    #: a producer warp issues the copies (attention.cu's WG_PRODUCER), else thread 0 between its tiles
+    producer = False
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
         if HS == 64 and defines["VEC"]:
             ring, ahead = self.backward_ring if backward else self.forward_ring
             defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups,
-                           WG_RING=ring, WG_AHEAD=ahead)
+                           WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer))
         return defines
 
     def _arch(self, defines: dict) -> str:
@@ -252,16 +254,22 @@ class Wgmma(Flash):
         if "FLASH_WGMMA" not in defines:
             return super()._forward_kernel(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]  # a Q tile a warpgroup; the ring of (K, V)
-        return "attention_wgmma_forward", 64 * g, 128 * g, _wgmma_shared(g + 2 * ring, ring)
+        return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * ring, ring)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
             return super()._backward_kernels(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]
-        return (("attention_wgmma_backward_dkdv", 64 * g, 128 * g,  # K, V a warpgroup; the ring of (Q, dY, L, delta)
+        threads = _wgmma_threads(defines)
+        return (("attention_wgmma_backward_dkdv", 64 * g, threads,  # K, V a warpgroup; the ring of (Q, dY, L, delta)
                  _wgmma_shared(2 * g + 2 * ring, ring, 2 * FLASH_KEYS * ring)),
-                ("attention_wgmma_backward_dq", 64 * g, 128 * g,    # Q, dY a warpgroup; the ring of (K, V)
+                ("attention_wgmma_backward_dq", 64 * g, threads,    # Q, dY a warpgroup; the ring of (K, V)
                  _wgmma_shared(2 * g + 2 * ring, ring)))
+
+
+def _wgmma_threads(defines: dict) -> int:
+    """A wgmma block's threads (attention.cu's WG_BLOCK_THREADS): its warpgroups, then the producer warp."""
+    return 128 * defines["WG_GROUPS"] + 32 * defines["WG_PRODUCER"]
 
 
 def _wgmma_shared(tiles: int, ring: int, floats: int = 0) -> int:

@@ -6,7 +6,8 @@
 #   capture      cupy_raw_ops.py sanitize capture (results, and each op captured in a CUDA graph)
 #   bench        euler bench ops --backend torch,triton,cupy_raw --baseline torch --ops CR_OPS at gpt2 and
 #                gpt2-b32, bf16 (the at-shape check runs before each timing)             (cap 170 s)
-#   tune         CR_TUNE (optional): a bench/tune/ script (with its arguments), run with --out tune/ (cap 150 s)
+#   tune         CR_TUNE (optional): a bench/tune/ script (with its arguments), run with --out tune/
+#                (cap CR_TUNE_CAP seconds, default 150)
 # CR_OPS: space-separated (default "gelu layernorm adamw"); CR_BENCH=0 leaves the bench out (a fused
 # op such as crossentropy_onepass has no `euler bench ops` shapes: bench/tune/ times those).
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh cupy_ops:420")
@@ -43,7 +44,7 @@ grep -E "of roofline" "$D/bench-log.txt" | grep -E "cupy_raw|triton" | tee -a "$
 fi
 if [[ -n ${CR_TUNE:-} ]]; then
 log "tune: $CR_TUNE"
-timeout 150 python3 $CR_TUNE --out "$D/tune" > "$D/tune.txt" 2>&1
+timeout "${CR_TUNE_CAP:-150}" python3 $CR_TUNE --out "$D/tune" > "$D/tune.txt" 2>&1
 echo "tune exit $?" | tee -a "$D/log.txt"
 tail -30 "$D/tune.txt"
 fi

@@ -1,11 +1,11 @@
-"""cupy_raw's flash attention beside PyTorch SDPA (cuDNN, FlashAttention-2) and triton's attention on one
-GPU, in one process, and the forward's two block shapes (attention.cu's FWD_M_TILES).
+"""cupy_raw's attention variants beside PyTorch SDPA (cuDNN, FlashAttention-2) and triton's attention on one
+GPU, in one process: the wgmma kernels' block shapes and rings of TMA slots, and flash.
 
     python3 bench/tune/cupy_raw_attention_probe.py --out DIR      # the H200, ~1 min
 
 1. Check: each variant of ours (cupy_raw wgmma as shipped, with two and with one warpgroup a block
    in both directions, and with other rings of TMA slots, "rings F/f, B/b": WG_RING / WG_AHEAD of
-   the forward, then of the backward; cupy_raw flash with 128-query forward blocks, the default at
+   the forward, then of the backward, or with a producer warp issuing the copies (WG_PRODUCER); cupy_raw flash with 128-query forward blocks, the default at
    heads of up to 64 other than 64; triton's attention) on fresh random inputs with NaN-poisoned
    outputs and gradient buffers, forward and backward, against SDPA's math backend in float64 on the
    same rounded inputs: attention_tiles.py's check (GPT-2's shape B=2, T=1024, 12 heads of 64 in bf16,
@@ -77,10 +77,13 @@ def main() -> int:
         v = raw.Wgmma()
         v.forward_groups = v.backward_groups = groups
         ours[f"cupy_raw wgmma ({groups} warpgroup{'s' * (groups > 1)} a block)"] = v
-    for forward_ring, backward_ring in (((2, 1), (2, 1)), ((3, 1), (3, 1)), ((3, 2), (4, 2)), ((4, 3), (4, 3))):
+    for forward_ring, backward_ring, producer in (((2, 1), (2, 1), False), ((3, 1), (3, 1), False),
+                                                  ((4, 3), (4, 3), False), ((4, 3), (3, 2), True), ((4, 3), (4, 3), True)):
         v = raw.Wgmma()
-        v.forward_ring, v.backward_ring = forward_ring, backward_ring
-        ours[f"cupy_raw wgmma (rings {forward_ring[0]}/{forward_ring[1]}, {backward_ring[0]}/{backward_ring[1]})"] = v
+        v.forward_ring, v.backward_ring, v.producer = forward_ring, backward_ring, producer
+        rings = (f"rings {forward_ring[0]}, {backward_ring[0]}, a producer warp" if producer else
+                 f"rings {forward_ring[0]}/{forward_ring[1]}, {backward_ring[0]}/{backward_ring[1]}")
+        ours[f"cupy_raw wgmma ({rings})"] = v
     ours.update({"cupy_raw flash (128-query forward blocks)": _FlashWithMTiles(2), "triton": tri})
     records, ok = [], {}
     for name, impl in ours.items():
