@@ -376,24 +376,29 @@ __device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2],
 
 // dK/dV's tile, in place: st (S^T, rows keys key_a = the thread's first key and key_a + 8, columns
 // queries q0 + 8n + 2c + (e & 1)) becomes P^T = exp2(S^T scale_log2 - L) (0 for a query before its key
-// or at or past T where MASKED: the diagonal tile, and the wgmma kernels' last tile past T), dpt (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query
-// tile's L and delta.
+// or at or past T where MASKED: the diagonal tile, and the wgmma kernels' last tile past T), dpt
+// (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query tile's L and delta, 8-byte aligned
+// (each thread reads its two adjacent queries' values as one load).
 template <bool MASKED>
 __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
                                           int key_a, int q0, int T, float scale_log2) {
     const int c = threadIdx.x % 4;
 #pragma unroll
-    for (int n = 0; n < KEYS / 8; n++)
+    for (int n = 0; n < KEYS / 8; n++) {
+        // the thread's two queries of this n8 column group: one 8-byte load each of L and delta
+        const Duo<float> l2 = *reinterpret_cast<const Duo<float>*>(sl + n * 8 + 2 * c);
+        const Duo<float> d2 = *reinterpret_cast<const Duo<float>*>(sd + n * 8 + 2 * c);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int qi = n * 8 + 2 * c + (e & 1), key = e < 2 ? key_a : key_a + 8;
-            float p = exp2f(fmaf(st[n][e], scale_log2, -sl[qi]));
+            float p = exp2f(fmaf(st[n][e], scale_log2, -l2.v[e & 1]));
             if constexpr (MASKED) {
                 if (q0 + qi < key || q0 + qi >= T) p = 0.0f;
             }
             st[n][e] = p;
-            dpt[n][e] = p * (dpt[n][e] - sd[qi]);
+            dpt[n][e] = p * (dpt[n][e] - d2.v[e & 1]);
         }
+    }
 }
 // (two copies, as online_softmax's: the tiles off the diagonal pay for no mask)
 __device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,

@@ -8,6 +8,8 @@
 //   block_sum, block_max         the same over a whole block (a shared array of 32 floats; every
 //                                thread gets the result; all threads of the block must call it)
 //   POS_INF_F                    +infinity
+//   Quad<U>, Duo<U>              4 or 2 values of U aligned as one vector load/store
+//   TmaDescriptor                a TMA tensor map, the kernel parameter (tma.cuh has the copies)
 //   online_update(m, s, z)       a running max m and sum s of exp(x - m) meet one more value z with
 //                                one exp (crossentropy.cu's docstring derives it)
 //   Pack<T>                      16 bytes of T (8 bf16/fp16 or 4 floats): one vector load/store
@@ -134,6 +136,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 #endif
+
+// 4 or 2 values of U as one aligned vector load/store (Quad<float>: 16 bytes, like float4; these
+// rather than CUDA's float2/float4 so that the CPU emulator needs no vector types)
+template <typename U> struct alignas(4 * sizeof(U)) Quad { U v[4]; };
+template <typename U> struct alignas(2 * sizeof(U)) Duo { U v[2]; };
 
 // A CUtensorMap (cuTensorMapEncodeTiled's opaque 128 bytes), passed by value as a __grid_constant__
 // (declared in every source: the CPU emulator declares a launcher for each kernel of a source, #if'd

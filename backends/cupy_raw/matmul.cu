@@ -113,11 +113,6 @@ __device__ __forceinline__ void finish_one(const Out& o, int i, int j, int split
     }
 }
 
-// 4 or 2 values of U as one aligned vector load/store (Quad<float>: 16 bytes, like float4; these
-// rather than CUDA's float2/float4 so that the CPU emulator needs no vector types)
-template <typename U> struct alignas(4 * sizeof(U)) Quad { U v[4]; };
-template <typename U> struct alignas(2 * sizeof(U)) Duo { U v[2]; };
-
 // C[i, j..j+3] from v[0..3]; one vector load/store each where FLAG_VEC allows, else element by element.
 __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int split, const float (&v)[4]) {
     if (!(o.flags & FLAG_VEC) || j + 3 >= o.cols) {
