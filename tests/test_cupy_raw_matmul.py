@@ -432,7 +432,7 @@ def test_tensor_maps_refuse_what_tma_cannot_describe():
     with pytest.raises(ValueError, match="dtype"):
         _tma.tiled_2d(np.zeros((64, 40), dtype=np.float64), 64, 40, 40, 64, 64)
     assert _tma.tiled_2d(a, 64, 40, 40, 64, 64).data == bytes(128)  # recording: checked, not encoded
-    # the attention kernels' maps: (B, T, columns) planes, and flat float arrays in packed boxes
+    # the attention kernels' maps: (B, T, columns) planes, and rows of floats in packed boxes
     qkv = np.zeros((2, 100, 192), dtype=np.float16)
     assert _tma.tiled(qkv, (192, 100, 2), (192, 100 * 192), (64, 64, 1)).data == bytes(128)
     with pytest.raises(ValueError, match="one plane at a time"):
@@ -443,10 +443,12 @@ def test_tensor_maps_refuse_what_tma_cannot_describe():
         _tma.tiled(qkv, (192, 100, 3), (192, 100 * 192), (64, 64, 1))  # a plane past the array
     with pytest.raises(ValueError, match="as many extents"):
         _tma.tiled(qkv, (192, 100, 2), (192,), (64, 64, 1))
-    lse = np.zeros(1000, dtype=np.float32)
-    assert _tma.tiled(lse, (1000,), (), (64,), swizzle=False).data == bytes(128)   # 256-byte boxes, packed
+    lse = np.zeros((24, 260), dtype=np.float32)
+    assert _tma.tiled(lse, (257, 24), (260,), (64, 1), swizzle=False).data == bytes(128)  # 256-byte boxes, packed
     with pytest.raises(ValueError, match="exactly 128"):
-        _tma.tiled(lse, (1000,), (), (64,))                                        # swizzled rows are 128 bytes
+        _tma.tiled(lse, (257, 24), (260,), (64, 1))                                     # swizzled rows are 128 bytes
+    with pytest.raises(ValueError, match="stride must be a multiple of 16 bytes"):
+        _tma.tiled(lse, (257, 24), (257,), (64, 1), swizzle=False)                      # rows must start on 16 bytes
 
 
 def test_bad_inputs_are_refused_before_any_launch(model):

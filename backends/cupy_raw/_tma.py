@@ -1,6 +1,6 @@
 """TMA tensor maps for the cupy_raw kernels: `cuTensorMapEncodeTiled` through ctypes into libcuda.
 
-A tensor map tells Hopper's tensor memory accelerator how an array of 1 to 3 dimensions lies in global memory
+A tensor map tells Hopper's tensor memory accelerator how a 2-D or 3-D array lies in global memory
 (its base, extents and strides) and which box one `cp.async.bulk.tensor` copies into shared memory,
 and how (the 128-byte swizzle of matmul_layout.cuh, or rows packed; out-of-bounds elements read
 as zero). It is a 128-byte opaque struct that a kernel takes by value as a `__grid_constant__`
@@ -71,15 +71,15 @@ def tiled_2d(a, rows: int, cols: int, row_stride: int, box_cols: int, box_rows: 
 
 
 def tiled(a, extents, strides, box, swizzle: bool = True):
-    """The tensor map of `a` seen as an array of 1 to 3 dimensions: `extents` (columns[, rows[,
-    planes]]) innermost first, `strides` the element strides of rows and planes, the columns
-    contiguous; copied in boxes of `box` (columns[, rows[, 1]]) elements, into the 128-byte swizzle
+    """The tensor map of `a` seen as a 2-D or 3-D array: `extents` (columns, rows[, planes])
+    innermost first, `strides` the element strides of rows (and planes), the columns contiguous;
+    copied in boxes of `box` (columns, rows[, 1]) elements, into the 128-byte swizzle
     (`swizzle`: box rows of 128 bytes, the layout the wgmma tiles read) or packed row after row.
     Returns an rt.ByValue for a `TmaDescriptor` parameter."""
     extents, strides, box = tuple(int(e) for e in extents), tuple(int(e) for e in strides), tuple(int(b) for b in box)
     rank = len(extents)
-    if rank not in (1, 2, 3) or len(strides) != rank - 1 or len(box) != rank:
-        raise ValueError(f"cupy_raw TMA: a map of 1 to 3 dimensions needs as many extents and box sides and one "
+    if rank not in (2, 3) or len(strides) != rank - 1 or len(box) != rank:
+        raise ValueError(f"cupy_raw TMA: a map of 2 or 3 dimensions needs as many extents and box sides and one "
                          f"stride fewer; got extents {extents}, strides {strides}, box {box}")
     dt = str(a.dtype)
     if dt not in DATA_TYPES:
@@ -114,11 +114,10 @@ def tiled(a, extents, strides, box, swizzle: bool = True):
     if isinstance(a, np.ndarray):  # recording (checked, not encoded) or the emulator (its own layout)
         if not rt.is_emulating():
             return rt.ByValue(CTYPE, bytes(MAP_BYTES))
-        cols, rows, planes = (extents + (1, 1))[:3]
-        row_stride, plane_stride = (strides + (0, 0))[:2]
-        box_cols, box_rows = (box + (1,))[:2]
+        cols, rows, planes = (extents + (1,))[:3]
+        row_stride, plane_stride = (strides + (0,))[:2]
         packed = EMULATOR_LAYOUT.pack(ptr, row_stride * size, plane_stride * size, size, cols, rows, planes,
-                                      box_cols, box_rows, int(swizzle))
+                                      box[0], box[1], int(swizzle))
         return rt.ByValue(CTYPE, packed + bytes(MAP_BYTES - len(packed)))
     raw = ctypes.create_string_buffer(MAP_BYTES + 64)        # the driver wants it 64-byte aligned
     at = (ctypes.addressof(raw) + 63) // 64 * 64

@@ -181,6 +181,9 @@ extern "C" __global__ void attention_simple_backward_key(const floatX* __restric
 #define STRIDE (HEAD_DIM + 8)             // padded row stride of a tile in shared memory
 #define DK (HEAD_DIM / 16)                // k-steps over the head dimension
 #define DN (HEAD_DIM / 8)                 // n8 tiles over the head dimension (even: HEAD_DIM % 16 == 0)
+// A head's row of L (and of delta) in the (B, NH, L_STRIDE(T)) float arrays: T padded to a multiple of 4
+// floats, so that every row starts on a 16-byte boundary, as the wgmma kernels' TMA boxes of it must
+#define L_STRIDE(T) (((T) + 3) & ~3)
 
 typedef unsigned int u32;
 
@@ -376,12 +379,11 @@ __device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2],
 
 // dK/dV's tile, in place: st (S^T, rows keys key_a = the thread's first key and key_a + 8, columns
 // queries q0 + 8n + 2c + (e & 1)) becomes P^T = exp2(S^T scale_log2 - L) (0 for a query before its key
-// or at or past T where MASKED: the diagonal tile, and the wgmma kernels' last tile past T), dpt
-// (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query tile's L and delta, 8-byte aligned
-// (each thread reads its two adjacent queries' values as one load).
+// where MASKED, the diagonal tile), dpt (dP^T) becomes dS^T = P^T (dP^T - delta); sl, sd: the query
+// tile's L and delta, 8-byte aligned (each thread reads its two adjacent queries' values as one load).
 template <bool MASKED>
 __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
-                                          int key_a, int q0, int T, float scale_log2) {
+                                          int key_a, int q0, float scale_log2) {
     const int c = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < KEYS / 8; n++) {
@@ -393,7 +395,7 @@ __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const
             const int qi = n * 8 + 2 * c + (e & 1), key = e < 2 ? key_a : key_a + 8;
             float p = exp2f(fmaf(st[n][e], scale_log2, -l2.v[e & 1]));
             if constexpr (MASKED) {
-                if (q0 + qi < key || q0 + qi >= T) p = 0.0f;
+                if (q0 + qi < key) p = 0.0f;
             }
             st[n][e] = p;
             dpt[n][e] = p * (dpt[n][e] - d2.v[e & 1]);
@@ -402,9 +404,9 @@ __device__ __forceinline__ void dkdv_tile(float (*st)[4], float (*dpt)[4], const
 }
 // (two copies, as online_softmax's: the tiles off the diagonal pay for no mask)
 __device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[4], const float* sl, const float* sd,
-                                                   int key_a, int q0, int T, bool edge, float scale_log2) {
-    if (edge) dkdv_tile<true>(st, dpt, sl, sd, key_a, q0, T, scale_log2);
-    else dkdv_tile<false>(st, dpt, sl, sd, key_a, q0, T, scale_log2);
+                                                   int key_a, int q0, bool edge, float scale_log2) {
+    if (edge) dkdv_tile<true>(st, dpt, sl, sd, key_a, q0, scale_log2);
+    else dkdv_tile<false>(st, dpt, sl, sd, key_a, q0, scale_log2);
 }
 
 // dQ's tile, in place: s (S, rows row_a and row_a + 8, keys k0 + 8n + 2c + (e & 1)) becomes
@@ -524,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forw
                 sres[at] = from_f32<floatX>(val - to_f32(from_f32<floatX>(val)));
             }
         if (c == 0) {
-            float* l = lse + ((long long)b * NH + h) * T;
+            float* l = lse + ((long long)b * NH + h) * L_STRIDE(T);
             const int row_a = q0 + r + g, row_b = row_a + 8;
             if (row_a < T) l[row_a] = m_run[mt][0] + log2f(l_run[mt][0]);
             if (row_b < T) l[row_b] = m_run[mt][1] + log2f(l_run[mt][1]);
@@ -550,7 +552,7 @@ extern "C" __global__ void attention_flash_delta(const floatX* __restrict__ y, c
     for (int d = lane; d < HS; d += 32) acc += to_f32(dy[at + d]) * (to_f32(y[at + d]) + to_f32(res[at + d]));
     acc = warp_sum(acc);
     const long long b = bt / T, t = bt % T;
-    if (lane == 0) delta[(b * NH + h) * T + t] = acc;
+    if (lane == 0) delta[(b * NH + h) * L_STRIDE(T) + t] = acc;
 }
 
 // dK, dV of one 64-key tile. grid (cdiv(T, 64), NH, B), the heaviest (the first) first; block 128
@@ -574,8 +576,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     const long long ld = 3LL * C;
     const floatX* base = qkv + (long long)b * T * ld + h * HS;
     const floatX* dy_bh = dy + (long long)b * T * C + h * HS;
-    const float* lse_bh = lse + ((long long)b * NH + h) * T;
-    const float* delta_bh = delta + ((long long)b * NH + h) * T;
+    const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
+    const float* delta_bh = delta + ((long long)b * NH + h) * L_STRIDE(T);
     const int k0 = kt * KEYS, n_tiles = (T - k0 + KEYS - 1) / KEYS;  // the query tiles at or after k0
     auto load_stage = [&](int stage, int q0) {
         floatX* s = sqg + stage * 2 * KEYS * STRIDE;
@@ -630,7 +632,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
             }
         }
         // j == 0: the diagonal tile (q0 == k0), where some queries come before some keys
-        dkdv_probabilities(st, dpt, sl, sd, key_a, q0, T, j == 0, scale_log2);
+        dkdv_probabilities(st, dpt, sl, sd, key_a, q0, j == 0, scale_log2);
 #pragma unroll
         for (int kk = 0; kk < KEYS / 16; kk++) {
             u32 pa[4], sa[4];
@@ -678,8 +680,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
     load_kv(skv, base, ld, C, 0, T, HS);
     cp_async_commit();
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
-    const float* lse_bh = lse + ((long long)b * NH + h) * T;
-    const float* delta_bh = delta + ((long long)b * NH + h) * T;
+    const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
+    const float* delta_bh = delta + ((long long)b * NH + h) * L_STRIDE(T);
     const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_b < T ? lse_bh[row_b] : POS_INF_F};
     const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
     u32 qa[DK][4], ga[DK][4];
@@ -877,9 +879,10 @@ __device__ __forceinline__ void acc_to_a(u32 (&pa)[4][4], const float (&acc)[8][
 // free slots let it, and no multiplying warp issues anything). Either way the warpgroups run out of
 // step, where the cp.async stages needed a __syncthreads every tile (15% of the forward's stall
 // samples, reports/cupy_raw-h200/ncu-attention-499346b). The tensor maps (attention.py) see qkv and
-// dy as (B, T, columns) arrays, so rows past T arrive as zeros, and L and delta as flat float
-// arrays (a tile's rows past T bring the next head's values; the masked tiles mask those rows). The
-// mbarriers follow the tiles: `once` (the block's own tiles, loaded first), full[WG_RING],
+// dy as (B, T, columns) arrays and L and delta as (B NH, T) ones (rows L_STRIDE(T) apart), so
+// whatever lies past T arrives as zeros: a padded query row of dK/dV's tile has Q = dY = 0 and L =
+// delta = 0, so P = 1 and dS = 0 there, and both add nothing to dK and dV (flash's loads put L = +inf
+// there instead). The mbarriers follow the tiles: `once` (the block's own tiles, loaded first), full[WG_RING],
 // empty[WG_RING].
 static_assert(WG_AHEAD >= 1 && WG_AHEAD < WG_RING, "tiles issued ahead: at least one, fewer than the ring's slots");
 #define WG_BLOCK_THREADS (WG_THREADS + 32 * WG_PRODUCER)  // the multiplying warpgroups, then the producer warp
@@ -1027,7 +1030,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
         }
     store_acc(res + out0, C, o, row_a, T, 1.0f, 1.0f);
     if (c == 0) {
-        float* l = lse + ((long long)b * NH + h) * T;
+        float* l = lse + ((long long)b * NH + h) * L_STRIDE(T);
         if (row_a < T) l[row_a] = m_run[0] + log2f(l_run[0]);
         if (row_a + 8 < T) l[row_a + 8] = m_run[1] + log2f(l_run[1]);
     }
@@ -1050,15 +1053,14 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int k0 = kt * WG_ROWS, wg_k0 = k0 + 64 * wg, n_tiles = (T - k0 + KEYS - 1) / KEYS;
-    const int row_l = (b * NH + h) * T;  // the head's first element of L and delta
     auto issue = [&](int t) {  // the issuing thread: query tile t's Q, dY, L and delta
         const int slot = claim_slot(bars, t, 2 * WG_TILE_BYTES + 2 * KEYS * 4);
         const unsigned dst = smem_u32(sqg + slot * 2 * WG_TILE_BYTES), bar = full_bar(bars, slot);
         const int q0 = k0 + t * KEYS;
         tma_load_3d(dst, &qkv_map, h * HS, q0, b, bar);
         tma_load_3d(dst + WG_TILE_BYTES, &dy_map, h * HS, q0, b, bar);
-        tma_load_1d(smem_u32(sld + slot * 2 * KEYS), &lse_map, row_l + q0, bar);
-        tma_load_1d(smem_u32(sld + slot * 2 * KEYS + KEYS), &delta_map, row_l + q0, bar);
+        tma_load_2d(smem_u32(sld + slot * 2 * KEYS), &lse_map, q0, b * NH + h, bar);
+        tma_load_2d(smem_u32(sld + slot * 2 * KEYS + KEYS), &delta_map, q0, b * NH + h, bar);
     };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
@@ -1089,9 +1091,8 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
             issue_nt(st, smem_u32(sk + wg * WG_TILE_BYTES), smem_u32(sq), true);   // S^T = K Q^T
             issue_nt(dpt, smem_u32(sv + wg * WG_TILE_BYTES), smem_u32(sg), true);  // dP^T = V dY^T
             finish_wgmma(st, dpt);
-            // masked: the warpgroup's diagonal tile (some queries before some keys), or the last tile
-            // when it runs past T (its rows past T hold the next head's L and delta)
-            dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, T, q0 == wg_k0 || q0 + KEYS > T, scale_log2);
+            // q0 == wg_k0: the warpgroup's diagonal tile, where some queries come before some keys
+            dkdv_probabilities(st, dpt, sl, sl + KEYS, key_a, q0, q0 == wg_k0, scale_log2);
             u32 pa[4][4], sa[4][4];
             acc_to_a(pa, st);
             acc_to_a(sa, dpt);
@@ -1135,8 +1136,8 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         }, issue))
         return;
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
-    const float* lse_bh = lse + ((long long)b * NH + h) * T;
-    const float* delta_bh = delta + ((long long)b * NH + h) * T;
+    const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
+    const float* delta_bh = delta + ((long long)b * NH + h) * L_STRIDE(T);
     const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_b < T ? lse_bh[row_b] : POS_INF_F};
     const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
     float dq[8][4];

@@ -19,7 +19,8 @@ has the kernels, the math and the mma fragment layouts).
              every K and V tile they stream (the backward keeps one warpgroup a block: registers).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
 
-Saved by flash for 16-bit inputs: L (B,NH,T) float32 and res = o - y in the input dtype. delta =
+Saved by flash for 16-bit inputs: L (B,NH,l_stride(T)) float32 (T padded to whole 16 bytes a row;
+the padding is never written nor read) and res = o - y in the input dtype. delta =
 rowsum(dy * o) from the rounded y alone is off by about |dy||y| 2^-9, which dS = P (dP - delta)
 turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (the triton variant
 met this on the GPU); y + res restores o to about 16 significant bits. The backward reads the
@@ -104,8 +105,14 @@ class FlashSaved:
     qkv: object   # (B,T,3C) the input
     y: object     # (B,T,C) the output (the caller's array)
     res: object   # (B,T,C) o - y in the input dtype
-    lse: object   # (B,NH,T) float32: log2-sum-exp2 of each row's scores scaled by log2(e)/sqrt(HS)
+    lse: object   # (B,NH,l_stride(T)) float32: log2-sum-exp2 of each row's scores scaled by log2(e)/sqrt(HS)
     n_head: int
+
+
+def l_stride(T: int) -> int:
+    """The row stride of flash's L and delta arrays (attention.cu's L_STRIDE): T padded to a multiple
+    of 4 floats, so that each head's row starts on 16 bytes, as a TMA box must."""
+    return -(-T // 4) * 4
 
 
 def _flash_defines(qkv, HS: int, *arrays) -> dict:
@@ -167,7 +174,7 @@ class Flash:
         xp = _common.xp_of(qkv)
         y = _common.output("attention", xp, out, (B, T, C), str(qkv.dtype))
         res = xp.empty((B, T, C), dtype=qkv.dtype)
-        lse = xp.empty((B, n_head, T), dtype=np.float32)
+        lse = xp.empty((B, n_head, l_stride(T)), dtype=np.float32)
         defines = self._defines(qkv, HS, y, res)
         kernel, rows, threads, shared = self._forward_kernel(defines)
         rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)),
@@ -185,7 +192,7 @@ class Flash:
         _common.check_contiguous("attention", dout=dout)
         xp = _common.xp_of(qkv)
         dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
-        delta = xp.empty((B, n_head, T), dtype=np.float32)
+        delta = xp.empty((B, n_head, l_stride(T)), dtype=np.float32)
         defines = self._defines(qkv, HS, dout, dqkv, backward=True)
         arch = self._arch(defines)
         dims = (_common.i32(T), _common.i32(C), _common.i32(n_head))
@@ -207,7 +214,7 @@ class Wgmma(Flash):
     exactly 64 on 16-byte-aligned rows; every other head runs flash's kernels (and float32 the simple
     ones). The same saved tensors as flash, so either backward takes either forward's. The tiles come
     by TMA through tensor maps (_tma.py) over qkv and dy as (B, T, columns) arrays and over L and
-    delta as flat float arrays."""
+    delta as (B NH, T) arrays."""
 
     name = "wgmma"
     #: warpgroups a block (attention.cu's WG_GROUPS), forward and backward: two share each streamed
@@ -247,8 +254,8 @@ class Wgmma(Flash):
         dy_map = _tma.tiled(dout, (C, T, B), (C, T * C), tile)
         if kernel == "attention_wgmma_backward_dq":
             return qkv_map, dy_map, lse, delta
-        flat = [_tma.tiled(v, (v.size,), (), (FLASH_KEYS,), swizzle=False) for v in (lse, delta)]
-        return (qkv_map, dy_map, *flat)
+        rows = [_tma.tiled(v, (T, B * v.shape[1]), (v.shape[2],), (FLASH_KEYS, 1), swizzle=False) for v in (lse, delta)]
+        return (qkv_map, dy_map, *rows)
 
     def _forward_kernel(self, defines: dict):
         if "FLASH_WGMMA" not in defines:

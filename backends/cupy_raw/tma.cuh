@@ -11,9 +11,11 @@
 //   mbar_wait(bar, parity)     wait until the phase of that parity has completed; a fresh barrier
 //                              counts its phase of parity 1 as complete, so the first pass of a
 //                              producer over a ring of "empty" barriers does not wait
-//   tma_load_1d / 2d / 3d      one box of a tensor map (_tma.py encodes them) into shared memory at
+//   tma_load_2d / 3d           one box of a tensor map (_tma.py encodes them) into shared memory at
 //                              dst, coordinates innermost first, elements outside the array as
-//                              zeros; its bytes complete the transactions `bar` expects
+//                              zeros; its bytes complete the transactions `bar` expects. A box
+//                              starts on 16 bytes of global memory (its first column's address: an
+//                              unaligned start is an illegal instruction, seen on the H200)
 //
 // The pattern both users follow: a ring of slots, each with a "full" barrier (one expect_tx arrival
 // by the issuing thread; the copies complete it) and an "empty" barrier (an arrival by every thread
@@ -71,6 +73,11 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* map, int c0, int c1, int c2,
                                             unsigned bar) {
     const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
+    if (((long)c0 * m.elem_bytes) % 16 != 0) {  // the GPU faults on it (an illegal instruction)
+        fprintf(stderr, "tma.cuh (emulated): thread %d copies a box from column %d of %u-byte elements: not on 16 bytes\n",
+                (int)threadIdx.x, c0, m.elem_bytes);
+        abort();
+    }
     unsigned char* d = smem_at(dst);
     const unsigned box_row_bytes = m.box_cols * m.elem_bytes;
     for (int y = 0; y < (int)m.box_rows; ++y)
@@ -92,9 +99,6 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* m
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
     tma_load_3d(dst, map, c0, c1, 0, bar);
 }
-__device__ __forceinline__ void tma_load_1d(unsigned dst, const TmaDescriptor* map, int c0, unsigned bar) {
-    tma_load_3d(dst, map, c0, 0, 0, bar);
-}
 #else
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
@@ -114,11 +118,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra WAIT_AGAIN;\n"
         "}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void tma_load_1d(unsigned dst, const TmaDescriptor* map, int c0, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n"
-        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(bar) : "memory");
 }
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
     asm volatile(
