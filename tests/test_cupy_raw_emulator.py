@@ -10,8 +10,7 @@ longer T and GPT-2's 64-wide heads, one block per query row) are left to the GPU
 
 Then a whole GPT-2 training step through these kernels (matmul aside), float32 and mixed precision;
 and what the suite does not reach: the new adamw contract (param_copy, clipping from grad_sumsq,
-a skipped step, device scalars), sumsq, embedding's path for a token held by more positions than it
-sorts in shared memory, the errors a caller gets before any launch, and the emulator itself
+a skipped step, device scalars), sumsq, embedding's paths for tokens held by many positions and few, the errors a caller gets before any launch, and the emulator itself
 (a barrier not every thread reaches is an error, not a hang).
 """
 
@@ -290,24 +289,46 @@ def test_sumsq_matches_float64_and_repeats_bitwise(n):
     assert a.tobytes() == b.tobytes()
 
 
-# ---- embedding: a token held by more positions than one block sorts ---------------------------
-def test_embedding_backward_walks_a_very_frequent_token_in_order():
+# ---- embedding: tokens held by more positions than one warp orders -----------------------------
+@pytest.mark.parametrize("T,C,dtype,grad_dtype", [(4200, 8, "float32", "float32"), (1100, 264, "bfloat16", "float32"),
+                                                  (1100, 20, "bfloat16", "bfloat16")],
+                         ids=["T4200-C8-f32-2-order-passes", "C264-bf16-f32grad-2-column-blocks", "C20-bf16-elementwise"])
+def test_embedding_backward_sums_frequent_and_rare_tokens_in_position_order(T, C, dtype, grad_dtype):
+    """embedding_dwte's one-warp path (at most 32 positions a token: ranked by shuffles) and the
+    heavy path (more: embedding_order puts the bucket in position order, embedding_dwte_heavy's 32
+    warps sum slices of it) in one batch: token 1 at most positions, 2 at 40 (just past the warp's
+    32), 3 at 32 (the warp's most), the rest rare; 8,400 positions take embedding_order two passes
+    of 8,192; C = 264 spans two blocks of 256 columns, C = 20 is not a multiple of the 8-column pieces. The
+    gradients accumulate onto nonzero buffers, against float64; a second run is bitwise the same."""
     from backends.cupy_raw import embedding
-    B, T, C, V = 1, 2304, 8, 3   # token 1 at 2300 positions: more than SORT_CAP (2048)
+    from euler_core.numerics import np_dtype
+    as_dtype = lambda a, name: np.asarray(a, dtype=np.float32).astype(np_dtype(name))  # noqa: E731
+    B, V = 2, 9
     rng = np.random.default_rng(0)
     tokens = np.ones((B, T), dtype=np.int32)
-    tokens[0, :4] = [0, 2, 0, 2]
-    wte, wpe = rng.standard_normal((V, C)).astype(np.float32), rng.standard_normal((T, C)).astype(np.float32)
-    dout = rng.standard_normal((B, T, C)).astype(np.float32)
-    grads = {"wte": np.zeros((V, C), np.float32), "wpe": np.zeros((T, C), np.float32)}
-    with rt.emulation():
-        y, saved = embedding.forward({"tokens": tokens, "wte": wte, "wpe": wpe}, {})
-        embedding.backward(saved, dout, grads)
-    np.testing.assert_allclose(y, wte[tokens] + wpe[None, :T], rtol=1e-6)
-    ref = np.zeros((V, C))
-    np.add.at(ref, tokens.reshape(-1), dout.reshape(-1, C).astype(np.float64))
-    np.testing.assert_allclose(grads["wte"], ref, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(grads["wpe"], dout[0], rtol=1e-6)
+    spots = rng.permutation(B * T)
+    for tok, (lo, hi) in {2: (0, 40), 3: (40, 72), 4: (72, 75), 5: (75, 76), 7: (76, 80)}.items():
+        tokens.reshape(-1)[spots[lo:hi]] = tok
+    wte, wpe = (as_dtype(rng.standard_normal(shape).astype(np.float32), dtype) for shape in ((V, C), (T, C)))
+    dout = as_dtype(rng.standard_normal((B, T, C)).astype(np.float32), dtype)
+    start = {"wte": rng.standard_normal((V, C)).astype(np.float32), "wpe": rng.standard_normal((T, C)).astype(np.float32)}
+    results = []
+    for _ in range(2):
+        grads = {k: as_dtype(v, grad_dtype) for k, v in start.items()}
+        with rt.emulation():
+            y, saved = embedding.forward({"tokens": tokens, "wte": wte, "wpe": wpe}, {})
+            embedding.backward(saved, dout, grads)
+        results.append(grads)
+    f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
+    np.testing.assert_allclose(f64(y), f64(wte)[tokens] + f64(wpe)[None], rtol=1e-2 if dtype != "float32" else 1e-6)
+    ref_wte = f64(as_dtype(start["wte"], grad_dtype))
+    np.add.at(ref_wte, tokens.reshape(-1), f64(dout).reshape(-1, C))
+    ref_wpe = f64(as_dtype(start["wpe"], grad_dtype)) + f64(dout).sum(axis=0)
+    tol = 1e-4 if grad_dtype == "float32" else 3e-2
+    np.testing.assert_allclose(f64(results[0]["wte"]), ref_wte, rtol=tol, atol=tol * 4)
+    np.testing.assert_allclose(f64(results[0]["wpe"]), ref_wpe, rtol=tol, atol=tol)
+    for k in ("wte", "wpe"):
+        assert np.asarray(results[0][k]).tobytes() == np.asarray(results[1][k]).tobytes(), f"d{k} not repeatable"
 
 
 # ---- attention wgmma: the Hopper kernels at heads of 64 ----------------------------------------------

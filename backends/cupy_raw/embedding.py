@@ -2,11 +2,12 @@
 (embedding.cu has the kernels and why the backward is built the way it is).
 
 Forward: out[n] = wte[tokens[n]] + wpe[n % T] in 16-byte packs. Backward: dwpe by one thread per
-(t, c) summing over b in order; dwte by bucketing positions per token (integer atomics, then a
-prefix sum) and summing each bucket in position order, so the float sums never depend on thread
-timing: bitwise repeatable, and no CUB/thrust sort (which a captured CUDA graph could not hold).
-Token ids outside [0, V) (the spec checks them only for NumPy input, to avoid a host sync) give NaN
-rows forward and no gradient, never an out-of-bounds read.
+(t, 8 columns) summing over b in order; dwte by bucketing positions per token (integer atomics, then
+a prefix sum), then one warp per token ordering its few positions by rank and summing them in that
+order (or, for a token held by more than 32 positions, its bucket put in position order by a walk
+over all positions, and 32 warps summing slices of it), so the float sums never depend on thread
+timing: bitwise repeatable, and no CUB/thrust sort (which a captured CUDA graph could not hold). Token ids outside [0, V) (the spec checks them only for NumPy
+input, to avoid a host sync) give NaN rows forward and no gradient, never an out-of-bounds read.
 """
 
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ import numpy as np
 from . import _common
 from . import _runtime as rt
 
-DWTE_THREADS = 256  # as embedding.cu's DWTE_THREADS
+# as embedding.cu's defines
+PIECE, LIGHT_MAX, LIGHT_WARPS, HEAVY_WARPS, ORDER_THREADS = 8, 32, 8, 32, 1024
+COLUMNS = 32 * PIECE
 
 
 @dataclass
@@ -57,18 +60,29 @@ def backward(saved, dout, grads):
     B, T, V, N = saved.B, saved.T, saved.V, saved.B * saved.T
     C = dout.shape[-1]
     xp = _common.xp_of(dout)
-    rt.launch(rt.function("embedding", "embedding_dwpe", _defines(dout, dwpe)), rt.cdiv(T * C, 256), 256,
-              (dout, dwpe, _common.i32(B), _common.i32(T), _common.i32(C)))
-    count = xp.zeros((V,), dtype=np.int32)
-    cursor = xp.zeros((V,), dtype=np.int32)
-    offsets = xp.empty((V,), dtype=np.int32)
+    vec = np.int32(C % PIECE == 0 and _common.vector_ok(dout, dwte, dwpe))
+    C32 = _common.i32(C)
+    rt.launch(rt.function("embedding", "embedding_dwpe", _defines(dout, dwpe)), rt.cdiv(T * rt.cdiv(C, PIECE), 256),
+              256, (dout, dwpe, _common.i32(B), _common.i32(T), C32, vec))
+    Vp = rt.cdiv(V, 4) * 4  # embedding_offsets reads count four entries at a time
+    zeroed = xp.zeros((2 * Vp + 1,), dtype=np.int32)  # one memset: count, cursor, heavy_count
+    count, cursor, heavy_count = zeroed[:Vp], zeroed[Vp:2 * Vp], zeroed[2 * Vp:]
+    offsets = xp.empty((Vp,), dtype=np.int32)
     bucket = xp.empty((max(N, 1),), dtype=np.int32)
+    heavy_cap = N // (LIGHT_MAX + 1)  # the most tokens that can each hold more than LIGHT_MAX positions
+    heavy = xp.empty((max(heavy_cap, 1),), dtype=np.int32)
     defines = _defines(dout, dwte)
     rt.launch(rt.function("embedding", "embedding_count", defines), rt.cdiv(N, 256), 256,
               (saved.tokens, count, _common.i32(N), _common.i32(V)))
-    rt.launch(rt.function("embedding", "embedding_offsets", defines), 1, 1024, (count, offsets, _common.i32(V)))
+    rt.launch(rt.function("embedding", "embedding_offsets", defines), 1, 1024, (count, offsets, _common.i32(Vp)))
     rt.launch(rt.function("embedding", "embedding_bucket", defines), rt.cdiv(N, 256), 256,
               (saved.tokens, offsets, cursor, bucket, _common.i32(N), _common.i32(V)))
-    rt.launch(rt.function("embedding", "embedding_dwte", defines), (V, rt.cdiv(C, DWTE_THREADS)), DWTE_THREADS,
-              (saved.tokens, count, offsets, bucket, dout, dwte, _common.i32(N), _common.i32(C)))
+    column_blocks = rt.cdiv(C, COLUMNS)
+    rt.launch(rt.function("embedding", "embedding_dwte", defines), (rt.cdiv(V, LIGHT_WARPS), column_blocks),
+              32 * LIGHT_WARPS, (count, offsets, bucket, dout, dwte, heavy, heavy_count, _common.i32(V), C32, vec))
+    if heavy_cap:
+        rt.launch(rt.function("embedding", "embedding_order", defines), heavy_cap, ORDER_THREADS,
+                  (saved.tokens, heavy, heavy_count, offsets, bucket, _common.i32(N)))
+        rt.launch(rt.function("embedding", "embedding_dwte_heavy", defines), (heavy_cap, column_blocks),
+                  32 * HEAVY_WARPS, (count, offsets, bucket, heavy, heavy_count, dout, dwte, C32, vec))
     return {"wte": dwte, "wpe": dwpe}

@@ -9,7 +9,7 @@ and one backward of every variant (embedding, layernorm, attention simple, flash
 on the cache's views, gelu, residual, crossentropy (and crossentropy_onepass), adamw with param_copy and clipping, sumsq) in float32, float16 and bfloat16 (16-bit
 inputs with float32 parameter-gradient buffers), at shapes that reach every path: ragged T, C not a
 multiple of 8 (the element-wise paths), GPT-2's C=768 and heads of 64 (the vector paths), a
-padded vocabulary, a token held by more positions than embedding's sort takes. Each result is
+padded vocabulary, a token held by more positions than one warp of embedding's backward takes. Each result is
 compared with a float64 NumPy reference (forward outputs only: the conformance stage checks the
 rest), so a kernel that runs clean but wrong is not missed.
 
@@ -135,7 +135,7 @@ def sanitize(env: Env, tally: Tally) -> None:
                 y, _ = residual.forward({"a": a, "b": b2}, {})
                 residual.backward(None, y, {"a": put(np.zeros(n), dtype), "b": put(np.zeros(n), dtype)})
                 check(f"residual n={n}", y, get(a) + get(b2), dtype)
-            # embedding: ragged, vector, and one token at more positions than SORT_CAP (2048)
+            # embedding: ragged, vector, and one token at 2,304 positions (embedding_dwte_heavy's walk)
             for B, T, C, V in ((2, 17, 36, 50), (2, 64, 768, 300), (1, 2304, 16, 3)):
                 tokens = rng.integers(0, V, (B, T)).astype(np.int32)
                 if T > 2048:
