@@ -1,6 +1,8 @@
 """The embedding backward at token mixes the bench does not try: check, then time, every GPU variant.
 
     python3 bench/tune/embedding_tokens.py --out $OUT/emb     # on the GPU (~60 s)
+    ncu --clock-control none python3 bench/tune/embedding_tokens.py --once python 32768
+                                                             # cupy_raw's kernels, one backward
 
 `euler bench ops` draws tokens uniformly from the vocabulary, so at B*T = 32768 no token is held by
 more than a few positions. Training text is not like that: a few tokens hold a large share of the
@@ -38,7 +40,8 @@ sys.path.insert(0, str(ROOT))
 from euler_core.ops import OPS  # noqa: E402
 
 T, C, V = 1024, 768, 50304
-VARIANTS = ("cupy_raw:gather", "triton:gather", "torch:embedding")
+# torch first: loading triton first leaves a placeholder that stops torch from importing
+VARIANTS = ("torch:embedding", "cupy_raw:gather", "triton:gather")
 
 
 def corpus_tokens(n: int) -> dict[str, np.ndarray]:
@@ -63,8 +66,12 @@ def mix_stats(tokens: np.ndarray) -> str:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, help="records go to <out>.json")
+    ap.add_argument("--out", help="records go to <out>.json")
+    ap.add_argument("--once", nargs=2, metavar=("MIX", "N"), help="one cupy_raw backward at MIX and B*T = N, "
+                    "after a warm-up call (for a profiler), then exit")
     args = ap.parse_args()
+    if not (args.out or args.once):
+        ap.error("give --out or --once")
     import cupy as cp
     import ml_dtypes
     from euler_core.measure.timing import CudaTimer, TimingConfig, measure
@@ -78,7 +85,20 @@ def main():
     def log(msg):
         print(f"[{time.time() - t0:6.1f}s] {msg}", flush=True)
 
+    real = corpus_tokens(65536)
     registry = get_registry()
+    if args.once:
+        mix, N = args.once[0], int(args.once[1])
+        tokens = rng.integers(0, V, N).astype(np.int32) if mix == "uniform" else real[mix][:N]
+        log(f"N={N} {mix}: {mix_stats(tokens)}")
+        impl = registry.find("cupy_raw:gather", "embedding").load()
+        wte, wpe = cp.zeros((V, C), bf), cp.zeros((T, C), bf)
+        saved = impl.forward({"tokens": cp.asarray(tokens.reshape(-1, T)), "wte": wte, "wpe": wpe}, {})[1]
+        dout = cp.asarray(rng.standard_normal((N // T, T, C)).astype(bf))
+        for _ in range(2):
+            impl.backward(saved, dout, {"wte": cp.zeros((V, C), cp.float32), "wpe": cp.zeros((T, C), cp.float32)})
+        cp.cuda.Device().synchronize()
+        return
     variants = {}
     for q in VARIANTS:
         try:
@@ -91,7 +111,6 @@ def main():
             log(f"{q}: unavailable ({reason})")
             continue
         variants[q] = v.load()
-    real = corpus_tokens(65536)
     records = []
     for N in (16384, 32768, 65536):
         B = N // T
