@@ -80,8 +80,8 @@ def test_every_op_and_kernel_is_recorded():
     ops = {op for op, _, _, _ in LAUNCHES}
     assert ops == set(SHAPES) & set(OPS), f"ops recorded {sorted(ops)}"
     kernels = {launch.kernel for _, _, _, launch in LAUNCHES}
-    assert {"embedding_forward", "embedding_dwpe", "embedding_count", "embedding_offsets", "embedding_bucket",
-            "embedding_dwte", "layernorm_forward", "layernorm_backward", "layernorm_finish", "gelu_forward",
+    assert {"embedding_forward", "embedding_dwpe", "embedding_count", "embedding_plan", "embedding_bucket",
+            "embedding_dwte", "embedding_order", "embedding_dwte_heavy", "layernorm_forward", "layernorm_backward", "layernorm_finish", "gelu_forward",
             "gelu_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
             "crossentropy_onepass", "adamw_update",
             "attention_simple_forward", "attention_simple_backward_query", "attention_simple_backward_key",

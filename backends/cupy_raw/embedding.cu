@@ -5,45 +5,57 @@
 //
 // Forward: a grid-stride loop of 16-byte packs (vec = 1: C a multiple of a pack, pointers aligned).
 //
-// Backward: every kernel reads and writes rows in pieces of 8 consecutive columns (one or two
-// 16-byte packs when `vec`: C a multiple of 8, every pointer aligned; else element by element).
+// Backward: rows are read and written in pieces of 8 consecutive columns (one or two 16-byte packs
+// when VEC: C a multiple of 8, every pointer aligned; else element by element). VEC is a define, not
+// an argument as in the forward: the element-by-element path would cost the kernels registers (and
+// so warps resident) even where it is never taken.
 //
 // dwpe: one thread per (t, piece), summing over b in order.
 // dwte: a scatter-add (many positions may hold one token). Float atomics would make the sums depend
 // on the order threads arrive in, and a sort (CUB/thrust) cannot go into a captured CUDA graph from
 // CuPy, so every sum is taken in increasing position order, found as follows:
-//   embedding_count     count[tokens[n]] += 1                       (integer atomics: exact)
-//   embedding_offsets   offsets = exclusive prefix sum of count     (one block)
-//   embedding_bucket    bucket[offsets[v] + cursor[v]++] = n        (order within a bucket arbitrary)
-//   embedding_dwte      one warp per (token v, 256 columns), for the tokens held by at most 32
-//                       positions (in GPT-2 training, nearly all of them): lane i holds the i-th
-//                       position of the bucket, its rank among the bucket's positions is counted
-//                       with 31 shuffles, the positions are placed by rank, and dwte[v] += dout[n]
-//                       over them in that order, four rows loaded before they are added. A token
-//                       held by more positions is appended to a list (its order arbitrary: each
-//                       token is summed alone) for
-//   embedding_order     one block per listed token: its bucket rewritten in position order by
-//                       walking all N positions (an ordered compaction: each thread counts its 8
-//                       positions' hits, a block-wide scan of the counts gives where they go), then
-//   embedding_dwte_heavy one block of 32 warps per (listed token, 256 columns): warp w sums its
-//                       thirty-second of the ordered positions into its own partial, and the
-//                       partials are added in warp order. No sort, however frequent the token (a
-//                       space is ~40% of the GPT-2 tokens of Python source, "the" ~4% of English).
-// Each step's order is fixed by the tokens alone, so the result is bitwise repeatable. A warp is the
-// unit because a block per token spent its time on 150,000 launches of dependent loads (v's count,
-// offset, bucket, then the rows) for buckets of one or two positions.
+//   embedding_count     count[tokens[n]] += 1 (integer atomics: exact; the lanes of a warp that
+//                       hold one token add once, so a token at 40% of the positions is not 40% of
+//                       the atomics on one address)
+//   embedding_plan      one block scans count in order of v: offsets (where each token's bucket
+//                       starts), and three lists, in order of v: the light tokens (1 to LIGHT_MAX
+//                       positions), the heavy ones (more), and the heavy ones' slices of at most
+//                       SLICE_ROWS positions
+//   embedding_bucket    bucket[offsets[v] + cursor[v]++] = n  (order within a bucket arbitrary)
+//   embedding_dwte      one warp per light token, all C columns (3 pieces a lane, 768 columns a
+//                       pass): lane i holds the i-th position of the bucket, its rank among the
+//                       bucket's positions is counted with 31 shuffles, the positions are placed by
+//                       rank, and dwte[v] += dout[n] over them in that order
+//   embedding_order     one block per heavy token: its bucket rewritten in position order by walking
+//                       all N positions (an ordered compaction: each thread counts its positions'
+//                       hits, a block-wide scan of the counts says where they go)
+//   embedding_dwte_heavy one block per slice: its 8 warps sum 1/8 of the slice's positions each,
+//                       the partials added in warp order; a token of one slice adds the result to
+//                       dwte, else it goes to `scratch` and the token's last slice to finish (a
+//                       ticket) adds the token's slices to dwte in slice order
+// Each step's order is fixed by the tokens alone, so the result is bitwise repeatable. A warp per
+// token (not a block, and not 3 blocks of 256 columns) because the cost is each token's chain of
+// dependent loads (its list entry, bucket, then rows), not bytes; slices because one warp, or one
+// block, summing the 12,000 positions of a space token (40% of the GPT-2 tokens of Python source)
+// is a chain that long.
 // floatX (wte, wpe, out, dout) and gradT (dwte, dwpe: float under mixed precision) are defines.
+// The lists are int arrays of 4 ints an entry, read and written as Quad<int>.
 #include "common.cuh"
 
 typedef Pack<floatX> PackX;
 
-#define PIECE 8                    // columns a thread carries
-#define COLUMNS (32 * PIECE)       // columns a warp carries: blockIdx.y picks which
+#define PIECE 8                    // columns a thread carries (dwpe)
+#define STRIP 3                    // pieces a lane carries (dwte): a warp's pass is STRIP_COLUMNS
+#define STRIP_COLUMNS (STRIP * 32 * PIECE)
 #define LIGHT_MAX 32               // positions a token may have for embedding_dwte's one-warp path
 #define LIGHT_WARPS 8              // embedding_dwte: tokens a block
-#define HEAVY_WARPS 32             // embedding_dwte_heavy: warps sharing one token's positions
-#define ORDER_THREADS 1024         // embedding_order: threads a block, 8 positions each a pass
-#define ROWS_AHEAD 4               // rows loaded before any is added
+#define SLICE_ROWS 128             // positions a slice of a heavy token holds at most
+#define HEAVY_WARPS 8              // embedding_dwte_heavy: warps sharing one slice
+#define PLAN_THREADS 1024          // embedding_plan: threads (4 tokens each a pass)
+#define ORDER_THREADS 1024         // embedding_order: threads (ORDER_PER positions each a pass)
+#define ORDER_PER 16
+// VEC and LIGHT_AHEAD (defines of the launcher's): see above, and: rows embedding_dwte has in flight; each costs a lane ~28
+// registers, so it is traded against warps resident
 
 // 8 columns of a row from column c, as floats (columns at or past C read as 0)
 template <typename T> __device__ __forceinline__ void load_piece(float out[PIECE], const T* row, int c, int C, bool vec) {
@@ -76,18 +88,120 @@ template <typename T> __device__ __forceinline__ void store_piece(T* row, int c,
     }
 }
 
-// acc += dout[rows[0]], ..., dout[rows[k - 1]] (k <= ROWS_AHEAD), in that order; all k loads first
-__device__ __forceinline__ void add_rows(float acc[PIECE], const floatX* __restrict__ dout, const int rows[ROWS_AHEAD],
-                                         int k, int c, int C, bool vec) {
-    float piece[ROWS_AHEAD][PIECE];
+// A lane's strip of a row in one pass: pieces at columns pass + 256 j + 8 lane, j < STRIP (each j
+// a warp-wide 256 consecutive columns); the pieces at or past C are zeros and never stored.
+struct Strip {
+    float v[STRIP][PIECE];
+};
+
+template <typename T> __device__ __forceinline__ void load_strip(Strip& s, const T* row, int pass, int lane, int C, bool vec) {
 #pragma unroll
-    for (int r = 0; r < ROWS_AHEAD; r++)
-        if (r < k) load_piece(piece[r], dout + (long long)rows[r] * C, c, C, vec);
+    for (int j = 0; j < STRIP; j++) {
+        const int c = pass + j * 32 * PIECE + lane * PIECE;
+        if (c < C) {
+            load_piece(s.v[j], row, c, C, vec);
+        } else {
 #pragma unroll
-    for (int r = 0; r < ROWS_AHEAD; r++)
-        if (r < k)
+            for (int k = 0; k < PIECE; k++) s.v[j][k] = 0.0f;
+        }
+    }
+}
+
+template <typename T> __device__ __forceinline__ void store_strip(T* row, int pass, int lane, int C, bool vec, const Strip& s) {
 #pragma unroll
-            for (int j = 0; j < PIECE; j++) acc[j] += piece[r][j];
+    for (int j = 0; j < STRIP; j++) {
+        const int c = pass + j * 32 * PIECE + lane * PIECE;
+        if (c < C) store_piece(row, c, C, vec, s.v[j]);
+    }
+}
+
+// acc += dout[rows[0]], ..., dout[rows[k - 1]] (k <= AHEAD), in that order. With vec, all k rows
+// are loaded before any is added, and held as loaded (a bf16 piece is one 16-byte pack, 4 registers,
+// not 8 floats) so that AHEAD rows in flight cost few registers; else element by element, a row at a time.
+template <int AHEAD>
+__device__ __forceinline__ void add_rows(Strip& acc, const floatX* __restrict__ dout, const int rows[AHEAD], int k,
+                                         int pass, int lane, int C, bool vec) {
+    constexpr int PACKS = PIECE / PackX::N;  // packs a piece
+    if (vec) {
+        PackX raw[AHEAD][STRIP][PACKS];
+#pragma unroll
+        for (int r = 0; r < AHEAD; r++)
+#pragma unroll
+            for (int j = 0; j < STRIP; j++) {
+                const int c = pass + j * 32 * PIECE + lane * PIECE;
+                if (r < k && c < C)
+#pragma unroll
+                    for (int q = 0; q < PACKS; q++) raw[r][j][q] = load_pack(dout + (long long)rows[r] * C + c + q * PackX::N);
+            }
+#pragma unroll
+        for (int r = 0; r < AHEAD; r++)
+#pragma unroll
+            for (int j = 0; j < STRIP; j++)
+                if (r < k && pass + j * 32 * PIECE + lane * PIECE < C)
+#pragma unroll
+                    for (int q = 0; q < PACKS; q++)
+#pragma unroll
+                        for (int e = 0; e < PackX::N; e++) acc.v[j][q * PackX::N + e] += to_f32(raw[r][j][q].v[e]);
+    } else {
+        for (int r = 0; r < k; r++) {
+            Strip row;
+            load_strip(row, dout + (long long)rows[r] * C, pass, lane, C, false);
+#pragma unroll
+            for (int j = 0; j < STRIP; j++)
+#pragma unroll
+                for (int e = 0; e < PIECE; e++) acc.v[j][e] += row.v[j][e];
+        }
+    }
+}
+
+// acc += dout[list[lo]], ..., dout[list[hi - 1]] in that order, AHEAD rows loaded at a time
+template <int AHEAD>
+__device__ __forceinline__ void add_listed_rows(Strip& acc, const floatX* __restrict__ dout, const int* list, int lo,
+                                                int hi, int pass, int lane, int C, bool vec) {
+#pragma unroll 1  // AHEAD rows in flight is the design: more would cost registers (occupancy)
+    for (int i = lo; i < hi; i += AHEAD) {
+        int rows[AHEAD];
+#pragma unroll
+        for (int r = 0; r < AHEAD; r++) rows[r] = list[min(i + r, hi - 1)];
+        add_rows<AHEAD>(acc, dout, rows, min(AHEAD, hi - i), pass, lane, C, vec);
+    }
+}
+
+// The exclusive prefix of x over the block's threads (thread order) and, in total, the sum over all
+// of them; each of Quad's 4 counters is scanned alone. warp_totals: 32 entries of shared memory,
+// free again when this returns. Every thread of the block calls it.
+__device__ __forceinline__ Quad<int> block_exclusive_scan(Quad<int> x, Quad<int>* warp_totals, Quad<int>& total) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    Quad<int> incl = x;  // inclusive within the warp
+    for (int d = 1; d < 32; d <<= 1) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int up = __shfl_up_sync(0xffffffffu, incl.v[q], d);
+            if (lane >= d) incl.v[q] += up;
+        }
+    }
+    if (lane == 31) warp_totals[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {  // inclusive over the warps
+        Quad<int> w = lane < warps ? warp_totals[lane] : Quad<int>{{0, 0, 0, 0}};
+        for (int d = 1; d < 32; d <<= 1) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int up = __shfl_up_sync(0xffffffffu, w.v[q], d);
+                if (lane >= d) w.v[q] += up;
+            }
+        }
+        warp_totals[lane] = w;
+    }
+    __syncthreads();
+    Quad<int> excl;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        excl.v[q] = incl.v[q] - x.v[q] + (warp ? warp_totals[warp - 1].v[q] : 0);
+        total.v[q] = warp_totals[warps - 1].v[q];
+    }
+    __syncthreads();  // warp_totals may be rewritten by the next call
+    return excl;
 }
 
 // grid-stride over N*C (in packs when vec)
@@ -120,196 +234,229 @@ extern "C" __global__ void embedding_forward(const int* __restrict__ tokens, con
 
 // grid cdiv(T * cdiv(C, PIECE), 256), block 256: thread (t, piece) adds dout[b*T + t] for b in order
 extern "C" __global__ void __launch_bounds__(256, 4) embedding_dwpe(const floatX* __restrict__ dout, gradT* __restrict__ dwpe,
-                                          int B, int T, int C, int vec) {
+                                          int B, int T, int C) {
+    constexpr bool vec = VEC;
     const int pieces = (C + PIECE - 1) / PIECE;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)T * pieces) return;
     const int t = (int)(i / pieces), c = (int)(i % pieces) * PIECE;
     float acc[PIECE];
     load_piece(acc, dwpe + (long long)t * C, c, C, vec);
-    for (int b = 0; b < B; b += ROWS_AHEAD) {
-        int rows[ROWS_AHEAD];
+    for (int b = 0; b < B; b += 4) {  // four rows loaded, then added in order
+        float row[4][PIECE];
 #pragma unroll
-        for (int r = 0; r < ROWS_AHEAD; r++) rows[r] = (b + r) * T + t;
-        add_rows(acc, dout, rows, min(ROWS_AHEAD, B - b), c, C, vec);
+        for (int r = 0; r < 4; r++)
+            if (b + r < B) load_piece(row[r], dout + ((long long)(b + r) * T + t) * C, c, C, vec);
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            if (b + r < B)
+#pragma unroll
+                for (int e = 0; e < PIECE; e++) acc[e] += row[r][e];
     }
     store_piece(dwpe + (long long)t * C, c, C, vec, acc);
 }
 
-// grid cdiv(N, 256), block 256; count zeroed by the caller
+
+// grid cdiv(N, 256), block 256; count zeroed by the caller. Lanes holding one token add once.
 extern "C" __global__ void embedding_count(const int* __restrict__ tokens, int* __restrict__ count, int N, int V) {
-    const int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < N && tokens[n] >= 0 && tokens[n] < V) atomicAdd(count + tokens[n], 1);  // bad ids: no gradient
+    const int n = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
+    const int tok = n < N && tokens[n] >= 0 && tokens[n] < V ? tokens[n] : -1;  // bad ids: no gradient
+    const unsigned peers = __match_any_sync(0xffffffffu, tok);
+    if (tok >= 0 && lane == __ffs(peers) - 1) atomicAdd(count + tok, __popc(peers));
 }
 
-// grid 1, block 1024: offsets[v] = sum_{u < v} count[u], for v < Vp (count and offsets hold Vp, a
-// multiple of 4, entries; count's past V are 0). Thread i scans its own contiguous segment of count,
-// four entries a load (the loads of a segment are independent, so they are in flight together);
-// the segment totals are scanned across the block (warp shuffles, then warps).
-extern "C" __global__ void embedding_offsets(const int* __restrict__ count, int* __restrict__ offsets, int Vp) {
-    __shared__ int warp_totals[32];
-    const int per = ((Vp + blockDim.x - 1) / blockDim.x + 3) / 4 * 4;
-    const int lo = min(Vp, (int)threadIdx.x * per), hi = min(Vp, lo + per);
-    int total = 0;
-#pragma unroll 4
-    for (int v = lo; v < hi; v += 4) {
-        const Quad<int> q = *reinterpret_cast<const Quad<int>*>(count + v);
-        total += q.v[0] + q.v[1] + q.v[2] + q.v[3];
-    }
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int incl = total;  // inclusive scan of the segment totals within the warp
-    for (int d = 1; d < 32; d <<= 1) {
-        const int up = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += up;
-    }
-    if (lane == 31) warp_totals[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        int w = lane < blockDim.x / 32 ? warp_totals[lane] : 0;
-        for (int d = 1; d < 32; d <<= 1) {
-            const int up = __shfl_up_sync(0xffffffffu, w, d);
-            if (lane >= d) w += up;
-        }
-        warp_totals[lane] = w;  // inclusive over warps
-    }
-    __syncthreads();
-    int running = incl - total + (warp ? warp_totals[warp - 1] : 0);  // exclusive start of my segment
-#pragma unroll 4
-    for (int v = lo; v < hi; v += 4) {
-        const Quad<int> q = *reinterpret_cast<const Quad<int>*>(count + v);
-        Quad<int> o;
+// grid 1, block PLAN_THREADS. count holds Vp entries (a multiple of 4; those past V are 0). In order
+// of v, with running sums carried from pass to pass (a pass: thread i's 4 tokens from 4i):
+//   offsets[v] = sum_{u < v} count[u]
+//   light[l] = {v, offsets[v], count[v]}             for tokens at 1 to LIGHT_MAX positions
+//   heavy[h] = {v, offsets[v], count[v], first slice} for tokens at more
+//   slices[s] = {h, lo, hi}: heavy token h's positions lo to hi of its bucket, SLICE_ROWS at most
+//   totals = {light tokens, heavy tokens, slices}
+extern "C" __global__ void __launch_bounds__(PLAN_THREADS) embedding_plan(
+        const int* __restrict__ count, int* __restrict__ offsets, int* __restrict__ light_ints,
+        int* __restrict__ heavy_ints, int* __restrict__ slice_ints, int* __restrict__ totals, int Vp) {
+    __shared__ Quad<int> warp_totals[32];
+    Quad<int>* light = reinterpret_cast<Quad<int>*>(light_ints);  // the lists' entries: 4 ints each
+    Quad<int>* heavy = reinterpret_cast<Quad<int>*>(heavy_ints);
+    Quad<int>* slices = reinterpret_cast<Quad<int>*>(slice_ints);
+    const int per_pass = 4 * PLAN_THREADS;
+    Quad<int> carry = {{0, 0, 0, 0}};  // positions, light, heavy, slices before this pass
+    Quad<int> next = {{0, 0, 0, 0}};
+    if (4 * (int)threadIdx.x < Vp) next = *reinterpret_cast<const Quad<int>*>(count + 4 * threadIdx.x);
+    for (int base = 0; base < Vp; base += per_pass) {
+        const int v0 = base + 4 * threadIdx.x;
+        const Quad<int> L = next;  // this pass's counts; the next pass's load goes out now
+        next = Quad<int>{{0, 0, 0, 0}};
+        if (v0 + per_pass < Vp) next = *reinterpret_cast<const Quad<int>*>(count + v0 + per_pass);
+        Quad<int> mine = {{0, 0, 0, 0}};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            o.v[k] = running;
-            running += q.v[k];
+            const int big = L.v[k] > LIGHT_MAX;
+            mine.v[0] += L.v[k];
+            mine.v[1] += L.v[k] > 0 && !big;
+            mine.v[2] += big;
+            mine.v[3] += big ? (L.v[k] + SLICE_ROWS - 1) / SLICE_ROWS : 0;
         }
-        *reinterpret_cast<Quad<int>*>(offsets + v) = o;
+        Quad<int> total;
+        Quad<int> at = block_exclusive_scan(mine, warp_totals, total);
+#pragma unroll
+        for (int q = 0; q < 4; q++) at.v[q] += carry.v[q];
+        if (v0 < Vp) {
+            Quad<int> off;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int v = v0 + k, n = L.v[k];
+                off.v[k] = at.v[0];
+                if (n > LIGHT_MAX) {
+                    heavy[at.v[2]] = Quad<int>{{v, at.v[0], n, at.v[3]}};
+                    for (int lo = 0; lo < n; lo += SLICE_ROWS) slices[at.v[3]++] = Quad<int>{{at.v[2], lo, min(n, lo + SLICE_ROWS), 0}};
+                    at.v[2]++;
+                } else if (n > 0) {
+                    light[at.v[1]++] = Quad<int>{{v, at.v[0], n, 0}};
+                }
+                at.v[0] += n;
+            }
+            *reinterpret_cast<Quad<int>*>(offsets + v0) = off;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) carry.v[q] += total.v[q];
+    }
+    if (threadIdx.x == 0) {
+        totals[0] = carry.v[1];
+        totals[1] = carry.v[2];
+        totals[2] = carry.v[3];
     }
 }
 
-// grid cdiv(N, 256), block 256; cursor zeroed by the caller
+// grid cdiv(N, 256), block 256; cursor zeroed by the caller. Lanes holding one token take their
+// places with one atomic.
 extern "C" __global__ void embedding_bucket(const int* __restrict__ tokens, const int* __restrict__ offsets,
                                             int* __restrict__ cursor, int* __restrict__ bucket, int N, int V) {
-    const int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < N && tokens[n] >= 0 && tokens[n] < V) {
-        const int tok = tokens[n];
-        bucket[offsets[tok] + atomicAdd(cursor + tok, 1)] = n;
-    }
+    const int n = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
+    const int tok = n < N && tokens[n] >= 0 && tokens[n] < V ? tokens[n] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, tok);
+    const int leader = __ffs(peers) - 1;
+    int first = 0;
+    if (tok >= 0 && lane == leader) first = atomicAdd(cursor + tok, __popc(peers));
+    first = __shfl_sync(0xffffffffu, first, leader);
+    if (tok >= 0) bucket[offsets[tok] + first + __popc(peers & ((1u << lane) - 1))] = n;
 }
 
-// grid (cdiv(V, LIGHT_WARPS), cdiv(C, COLUMNS)), block 32 * LIGHT_WARPS: warp w takes token
-// blockIdx.x * LIGHT_WARPS + w and columns from blockIdx.y * COLUMNS; heavy_count zeroed by the caller
-extern "C" __global__ void __launch_bounds__(32 * LIGHT_WARPS, 4) embedding_dwte(const int* __restrict__ count, const int* __restrict__ offsets,
-                                          const int* __restrict__ bucket, const floatX* __restrict__ dout,
-                                          gradT* __restrict__ dwte, int* __restrict__ heavy,
-                                          int* __restrict__ heavy_count, int V, int C, int vec) {
+// grid cdiv(light_cap, LIGHT_WARPS), block 32 * LIGHT_WARPS: warp w takes the light token
+// blockIdx.x * LIGHT_WARPS + w, if there is one
+extern "C" __global__ void __launch_bounds__(32 * LIGHT_WARPS) embedding_dwte(
+        const int* __restrict__ light_ints, const int* __restrict__ totals, const int* __restrict__ bucket,
+        const floatX* __restrict__ dout, gradT* __restrict__ dwte, int C) {
+    constexpr bool vec = VEC;
     __shared__ int ordered[LIGHT_WARPS][LIGHT_MAX];
+    const Quad<int>* light = reinterpret_cast<const Quad<int>*>(light_ints);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int v = blockIdx.x * LIGHT_WARPS + warp;
-    if (v >= V) return;  // whole warps leave together (the kernel has no block barrier)
-    const int L = count[v];
-    if (L == 0) return;
-    if (L > LIGHT_MAX) {
-        if (blockIdx.y == 0 && lane == 0) heavy[atomicAdd(heavy_count, 1)] = v;
-        return;
-    }
-    const int c = blockIdx.y * COLUMNS + lane * PIECE;
-    float acc[PIECE];
-    if (c < C) load_piece(acc, dwte + (long long)v * C, c, C, vec);
-    const int n = lane < L ? bucket[offsets[v] + lane] : 0x7fffffff;
+    const int task = blockIdx.x * LIGHT_WARPS + warp;
+    if (task >= totals[0]) return;  // whole warps leave together (the kernel has no block barrier)
+    const Quad<int> t = light[task];
+    const int v = t.v[0], L = t.v[2];
+    const int n = lane < L ? bucket[t.v[1] + lane] : 0x7fffffff;
     int rank = 0;  // how many of the bucket's positions come before mine
 #pragma unroll
     for (int m = 1; m < 32; m++) rank += __shfl_xor_sync(0xffffffffu, n, m) < n;
     if (lane < L) ordered[warp][rank] = n;
     __syncwarp();
-    if (c >= C) return;
-    for (int i = 0; i < L; i += ROWS_AHEAD) {
-        int rows[ROWS_AHEAD];
-#pragma unroll
-        for (int r = 0; r < ROWS_AHEAD; r++) rows[r] = ordered[warp][min(i + r, L - 1)];
-        add_rows(acc, dout, rows, min(ROWS_AHEAD, L - i), c, C, vec);
+    for (int pass = 0; pass < C; pass += STRIP_COLUMNS) {
+        Strip acc;
+        load_strip(acc, dwte + (long long)v * C, pass, lane, C, vec);
+        add_listed_rows<LIGHT_AHEAD>(acc, dout, ordered[warp], 0, L, pass, lane, C, vec);
+        store_strip(dwte + (long long)v * C, pass, lane, C, vec, acc);
     }
-    store_piece(dwte + (long long)v * C, c, C, vec, acc);
 }
 
-// grid heavy_cap, block ORDER_THREADS: block x rewrites the x-th listed token's bucket (if there is
-// one) in position order. Each pass takes 8 * ORDER_THREADS positions, thread t the 8 from
-// 8t: it counts its hits, the block's exclusive scan of the counts is where its hits go.
+// grid <= heavy_cap, block ORDER_THREADS: block x rewrites the buckets of heavy tokens x, x + grid,
+// ... in position order. A pass takes ORDER_PER * ORDER_THREADS positions, thread t the ORDER_PER
+// from ORDER_PER t: it counts its hits, the block's exclusive scan of the counts is where they go.
 extern "C" __global__ void __launch_bounds__(ORDER_THREADS) embedding_order(
-        const int* __restrict__ tokens, const int* __restrict__ heavy, const int* __restrict__ heavy_count,
-        const int* __restrict__ offsets, int* __restrict__ bucket, int N) {
-    __shared__ int warp_totals[32];
-    if ((int)blockIdx.x >= *heavy_count) return;  // the whole block leaves together
-    const int v = heavy[blockIdx.x];
-    int* ordered = bucket + offsets[v];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int placed = 0;  // hits of the passes before this one
-    for (int n0 = 0; n0 < N; n0 += 8 * ORDER_THREADS) {
-        const int first = n0 + 8 * threadIdx.x;
-        bool hit[8];
-        int mine = 0;
+        const int* __restrict__ tokens, const int* __restrict__ heavy_ints, const int* __restrict__ totals,
+        int* __restrict__ bucket, int N) {
+    __shared__ Quad<int> warp_totals[32];
+    const Quad<int>* heavy = reinterpret_cast<const Quad<int>*>(heavy_ints);
+    const int per_pass = ORDER_PER * ORDER_THREADS;
+    for (int h = blockIdx.x; h < totals[1]; h += gridDim.x) {  // the same h for the whole block
+        const int v = heavy[h].v[0];
+        int* ordered = bucket + heavy[h].v[1];
+        int placed = 0;  // hits of the passes before this one
+        for (int n0 = 0; n0 < N; n0 += per_pass) {
+            const int first = n0 + ORDER_PER * threadIdx.x;
+            bool hit[ORDER_PER];
+            Quad<int> mine = {{0, 0, 0, 0}};
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            hit[k] = first + k < N && tokens[first + k] == v;
-            mine += hit[k];
-        }
-        int incl = mine;  // inclusive scan of the counts: within the warp, then across warps
-        for (int d = 1; d < 32; d <<= 1) {
-            const int up = __shfl_up_sync(0xffffffffu, incl, d);
-            if (lane >= d) incl += up;
-        }
-        if (lane == 31) warp_totals[warp] = incl;
-        __syncthreads();
-        if (warp == 0) {
-            int w = warp_totals[lane];  // ORDER_THREADS / 32 == 32 warps
-            for (int d = 1; d < 32; d <<= 1) {
-                const int up = __shfl_up_sync(0xffffffffu, w, d);
-                if (lane >= d) w += up;
+            for (int k = 0; k < ORDER_PER; k++) {
+                hit[k] = first + k < N && tokens[first + k] == v;
+                mine.v[0] += hit[k];
             }
-            warp_totals[lane] = w;
-        }
-        __syncthreads();
-        int at = placed + incl - mine + (warp ? warp_totals[warp - 1] : 0);
+            Quad<int> total;
+            int at = placed + block_exclusive_scan(mine, warp_totals, total).v[0];
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (hit[k]) ordered[at++] = first + k;
-        placed += warp_totals[31];
-        __syncthreads();  // warp_totals is rewritten by the next pass
+            for (int k = 0; k < ORDER_PER; k++)
+                if (hit[k]) ordered[at++] = first + k;
+            placed += total.v[0];
+        }
     }
 }
 
-// grid (heavy_cap, cdiv(C, COLUMNS)), block 32 * HEAVY_WARPS: block x takes the x-th listed token
-// (if there is one), whose bucket embedding_order has put in position order; warp w sums the w-th
-// of HEAVY_WARPS consecutive slices of it
-extern "C" __global__ void __launch_bounds__(32 * HEAVY_WARPS) embedding_dwte_heavy(const int* __restrict__ count, const int* __restrict__ offsets,
-                                                const int* __restrict__ bucket, const int* __restrict__ heavy,
-                                                const int* __restrict__ heavy_count, const floatX* __restrict__ dout,
-                                                gradT* __restrict__ dwte, int C, int vec) {
-    __shared__ float partial[HEAVY_WARPS][COLUMNS];
-    if ((int)blockIdx.x >= *heavy_count) return;  // the whole block leaves together
-    const int v = heavy[blockIdx.x], L = count[v];
-    const int* ordered = bucket + offsets[v];
+// grid <= slice_cap, block 32 * HEAVY_WARPS: block x takes slices x, x + grid, ... of the heavy
+// tokens (buckets in position order by now); scratch holds slice_cap rows of C floats, tickets
+// heavy_cap counters zeroed by the caller
+extern "C" __global__ void __launch_bounds__(32 * HEAVY_WARPS) embedding_dwte_heavy(
+        const int* __restrict__ heavy_ints, const int* __restrict__ slice_ints, const int* __restrict__ totals,
+        const int* __restrict__ bucket, const floatX* __restrict__ dout, gradT* __restrict__ dwte,
+        float* __restrict__ scratch, int* __restrict__ tickets, int C) {
+    constexpr bool vec = VEC;
+    __shared__ float partial[HEAVY_WARPS][STRIP_COLUMNS];
+    const Quad<int>* heavy = reinterpret_cast<const Quad<int>*>(heavy_ints);
+    const Quad<int>* slices = reinterpret_cast<const Quad<int>*>(slice_ints);
+    __shared__ int last;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int c = blockIdx.y * COLUMNS + lane * PIECE;
-    const int span = (L + HEAVY_WARPS - 1) / HEAVY_WARPS;
-    const int lo = min(L, warp * span), hi = min(L, lo + span);
-    float acc[PIECE];
+    for (int s = blockIdx.x; s < totals[2]; s += gridDim.x) {  // the same s for the whole block
+        const Quad<int> sl = slices[s], tok = heavy[sl.v[0]];
+        const int v = tok.v[0], n_slices = (tok.v[2] + SLICE_ROWS - 1) / SLICE_ROWS;
+        const int* ordered = bucket + tok.v[1];
+        const int span = (sl.v[2] - sl.v[1] + HEAVY_WARPS - 1) / HEAVY_WARPS;  // positions a warp sums
+        const int lo = min(sl.v[2], sl.v[1] + warp * span), hi = min(sl.v[2], lo + span);
+        for (int pass = 0; pass < C; pass += STRIP_COLUMNS) {
+            Strip acc;
 #pragma unroll
-    for (int j = 0; j < PIECE; j++) acc[j] = 0.0f;
-    if (c < C)
-        for (int i = lo; i < hi; i += ROWS_AHEAD) {
-            int rows[ROWS_AHEAD];
+            for (int j = 0; j < STRIP; j++)
 #pragma unroll
-            for (int r = 0; r < ROWS_AHEAD; r++) rows[r] = ordered[min(i + r, hi - 1)];
-            add_rows(acc, dout, rows, min(ROWS_AHEAD, hi - i), c, C, vec);
+                for (int e = 0; e < PIECE; e++) acc.v[j][e] = 0.0f;
+            add_listed_rows<4>(acc, dout, ordered, lo, hi, pass, lane, C, vec);
+#pragma unroll
+            for (int j = 0; j < STRIP; j++)
+#pragma unroll
+                for (int e = 0; e < PIECE; e++) partial[warp][j * 32 * PIECE + lane * PIECE + e] = acc.v[j][e];
+            __syncthreads();
+            for (int i = threadIdx.x; i < STRIP_COLUMNS && pass + i < C; i += blockDim.x) {
+                float sum = 0.0f;
+                for (int w = 0; w < HEAVY_WARPS; w++) sum += partial[w][i];
+                const long long col = pass + i;
+                if (n_slices == 1) {
+                    dwte[(long long)v * C + col] = from_f32<gradT>(to_f32(dwte[(long long)v * C + col]) + sum);
+                } else {
+                    scratch[(long long)s * C + col] = sum;
+                }
+            }
+            __syncthreads();  // partial is rewritten by the next pass
         }
-#pragma unroll
-    for (int j = 0; j < PIECE; j++) partial[warp][lane * PIECE + j] = acc[j];
-    __syncthreads();
-    const int col = blockIdx.y * COLUMNS + threadIdx.x;
-    if (threadIdx.x < COLUMNS && col < C) {
-        float s = to_f32(dwte[(long long)v * C + col]);
-        for (int w = 0; w < HEAVY_WARPS; w++) s += partial[w][threadIdx.x];
-        dwte[(long long)v * C + col] = from_f32<gradT>(s);
+        if (n_slices == 1) continue;
+        __threadfence();  // this slice's scratch row is visible to every block before its ticket counts
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(tickets + sl.v[0], 1) == n_slices - 1;
+        __syncthreads();
+        if (last) {  // every slice of the token is in scratch: add them to dwte in slice order
+            __threadfence();
+            for (int col = threadIdx.x; col < C; col += blockDim.x) {
+                float sum = to_f32(dwte[(long long)v * C + col]);
+                for (int k = 0; k < n_slices; k++) sum += __ldcg(scratch + (long long)(tok.v[3] + k) * C + col);
+                dwte[(long long)v * C + col] = from_f32<gradT>(sum);
+            }
+        }
+        __syncthreads();  // `last` is rewritten by the next slice
     }
 }

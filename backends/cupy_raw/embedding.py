@@ -3,10 +3,11 @@
 
 Forward: out[n] = wte[tokens[n]] + wpe[n % T] in 16-byte packs. Backward: dwpe by one thread per
 (t, 8 columns) summing over b in order; dwte by bucketing positions per token (integer atomics, then
-a prefix sum), then one warp per token ordering its few positions by rank and summing them in that
-order (or, for a token held by more than 32 positions, its bucket put in position order by a walk
-over all positions, and 32 warps summing slices of it), so the float sums never depend on thread
-timing: bitwise repeatable, and no CUB/thrust sort (which a captured CUDA graph could not hold). Token ids outside [0, V) (the spec checks them only for NumPy
+a prefix sum that also lists the tokens by how many positions hold them), then one warp per token
+ordering its few positions by rank and summing them in that order (or, for a token held by more
+than 32 positions, its bucket put in position order by a walk over all positions and summed in
+slices of 128, the slices added in order), so the float sums never depend on thread timing:
+bitwise repeatable, and no CUB/thrust sort (which a captured CUDA graph could not hold). Token ids outside [0, V) (the spec checks them only for NumPy
 input, to avoid a host sync) give NaN rows forward and no gradient, never an out-of-bounds read.
 """
 
@@ -18,8 +19,9 @@ from . import _common
 from . import _runtime as rt
 
 # as embedding.cu's defines
-PIECE, LIGHT_MAX, LIGHT_WARPS, HEAVY_WARPS, ORDER_THREADS = 8, 32, 8, 32, 1024
-COLUMNS = 32 * PIECE
+PIECE, LIGHT_MAX, LIGHT_WARPS, SLICE_ROWS, HEAVY_WARPS, PLAN_THREADS, ORDER_THREADS = 8, 32, 8, 128, 8, 1024, 1024
+#: rows embedding_dwte has in flight a warp (embedding.cu's LIGHT_AHEAD): more rows, fewer warps resident
+LIGHT_AHEAD = 2
 
 
 @dataclass
@@ -30,8 +32,10 @@ class Saved:
     V: int
 
 
-def _defines(wte, grad=None) -> dict:
-    return {"floatX": _common.ctype(wte), "gradT": _common.ctype(grad if grad is not None else wte)}
+def _defines(wte, grad=None, vec=False) -> dict:
+    """The module's defines; `vec` only matters to the backward's kernels (the forward takes it as an argument)."""
+    return {"floatX": _common.ctype(wte), "gradT": _common.ctype(grad if grad is not None else wte),
+            "VEC": int(vec), "LIGHT_AHEAD": LIGHT_AHEAD}
 
 
 def forward(inputs, attrs, out=None):
@@ -60,29 +64,35 @@ def backward(saved, dout, grads):
     B, T, V, N = saved.B, saved.T, saved.V, saved.B * saved.T
     C = dout.shape[-1]
     xp = _common.xp_of(dout)
-    vec = np.int32(C % PIECE == 0 and _common.vector_ok(dout, dwte, dwpe))
-    C32 = _common.i32(C)
-    rt.launch(rt.function("embedding", "embedding_dwpe", _defines(dout, dwpe)), rt.cdiv(T * rt.cdiv(C, PIECE), 256),
-              256, (dout, dwpe, _common.i32(B), _common.i32(T), C32, vec))
-    Vp = rt.cdiv(V, 4) * 4  # embedding_offsets reads count four entries at a time
-    zeroed = xp.zeros((2 * Vp + 1,), dtype=np.int32)  # one memset: count, cursor, heavy_count
-    count, cursor, heavy_count = zeroed[:Vp], zeroed[Vp:2 * Vp], zeroed[2 * Vp:]
+    vec = C % PIECE == 0 and _common.vector_ok(dout, dwte, dwpe)
+    C32, N32, V32 = _common.i32(C), _common.i32(N), _common.i32(V)
+    rt.launch(rt.function("embedding", "embedding_dwpe", _defines(dout, dwpe, vec)), rt.cdiv(T * rt.cdiv(C, PIECE), 256),
+              256, (dout, dwpe, _common.i32(B), _common.i32(T), C32))
+    if N == 0:
+        return {"wte": dwte, "wpe": dwpe}
+    # the most entries each list can need (the counts themselves stay on the GPU: no host sync)
+    Vp = rt.cdiv(V, 4) * 4  # embedding_plan reads count four entries at a time
+    light_cap = min(V, N)
+    heavy_cap = max(N // (LIGHT_MAX + 1), 1)  # tokens at more than LIGHT_MAX positions
+    slice_cap = N // SLICE_ROWS + heavy_cap   # each heavy token's slices: at most L / SLICE_ROWS + 1
+    zeroed = xp.zeros((2 * Vp + heavy_cap,), dtype=np.int32)  # one memset: count, cursor, tickets
+    count, cursor, tickets = zeroed[:Vp], zeroed[Vp:2 * Vp], zeroed[2 * Vp:]
     offsets = xp.empty((Vp,), dtype=np.int32)
-    bucket = xp.empty((max(N, 1),), dtype=np.int32)
-    heavy_cap = N // (LIGHT_MAX + 1)  # the most tokens that can each hold more than LIGHT_MAX positions
-    heavy = xp.empty((max(heavy_cap, 1),), dtype=np.int32)
-    defines = _defines(dout, dwte)
-    rt.launch(rt.function("embedding", "embedding_count", defines), rt.cdiv(N, 256), 256,
-              (saved.tokens, count, _common.i32(N), _common.i32(V)))
-    rt.launch(rt.function("embedding", "embedding_offsets", defines), 1, 1024, (count, offsets, _common.i32(Vp)))
-    rt.launch(rt.function("embedding", "embedding_bucket", defines), rt.cdiv(N, 256), 256,
-              (saved.tokens, offsets, cursor, bucket, _common.i32(N), _common.i32(V)))
-    column_blocks = rt.cdiv(C, COLUMNS)
-    rt.launch(rt.function("embedding", "embedding_dwte", defines), (rt.cdiv(V, LIGHT_WARPS), column_blocks),
-              32 * LIGHT_WARPS, (count, offsets, bucket, dout, dwte, heavy, heavy_count, _common.i32(V), C32, vec))
-    if heavy_cap:
-        rt.launch(rt.function("embedding", "embedding_order", defines), heavy_cap, ORDER_THREADS,
-                  (saved.tokens, heavy, heavy_count, offsets, bucket, _common.i32(N)))
-        rt.launch(rt.function("embedding", "embedding_dwte_heavy", defines), (heavy_cap, column_blocks),
-                  32 * HEAVY_WARPS, (count, offsets, bucket, heavy, heavy_count, dout, dwte, C32, vec))
+    bucket = xp.empty((N,), dtype=np.int32)
+    light = xp.empty((light_cap, 4), dtype=np.int32)
+    heavy = xp.empty((heavy_cap, 4), dtype=np.int32)
+    slices = xp.empty((slice_cap, 4), dtype=np.int32)
+    totals = xp.empty((4,), dtype=np.int32)  # light tokens, heavy tokens, slices
+    scratch = xp.empty((slice_cap, C), dtype=np.float32)
+    defines = _defines(dout, dwte, vec)
+    fn = lambda name: rt.function("embedding", name, defines)  # noqa: E731
+    rt.launch(fn("embedding_count"), rt.cdiv(N, 256), 256, (saved.tokens, count, N32, V32))
+    rt.launch(fn("embedding_plan"), 1, PLAN_THREADS, (count, offsets, light, heavy, slices, totals, _common.i32(Vp)))
+    rt.launch(fn("embedding_bucket"), rt.cdiv(N, 256), 256, (saved.tokens, offsets, cursor, bucket, N32, V32))
+    rt.launch(fn("embedding_dwte"), rt.cdiv(light_cap, LIGHT_WARPS), 32 * LIGHT_WARPS,
+              (light, totals, bucket, dout, dwte, C32))
+    blocks = 2 * _common.num_sms(xp)  # the heavy kernels loop over what the lists hold
+    rt.launch(fn("embedding_order"), min(heavy_cap, blocks), ORDER_THREADS, (saved.tokens, heavy, totals, bucket, N32))
+    rt.launch(fn("embedding_dwte_heavy"), min(slice_cap, 4 * blocks), 32 * HEAVY_WARPS,
+              (heavy, slices, totals, bucket, dout, dwte, scratch, tickets, C32))
     return {"wte": dwte, "wpe": dwpe}

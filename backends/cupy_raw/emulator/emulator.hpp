@@ -7,6 +7,8 @@
 //   __syncthreads()            a barrier over the block's threads that have not returned yet; one
 //                              that some threads never reach is reported (the launch fails), not hung
 //   __shfl_xor/up_sync         each lane publishes its value, a barrier over its warp, reads its partner's
+//   __shfl_sync, __match_any_sync  the same exchange: one lane's value, or which lanes hold mine
+//   __threadfence, __ldcg      nothing to order or bypass: blocks run one after another
 //   atomicAdd                  a real atomic add
 //   __shared__ x[n]            a static local: one copy, shared by the block's threads (blocks run
 //                              one at a time); `extern __shared__` (dynamic) is rewritten by
@@ -285,6 +287,29 @@ template <typename T> inline T emu_shuffle(T v, int source_lane_xor, bool up) {
 }
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) { return emu_shuffle(v, mask, false); }
 template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned d) { return emu_shuffle(v, (int)d, true); }
+// every lane of the warp takes part, as in this backend's kernels
+inline int __shfl_sync(unsigned, int v, int src) {
+    emu::Warp& w = emu::my_warp();
+    w.lanes[emu::linear_tid % 32] = (unsigned)v;
+    emu::warp_barrier();
+    const int r = (int)(unsigned)w.lanes[src % 32];
+    emu::warp_barrier();
+    return r;
+}
+inline unsigned __match_any_sync(unsigned, int v) {
+    emu::Warp& w = emu::my_warp();
+    const int lanes = std::min(32, emu::current->threads - emu::linear_tid / 32 * 32);
+    w.lanes[emu::linear_tid % 32] = (unsigned)v;
+    emu::warp_barrier();
+    unsigned r = 0;
+    for (int i = 0; i < lanes; i++) r |= (unsigned)((int)(unsigned)w.lanes[i] == v) << i;
+    emu::warp_barrier();
+    return r;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline void __threadfence() {}
+template <typename T> inline T __ldcg(const T* p) { return *p; }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: D = A B + C for the whole warp
 inline float emu_half_value(unsigned short bits, bool fp16) {
