@@ -17,10 +17,10 @@
 //   embedding_count     count[tokens[n]] += 1 (integer atomics: exact; the lanes of a warp that
 //                       hold one token add once, so a token at 40% of the positions is not 40% of
 //                       the atomics on one address)
-//   embedding_plan      one block scans count in order of v: offsets (where each token's bucket
-//                       starts), and three lists, in order of v: the light tokens (1 to LIGHT_MAX
-//                       positions), the heavy ones (more), and the heavy ones' slices of at most
-//                       SLICE_ROWS positions
+//   embedding_plan      a scan of count in order of v (embedding_plan_groups sums each group of
+//                       4,096 tokens first): offsets (where each token's bucket starts), and three
+//                       lists, in order of v: the light tokens (1 to LIGHT_MAX positions), the
+//                       heavy ones (more), and the heavy ones' slices of at most SLICE_ROWS positions
 //   embedding_bucket    bucket[offsets[v] + cursor[v]++] = n  (order within a bucket arbitrary)
 //   embedding_dwte      one warp per light token, all C columns (3 pieces a lane, 768 columns a
 //                       pass): lane i holds the i-th position of the bucket, its rank among the
@@ -32,7 +32,7 @@
 //   embedding_dwte_heavy one block per slice: its 8 warps sum 1/8 of the slice's positions each,
 //                       the partials added in warp order; a token of one slice adds the result to
 //                       dwte, else it goes to `scratch` and the token's last slice to finish (a
-//                       ticket) adds the token's slices to dwte in slice order
+//                       ticket) adds the token's slices to dwte in slice order, the same way
 // Each step's order is fixed by the tokens alone, so the result is bitwise repeatable. A warp per
 // token (not a block, and not 3 blocks of 256 columns) because the cost is each token's chain of
 // dependent loads (its list entry, bucket, then rows), not bytes; slices because one warp, or one
@@ -54,6 +54,9 @@ typedef Pack<floatX> PackX;
 #define PLAN_THREADS 1024          // embedding_plan: threads (4 tokens each a pass)
 #define ORDER_THREADS 1024         // embedding_order: threads (ORDER_PER positions each a pass)
 #define ORDER_PER 16
+#define DWPE_AHEAD 4               // embedding_dwpe: rows in flight a thread
+#define HEAVY_AHEAD 4              // embedding_dwte_heavy: rows of dout in flight a warp (of the
+                                   // float scratch, half as many)
 // VEC and LIGHT_AHEAD (defines of the launcher's): see above, and: rows embedding_dwte has in flight; each costs a lane ~28
 // registers, so it is traded against warps resident
 
@@ -115,15 +118,26 @@ template <typename T> __device__ __forceinline__ void store_strip(T* row, int pa
     }
 }
 
-// acc += dout[rows[0]], ..., dout[rows[k - 1]] (k <= AHEAD), in that order. With vec, all k rows
-// are loaded before any is added, and held as loaded (a bf16 piece is one 16-byte pack, 4 registers,
-// not 8 floats) so that AHEAD rows in flight cost few registers; else element by element, a row at a time.
-template <int AHEAD>
-__device__ __forceinline__ void add_rows(Strip& acc, const floatX* __restrict__ dout, const int rows[AHEAD], int k,
+// A 16-byte pack by L2 only (ld.global.cg): for rows other blocks wrote during this kernel. The CPU
+// emulator has no caches: a plain load there.
+template <typename T> __device__ __forceinline__ Pack<T> load_pack_l2(const T* p) {
+#ifdef CUPY_RAW_EMULATOR
+    return load_pack(p);
+#else
+    const uint4 bits = __ldcg(reinterpret_cast<const uint4*>(p));
+    return *reinterpret_cast<const Pack<T>*>(&bits);
+#endif
+}
+
+// acc += src[rows[0]], ..., src[rows[k - 1]] (rows of C elements; k <= AHEAD), in that order. With
+// vec, all k rows are loaded before any is added, and held as loaded (a bf16 piece is one 16-byte
+// pack: 4 registers, not 8 floats); else element by element, a row at a time. FROM_L2: see load_pack_l2.
+template <int AHEAD, bool FROM_L2 = false, typename T>
+__device__ __forceinline__ void add_rows(Strip& acc, const T* __restrict__ src, const int rows[AHEAD], int k,
                                          int pass, int lane, int C, bool vec) {
-    constexpr int PACKS = PIECE / PackX::N;  // packs a piece
+    constexpr int N = Pack<T>::N, PACKS = PIECE / N;  // packs a piece
     if (vec) {
-        PackX raw[AHEAD][STRIP][PACKS];
+        Pack<T> raw[AHEAD][STRIP][PACKS];
 #pragma unroll
         for (int r = 0; r < AHEAD; r++)
 #pragma unroll
@@ -131,7 +145,10 @@ __device__ __forceinline__ void add_rows(Strip& acc, const floatX* __restrict__ 
                 const int c = pass + j * 32 * PIECE + lane * PIECE;
                 if (r < k && c < C)
 #pragma unroll
-                    for (int q = 0; q < PACKS; q++) raw[r][j][q] = load_pack(dout + (long long)rows[r] * C + c + q * PackX::N);
+                    for (int q = 0; q < PACKS; q++) {
+                        const T* at = src + (long long)rows[r] * C + c + q * N;
+                        raw[r][j][q] = FROM_L2 ? load_pack_l2(at) : load_pack(at);
+                    }
             }
 #pragma unroll
         for (int r = 0; r < AHEAD; r++)
@@ -141,11 +158,11 @@ __device__ __forceinline__ void add_rows(Strip& acc, const floatX* __restrict__ 
 #pragma unroll
                     for (int q = 0; q < PACKS; q++)
 #pragma unroll
-                        for (int e = 0; e < PackX::N; e++) acc.v[j][q * PackX::N + e] += to_f32(raw[r][j][q].v[e]);
+                        for (int e = 0; e < N; e++) acc.v[j][q * N + e] += to_f32(raw[r][j][q].v[e]);
     } else {
         for (int r = 0; r < k; r++) {
             Strip row;
-            load_strip(row, dout + (long long)rows[r] * C, pass, lane, C, false);
+            load_strip(row, src + (long long)rows[r] * C, pass, lane, C, false);
 #pragma unroll
             for (int j = 0; j < STRIP; j++)
 #pragma unroll
@@ -154,54 +171,91 @@ __device__ __forceinline__ void add_rows(Strip& acc, const floatX* __restrict__ 
     }
 }
 
-// acc += dout[list[lo]], ..., dout[list[hi - 1]] in that order, AHEAD rows loaded at a time
-template <int AHEAD>
-__device__ __forceinline__ void add_listed_rows(Strip& acc, const floatX* __restrict__ dout, const int* list, int lo,
+// acc += src[index(lo)], ..., src[index(hi - 1)] in that order, AHEAD rows loaded at a time, where
+// index(i) = list[i], or i where list is null
+template <int AHEAD, bool FROM_L2 = false, typename T>
+__device__ __forceinline__ void add_listed_rows(Strip& acc, const T* __restrict__ src, const int* list, int lo,
                                                 int hi, int pass, int lane, int C, bool vec) {
 #pragma unroll 1  // AHEAD rows in flight is the design: more would cost registers (occupancy)
     for (int i = lo; i < hi; i += AHEAD) {
         int rows[AHEAD];
 #pragma unroll
-        for (int r = 0; r < AHEAD; r++) rows[r] = list[min(i + r, hi - 1)];
-        add_rows<AHEAD>(acc, dout, rows, min(AHEAD, hi - i), pass, lane, C, vec);
+        for (int r = 0; r < AHEAD; r++) rows[r] = list ? list[min(i + r, hi - 1)] : min(i + r, hi - 1);
+        add_rows<AHEAD, FROM_L2>(acc, src, rows, min(AHEAD, hi - i), pass, lane, C, vec);
     }
 }
 
-// The exclusive prefix of x over the block's threads (thread order) and, in total, the sum over all
-// of them; each of Quad's 4 counters is scanned alone. warp_totals: 32 entries of shared memory,
-// free again when this returns. Every thread of the block calls it.
-__device__ __forceinline__ Quad<int> block_exclusive_scan(Quad<int> x, Quad<int>* warp_totals, Quad<int>& total) {
+// The block's sum, in order, of rows index(lo), ..., index(hi - 1) of src (as add_listed_rows), for
+// this pass's columns: warp w sums the w-th of HEAVY_WARPS consecutive runs of the rows, and
+// partial[w] holds its sum when this returns; block_sum(partial, i) adds them in warp order.
+template <int AHEAD, bool FROM_L2, typename T>
+__device__ __forceinline__ void warp_sums(float (*partial)[STRIP_COLUMNS], const T* __restrict__ src, const int* list,
+                                          int lo, int hi, int pass, int C, bool vec) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int span = (hi - lo + HEAVY_WARPS - 1) / HEAVY_WARPS;
+    const int my_lo = min(hi, lo + warp * span), my_hi = min(hi, my_lo + span);
+    Strip acc;
+#pragma unroll
+    for (int j = 0; j < STRIP; j++)
+#pragma unroll
+        for (int e = 0; e < PIECE; e++) acc.v[j][e] = 0.0f;
+    add_listed_rows<AHEAD, FROM_L2>(acc, src, list, my_lo, my_hi, pass, lane, C, vec);
+#pragma unroll
+    for (int j = 0; j < STRIP; j++)
+#pragma unroll
+        for (int e = 0; e < PIECE; e++) partial[warp][j * 32 * PIECE + lane * PIECE + e] = acc.v[j][e];
+    __syncthreads();
+}
+
+__device__ __forceinline__ float block_sum(const float (*partial)[STRIP_COLUMNS], int i) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < HEAVY_WARPS; w++) sum += partial[w][i];
+    return sum;
+}
+
+// The exclusive prefix of each of x's K counters over the block's threads (in thread order), and
+// their totals over the block. warp_totals: 32 x K ints of shared memory, free again on return.
+// Every thread of the block calls it.
+template <int K>
+__device__ __forceinline__ void block_exclusive_scan(const int (&x)[K], int (&excl)[K], int (&total)[K],
+                                                     int (*warp_totals)[K]) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    Quad<int> incl = x;  // inclusive within the warp
+    int incl[K];  // inclusive within the warp
+#pragma unroll
+    for (int q = 0; q < K; q++) incl[q] = x[q];
     for (int d = 1; d < 32; d <<= 1) {
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int up = __shfl_up_sync(0xffffffffu, incl.v[q], d);
-            if (lane >= d) incl.v[q] += up;
+        for (int q = 0; q < K; q++) {
+            const int up = __shfl_up_sync(0xffffffffu, incl[q], d);
+            if (lane >= d) incl[q] += up;
         }
     }
-    if (lane == 31) warp_totals[warp] = incl;
+    if (lane == 31)
+#pragma unroll
+        for (int q = 0; q < K; q++) warp_totals[warp][q] = incl[q];
     __syncthreads();
     if (warp == 0) {  // inclusive over the warps
-        Quad<int> w = lane < warps ? warp_totals[lane] : Quad<int>{{0, 0, 0, 0}};
+        int w[K];
+#pragma unroll
+        for (int q = 0; q < K; q++) w[q] = lane < warps ? warp_totals[lane][q] : 0;
         for (int d = 1; d < 32; d <<= 1) {
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int up = __shfl_up_sync(0xffffffffu, w.v[q], d);
-                if (lane >= d) w.v[q] += up;
+            for (int q = 0; q < K; q++) {
+                const int up = __shfl_up_sync(0xffffffffu, w[q], d);
+                if (lane >= d) w[q] += up;
             }
         }
-        warp_totals[lane] = w;
+#pragma unroll
+        for (int q = 0; q < K; q++) warp_totals[lane][q] = w[q];
     }
     __syncthreads();
-    Quad<int> excl;
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        excl.v[q] = incl.v[q] - x.v[q] + (warp ? warp_totals[warp - 1].v[q] : 0);
-        total.v[q] = warp_totals[warps - 1].v[q];
+    for (int q = 0; q < K; q++) {
+        excl[q] = incl[q] - x[q] + (warp ? warp_totals[warp - 1][q] : 0);
+        total[q] = warp_totals[warps - 1][q];
     }
     __syncthreads();  // warp_totals may be rewritten by the next call
-    return excl;
 }
 
 // grid-stride over N*C (in packs when vec)
@@ -232,30 +286,44 @@ extern "C" __global__ void embedding_forward(const int* __restrict__ tokens, con
 }
 
 
-// grid cdiv(T * cdiv(C, PIECE), 256), block 256: thread (t, piece) adds dout[b*T + t] for b in order
-extern "C" __global__ void __launch_bounds__(256, 4) embedding_dwpe(const floatX* __restrict__ dout, gradT* __restrict__ dwpe,
-                                          int B, int T, int C) {
+// grid cdiv(T * cdiv(C, PIECE), 256), block 256: thread (t, piece) adds dout[b*T + t] for b in order,
+// DWPE_AHEAD rows loaded (as packs) before they are added
+extern "C" __global__ void __launch_bounds__(256) embedding_dwpe(const floatX* __restrict__ dout, gradT* __restrict__ dwpe,
+                                                                 int B, int T, int C) {
     constexpr bool vec = VEC;
+    constexpr int PACKS = PIECE / PackX::N;
     const int pieces = (C + PIECE - 1) / PIECE;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)T * pieces) return;
     const int t = (int)(i / pieces), c = (int)(i % pieces) * PIECE;
     float acc[PIECE];
     load_piece(acc, dwpe + (long long)t * C, c, C, vec);
-    for (int b = 0; b < B; b += 4) {  // four rows loaded, then added in order
-        float row[4][PIECE];
+    for (int b = 0; b < B; b += DWPE_AHEAD) {
+        if (vec) {
+            PackX raw[DWPE_AHEAD][PACKS];
 #pragma unroll
-        for (int r = 0; r < 4; r++)
-            if (b + r < B) load_piece(row[r], dout + ((long long)(b + r) * T + t) * C, c, C, vec);
+            for (int r = 0; r < DWPE_AHEAD; r++)
+                if (b + r < B)
 #pragma unroll
-        for (int r = 0; r < 4; r++)
-            if (b + r < B)
+                    for (int q = 0; q < PACKS; q++) raw[r][q] = load_pack(dout + ((long long)(b + r) * T + t) * C + c + q * PackX::N);
 #pragma unroll
-                for (int e = 0; e < PIECE; e++) acc[e] += row[r][e];
+            for (int r = 0; r < DWPE_AHEAD; r++)
+                if (b + r < B)
+#pragma unroll
+                    for (int q = 0; q < PACKS; q++)
+#pragma unroll
+                        for (int e = 0; e < PackX::N; e++) acc[q * PackX::N + e] += to_f32(raw[r][q].v[e]);
+        } else {
+            for (int r = 0; r < DWPE_AHEAD && b + r < B; r++) {
+                float row[PIECE];
+                load_piece(row, dout + ((long long)(b + r) * T + t) * C, c, C, false);
+#pragma unroll
+                for (int e = 0; e < PIECE; e++) acc[e] += row[e];
+            }
+        }
     }
     store_piece(dwpe + (long long)t * C, c, C, vec, acc);
 }
-
 
 // grid cdiv(N, 256), block 256; count zeroed by the caller. Lanes holding one token add once.
 extern "C" __global__ void embedding_count(const int* __restrict__ tokens, int* __restrict__ count, int N, int V) {
@@ -265,66 +333,86 @@ extern "C" __global__ void embedding_count(const int* __restrict__ tokens, int* 
     if (tok >= 0 && lane == __ffs(peers) - 1) atomicAdd(count + tok, __popc(peers));
 }
 
-// grid 1, block PLAN_THREADS. count holds Vp entries (a multiple of 4; those past V are 0). In order
-// of v, with running sums carried from pass to pass (a pass: thread i's 4 tokens from 4i):
+// The four counters of embedding_plan for 4 consecutive tokens held by L positions each: positions,
+// light tokens, heavy tokens, slices.
+__device__ __forceinline__ void plan_counts(const Quad<int>& L, int (&c)[4]) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) c[q] = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int big = L.v[k] > LIGHT_MAX;
+        c[0] += L.v[k];
+        c[1] += L.v[k] > 0 && !big;
+        c[2] += big;
+        c[3] += big ? (L.v[k] + SLICE_ROWS - 1) / SLICE_ROWS : 0;
+    }
+}
+
+// count holds Vp entries (a multiple of 4; those past V are 0). Group g: the 4 * PLAN_THREADS
+// tokens from 4 * PLAN_THREADS * g, thread i's 4 from 4i within it.
+__device__ __forceinline__ Quad<int> group_counts(const int* __restrict__ count, int Vp) {
+    const int v0 = (blockIdx.x * PLAN_THREADS + threadIdx.x) * 4;
+    return v0 < Vp ? *reinterpret_cast<const Quad<int>*>(count + v0) : Quad<int>{{0, 0, 0, 0}};
+}
+
+// grid G = cdiv(Vp, 4 * PLAN_THREADS), block PLAN_THREADS: groups[g] = group g's four counters
+extern "C" __global__ void __launch_bounds__(PLAN_THREADS) embedding_plan_groups(
+        const int* __restrict__ count, int* __restrict__ group_ints, int Vp) {
+    __shared__ int warp_totals[32][4];
+    int mine[4], excl[4], total[4];
+    plan_counts(group_counts(count, Vp), mine);
+    block_exclusive_scan<4>(mine, excl, total, warp_totals);
+    if (threadIdx.x == 0) reinterpret_cast<Quad<int>*>(group_ints)[blockIdx.x] = Quad<int>{{total[0], total[1], total[2], total[3]}};
+}
+
+// grid G, block PLAN_THREADS, after embedding_plan_groups. In order of v (group g starts from the
+// sums of the groups before it):
 //   offsets[v] = sum_{u < v} count[u]
 //   light[l] = {v, offsets[v], count[v]}             for tokens at 1 to LIGHT_MAX positions
 //   heavy[h] = {v, offsets[v], count[v], first slice} for tokens at more
 //   slices[s] = {h, lo, hi}: heavy token h's positions lo to hi of its bucket, SLICE_ROWS at most
-//   totals = {light tokens, heavy tokens, slices}
+//   totals = {light tokens, heavy tokens, slices}    (by the last group)
 extern "C" __global__ void __launch_bounds__(PLAN_THREADS) embedding_plan(
-        const int* __restrict__ count, int* __restrict__ offsets, int* __restrict__ light_ints,
-        int* __restrict__ heavy_ints, int* __restrict__ slice_ints, int* __restrict__ totals, int Vp) {
-    __shared__ Quad<int> warp_totals[32];
+        const int* __restrict__ count, const int* __restrict__ group_ints, int* __restrict__ offsets,
+        int* __restrict__ light_ints, int* __restrict__ heavy_ints, int* __restrict__ slice_ints,
+        int* __restrict__ totals, int Vp) {
+    __shared__ int warp_totals[32][4];
+    const Quad<int>* groups = reinterpret_cast<const Quad<int>*>(group_ints);
     Quad<int>* light = reinterpret_cast<Quad<int>*>(light_ints);  // the lists' entries: 4 ints each
     Quad<int>* heavy = reinterpret_cast<Quad<int>*>(heavy_ints);
     Quad<int>* slices = reinterpret_cast<Quad<int>*>(slice_ints);
-    const int per_pass = 4 * PLAN_THREADS;
-    Quad<int> carry = {{0, 0, 0, 0}};  // positions, light, heavy, slices before this pass
-    Quad<int> next = {{0, 0, 0, 0}};
-    if (4 * (int)threadIdx.x < Vp) next = *reinterpret_cast<const Quad<int>*>(count + 4 * threadIdx.x);
-    for (int base = 0; base < Vp; base += per_pass) {
-        const int v0 = base + 4 * threadIdx.x;
-        const Quad<int> L = next;  // this pass's counts; the next pass's load goes out now
-        next = Quad<int>{{0, 0, 0, 0}};
-        if (v0 + per_pass < Vp) next = *reinterpret_cast<const Quad<int>*>(count + v0 + per_pass);
-        Quad<int> mine = {{0, 0, 0, 0}};
+    int before[4] = {0, 0, 0, 0};  // positions, light, heavy, slices of the groups before this one
+    for (int g = 0; g < (int)blockIdx.x; g++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) before[q] += groups[g].v[q];
+    const Quad<int> L = group_counts(count, Vp);
+    int mine[4], at[4], total[4];
+    plan_counts(L, mine);
+    block_exclusive_scan<4>(mine, at, total, warp_totals);
+#pragma unroll
+    for (int q = 0; q < 4; q++) at[q] += before[q];
+    const int v0 = (blockIdx.x * PLAN_THREADS + threadIdx.x) * 4;
+    if (v0 < Vp) {
+        Quad<int> off;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const int big = L.v[k] > LIGHT_MAX;
-            mine.v[0] += L.v[k];
-            mine.v[1] += L.v[k] > 0 && !big;
-            mine.v[2] += big;
-            mine.v[3] += big ? (L.v[k] + SLICE_ROWS - 1) / SLICE_ROWS : 0;
-        }
-        Quad<int> total;
-        Quad<int> at = block_exclusive_scan(mine, warp_totals, total);
-#pragma unroll
-        for (int q = 0; q < 4; q++) at.v[q] += carry.v[q];
-        if (v0 < Vp) {
-            Quad<int> off;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int v = v0 + k, n = L.v[k];
-                off.v[k] = at.v[0];
-                if (n > LIGHT_MAX) {
-                    heavy[at.v[2]] = Quad<int>{{v, at.v[0], n, at.v[3]}};
-                    for (int lo = 0; lo < n; lo += SLICE_ROWS) slices[at.v[3]++] = Quad<int>{{at.v[2], lo, min(n, lo + SLICE_ROWS), 0}};
-                    at.v[2]++;
-                } else if (n > 0) {
-                    light[at.v[1]++] = Quad<int>{{v, at.v[0], n, 0}};
-                }
-                at.v[0] += n;
+            const int v = v0 + k, n = L.v[k];
+            off.v[k] = at[0];
+            if (n > LIGHT_MAX) {
+                heavy[at[2]] = Quad<int>{{v, at[0], n, at[3]}};
+                for (int lo = 0; lo < n; lo += SLICE_ROWS) slices[at[3]++] = Quad<int>{{at[2], lo, min(n, lo + SLICE_ROWS), 0}};
+                at[2]++;
+            } else if (n > 0) {
+                light[at[1]++] = Quad<int>{{v, at[0], n, 0}};
             }
-            *reinterpret_cast<Quad<int>*>(offsets + v0) = off;
+            at[0] += n;
         }
-#pragma unroll
-        for (int q = 0; q < 4; q++) carry.v[q] += total.v[q];
+        *reinterpret_cast<Quad<int>*>(offsets + v0) = off;
     }
-    if (threadIdx.x == 0) {
-        totals[0] = carry.v[1];
-        totals[1] = carry.v[2];
-        totals[2] = carry.v[3];
+    if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
+        totals[0] = before[1] + total[1];
+        totals[1] = before[2] + total[2];
+        totals[2] = before[3] + total[3];
     }
 }
 
@@ -375,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIGHT_WARPS) embedding_dwte(
 extern "C" __global__ void __launch_bounds__(ORDER_THREADS) embedding_order(
         const int* __restrict__ tokens, const int* __restrict__ heavy_ints, const int* __restrict__ totals,
         int* __restrict__ bucket, int N) {
-    __shared__ Quad<int> warp_totals[32];
+    __shared__ int warp_totals[32][1];
     const Quad<int>* heavy = reinterpret_cast<const Quad<int>*>(heavy_ints);
     const int per_pass = ORDER_PER * ORDER_THREADS;
     for (int h = blockIdx.x; h < totals[1]; h += gridDim.x) {  // the same h for the whole block
@@ -385,18 +473,18 @@ extern "C" __global__ void __launch_bounds__(ORDER_THREADS) embedding_order(
         for (int n0 = 0; n0 < N; n0 += per_pass) {
             const int first = n0 + ORDER_PER * threadIdx.x;
             bool hit[ORDER_PER];
-            Quad<int> mine = {{0, 0, 0, 0}};
+            int mine[1] = {0}, at[1], total[1];
 #pragma unroll
             for (int k = 0; k < ORDER_PER; k++) {
                 hit[k] = first + k < N && tokens[first + k] == v;
-                mine.v[0] += hit[k];
+                mine[0] += hit[k];
             }
-            Quad<int> total;
-            int at = placed + block_exclusive_scan(mine, warp_totals, total).v[0];
+            block_exclusive_scan<1>(mine, at, total, warp_totals);
+            at[0] += placed;
 #pragma unroll
             for (int k = 0; k < ORDER_PER; k++)
-                if (hit[k]) ordered[at++] = first + k;
-            placed += total.v[0];
+                if (hit[k]) ordered[at[0]++] = first + k;
+            placed += total[0];
         }
     }
 }
@@ -410,36 +498,20 @@ extern "C" __global__ void __launch_bounds__(32 * HEAVY_WARPS) embedding_dwte_he
         float* __restrict__ scratch, int* __restrict__ tickets, int C) {
     constexpr bool vec = VEC;
     __shared__ float partial[HEAVY_WARPS][STRIP_COLUMNS];
+    __shared__ int last;
     const Quad<int>* heavy = reinterpret_cast<const Quad<int>*>(heavy_ints);
     const Quad<int>* slices = reinterpret_cast<const Quad<int>*>(slice_ints);
-    __shared__ int last;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int s = blockIdx.x; s < totals[2]; s += gridDim.x) {  // the same s for the whole block
         const Quad<int> sl = slices[s], tok = heavy[sl.v[0]];
         const int v = tok.v[0], n_slices = (tok.v[2] + SLICE_ROWS - 1) / SLICE_ROWS;
-        const int* ordered = bucket + tok.v[1];
-        const int span = (sl.v[2] - sl.v[1] + HEAVY_WARPS - 1) / HEAVY_WARPS;  // positions a warp sums
-        const int lo = min(sl.v[2], sl.v[1] + warp * span), hi = min(sl.v[2], lo + span);
+        gradT* row = dwte + (long long)v * C;
         for (int pass = 0; pass < C; pass += STRIP_COLUMNS) {
-            Strip acc;
-#pragma unroll
-            for (int j = 0; j < STRIP; j++)
-#pragma unroll
-                for (int e = 0; e < PIECE; e++) acc.v[j][e] = 0.0f;
-            add_listed_rows<4>(acc, dout, ordered, lo, hi, pass, lane, C, vec);
-#pragma unroll
-            for (int j = 0; j < STRIP; j++)
-#pragma unroll
-                for (int e = 0; e < PIECE; e++) partial[warp][j * 32 * PIECE + lane * PIECE + e] = acc.v[j][e];
-            __syncthreads();
+            warp_sums<HEAVY_AHEAD, false>(partial, dout, bucket + tok.v[1], sl.v[1], sl.v[2], pass, C, vec);
             for (int i = threadIdx.x; i < STRIP_COLUMNS && pass + i < C; i += blockDim.x) {
-                float sum = 0.0f;
-                for (int w = 0; w < HEAVY_WARPS; w++) sum += partial[w][i];
-                const long long col = pass + i;
                 if (n_slices == 1) {
-                    dwte[(long long)v * C + col] = from_f32<gradT>(to_f32(dwte[(long long)v * C + col]) + sum);
+                    row[pass + i] = from_f32<gradT>(to_f32(row[pass + i]) + block_sum(partial, i));
                 } else {
-                    scratch[(long long)s * C + col] = sum;
+                    scratch[(long long)s * C + pass + i] = block_sum(partial, i);
                 }
             }
             __syncthreads();  // partial is rewritten by the next pass
@@ -449,12 +521,13 @@ extern "C" __global__ void __launch_bounds__(32 * HEAVY_WARPS) embedding_dwte_he
         __syncthreads();
         if (threadIdx.x == 0) last = atomicAdd(tickets + sl.v[0], 1) == n_slices - 1;
         __syncthreads();
-        if (last) {  // every slice of the token is in scratch: add them to dwte in slice order
+        if (last) {  // every slice of the token is in scratch: dwte[v] += their sum, in slice order
             __threadfence();
-            for (int col = threadIdx.x; col < C; col += blockDim.x) {
-                float sum = to_f32(dwte[(long long)v * C + col]);
-                for (int k = 0; k < n_slices; k++) sum += __ldcg(scratch + (long long)(tok.v[3] + k) * C + col);
-                dwte[(long long)v * C + col] = from_f32<gradT>(sum);
+            for (int pass = 0; pass < C; pass += STRIP_COLUMNS) {
+                warp_sums<HEAVY_AHEAD / 2, true>(partial, scratch, nullptr, tok.v[3], tok.v[3] + n_slices, pass, C, vec);
+                for (int i = threadIdx.x; i < STRIP_COLUMNS && pass + i < C; i += blockDim.x)
+                    row[pass + i] = from_f32<gradT>(to_f32(row[pass + i]) + block_sum(partial, i));
+                __syncthreads();
             }
         }
         __syncthreads();  // `last` is rewritten by the next slice

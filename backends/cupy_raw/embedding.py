@@ -87,7 +87,11 @@ def backward(saved, dout, grads):
     defines = _defines(dout, dwte, vec)
     fn = lambda name: rt.function("embedding", name, defines)  # noqa: E731
     rt.launch(fn("embedding_count"), rt.cdiv(N, 256), 256, (saved.tokens, count, N32, V32))
-    rt.launch(fn("embedding_plan"), 1, PLAN_THREADS, (count, offsets, light, heavy, slices, totals, _common.i32(Vp)))
+    groups = rt.cdiv(Vp, 4 * PLAN_THREADS)  # embedding_plan's groups of tokens, a block each
+    group_sums = xp.empty((groups, 4), dtype=np.int32)
+    rt.launch(fn("embedding_plan_groups"), groups, PLAN_THREADS, (count, group_sums, _common.i32(Vp)))
+    rt.launch(fn("embedding_plan"), groups, PLAN_THREADS,
+              (count, group_sums, offsets, light, heavy, slices, totals, _common.i32(Vp)))
     rt.launch(fn("embedding_bucket"), rt.cdiv(N, 256), 256, (saved.tokens, offsets, cursor, bucket, N32, V32))
     rt.launch(fn("embedding_dwte"), rt.cdiv(light_cap, LIGHT_WARPS), 32 * LIGHT_WARPS,
               (light, totals, bucket, dout, dwte, C32))

@@ -164,7 +164,7 @@ def main():
                           for k, r in (("wte", ref_wte), ("wpe", ref_wpe)))
                 same = all(bool((grads[0][k] == grads[1][k]).all()) for k in ("wte", "wpe"))
                 rec = dict(N=N, mix=mix, impl=q, err=err, repeatable=same)
-                if err < 1e-4:
+                if err < (1e-2 if q.startswith("torch") else 1e-4):  # the torch reference: its dwte comes out in bf16
                     work = [{"wte": cp.asarray(start_wte), "wpe": cp.asarray(start_wpe)} for _ in range(2)]
                     us = measure(lambda i: impl.backward(saved, douts[i], work[i]), 2, timer, tcfg).p50 * 1e6
                     rec.update(us=round(us, 2), x_copy=round(copy_us / us, 3))

@@ -8,7 +8,7 @@
 //                              that some threads never reach is reported (the launch fails), not hung
 //   __shfl_xor/up_sync         each lane publishes its value, a barrier over its warp, reads its partner's
 //   __shfl_sync, __match_any_sync  the same exchange: one lane's value, or which lanes hold mine
-//   __threadfence, __ldcg      nothing to order or bypass: blocks run one after another
+//   __threadfence              nothing to order: blocks run one after another
 //   atomicAdd                  a real atomic add
 //   __shared__ x[n]            a static local: one copy, shared by the block's threads (blocks run
 //                              one at a time); `extern __shared__` (dynamic) is rewritten by
@@ -309,7 +309,6 @@ inline unsigned __match_any_sync(unsigned, int v) {
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 inline void __threadfence() {}
-template <typename T> inline T __ldcg(const T* p) { return *p; }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: D = A B + C for the whole warp
 inline float emu_half_value(unsigned short bits, bool fp16) {
