@@ -949,27 +949,6 @@ __device__ __forceinline__ void ring_step(int j, int n_tiles, Issue issue) {
     __syncwarp();
 }
 
-// WG_PINGPONG (the forward, two warpgroups): the warpgroups take turns issuing their products, so
-// that one's softmax (exp2 on the SFU, about as many cycles a tile as its two products take on the
-// tensor cores at heads of 64) runs while the other's products do: FlashAttention-3's ping-pong.
-// Turn w is named barrier 1 + w over both warpgroups (barrier 0 is __syncthreads'): a warpgroup waits
-// on its own (bar.sync) before it issues and lets the other go (bar.arrive) after, and warpgroup 1
-// lets warpgroup 0 go first; both take every turn of every tile, also where they have no keys to
-// multiply. Only the order of issue depends on them, never data, so the CPU emulator has them as no-ops.
-static_assert(!WG_PINGPONG || WG_GROUPS == 2, "the ping-pong takes two warpgroups");
-__device__ __forceinline__ void turn_begin(int wg) {
-#ifndef CUPY_RAW_EMULATOR
-    if (WG_PINGPONG) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wg), "n"(WG_THREADS) : "memory");
-#endif
-}
-
-// `last`: the block's last turn, which warpgroup 1 gives no one (warpgroup 0 waits for no more)
-__device__ __forceinline__ void turn_end(int wg, bool last) {
-#ifndef CUPY_RAW_EMULATOR
-    if (WG_PINGPONG && !(wg == 1 && last)) asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - wg), "n"(WG_THREADS) : "memory");
-#endif
-}
-
 // this thread's part of a 64 x 64 accumulator (rows row_a, row_a + 8; columns 8n + 2c, + 1), times
 // scale_a / scale_b, to the rows < T of g (row stride ld), as floatX pairs
 __device__ __forceinline__ void store_acc(floatX* g, long long ld, const float (&acc)[8][4], int row_a, int T,
@@ -1018,35 +997,24 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
         return;
     float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
     zero_acc(o);
-    if (WG_PINGPONG && wg == 1) turn_end(1, false);  // warpgroup 0 takes the first turn
     mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = j * KEYS;
         ring_step(j, n_tiles, issue);
         unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
-        const bool last = j == n_tiles - 1;
-        if (k0 <= wg_last) {  // (the turns inside the branch: a wgmma on a divergent path is serialized)
+        if (k0 <= wg_last) {
             float s[8][4];
             zero_acc(s);
-            turn_begin(wg);
             wgmma_fence();
             issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), false);
-            turn_end(wg, false);
             finish_wgmma(s);
             const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
             online_softmax(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
             u32 pa[4][4];
             acc_to_a(pa, s);
-            turn_begin(wg);
             wgmma_fence();
             issue_pn(o, pa, smem_u32(sk + WG_TILE_BYTES));
-            turn_end(wg, last);
             finish_wgmma(o);
-        } else {  // no key of this tile comes before a query of the warpgroup: its turns all the same
-            turn_begin(wg);
-            turn_end(wg, false);
-            turn_begin(wg);
-            turn_end(wg, last);
         }
         release_slot(bars, j);
     }

@@ -230,16 +230,13 @@ class Wgmma(Flash):
     forward_ring, backward_ring = (4, 2), (3, 2)
     #: a producer warp issues the copies (attention.cu's WG_PRODUCER), else thread 0 between its tiles
     producer = False
-    #: the forward's two warpgroups take turns issuing their products (attention.cu's WG_PINGPONG)
-    pingpong = False
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
         if HS == 64 and defines["VEC"]:
             ring, ahead = self.backward_ring if backward else self.forward_ring
             defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups,
-                           WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer),
-                           WG_PINGPONG=int(self.pingpong and not backward))
+                           WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer))
         return defines
 
     def _arch(self, defines: dict) -> str:
