@@ -223,7 +223,9 @@ class Wgmma(Flash):
     #: an SM), 844 with one (three blocks an SM). Each walk takes its tiles in turn (the products, then
     #: the softmax that needs them): FlashAttention-3's overlap within a warpgroup (the next tile's
     #: scores issued with this tile's P V, a third stage of tiles) measured no faster twice
-    #: (wgmma-attention/2ed8b77, 7f124a6: forward 252 against 239 us, backward 707 against 704).
+    #: (wgmma-attention/2ed8b77, 7f124a6: forward 252 against 239 us, backward 707 against 704), and
+    #: FlashAttention-3's ping-pong, the block's two warpgroups taking turns to issue their products
+    #: by named barriers, was slower (wgmma-attention/a886f81: forward 236 against 222 us).
     forward_groups, backward_groups = 2, 1
     #: the ring of streamed tiles (attention.cu's WG_RING slots, WG_AHEAD tiles issued ahead of the
     #: one multiplied), forward and backward
