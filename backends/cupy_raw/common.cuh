@@ -15,6 +15,8 @@
 //   Pack<T>                      16 bytes of T (8 bf16/fp16 or 4 floats): one vector load/store
 //   load_pack_stream             the same load with the evict-first hint (__ldcs): for data a kernel
 //                                reads once, so that it does not push reusable lines out of L2
+//   load_pack_by<CACHE_GLOBAL>   the same load by L2 only (__ldcg): for data other blocks just wrote
+//   load_l2                      one element by L2 only
 //   store_pack_stream            a store with the evict-first hint (__stcs)
 //   cp_async16, cp_async4        cp.async: global -> shared copies that go around the registers (16
 //                                bytes by L2 only, or 4), in groups (cp_async_commit) waited for by
@@ -94,14 +96,30 @@ template <typename T> __device__ __forceinline__ void store_pack(T* p, const Pac
     *reinterpret_cast<Pack<T>*>(p) = pack;
 }
 
-// load_pack with the cache-streaming hint (ld.global.cs: evict first): for data read once. The CPU
-// emulator has no caches: a plain load there.
-template <typename T> __device__ __forceinline__ Pack<T> load_pack_stream(const T* p) {
+// load_pack with a cache operator: CACHE_STREAMING (ld.global.cs, evict first: for data read once)
+// or CACHE_GLOBAL (ld.global.cg, by L2 only: for data other blocks wrote during the kernel, which
+// this SM's L1 must not answer for). The CPU emulator has no caches: a plain load there.
+enum CacheOp { CACHE_STREAMING, CACHE_GLOBAL };
+template <CacheOp OP, typename T> __device__ __forceinline__ Pack<T> load_pack_by(const T* p) {
 #ifdef CUPY_RAW_EMULATOR
     return load_pack(p);
 #else
-    const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p));
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+    const uint4 bits = OP == CACHE_STREAMING ? __ldcs(q) : __ldcg(q);
     return *reinterpret_cast<const Pack<T>*>(&bits);
+#endif
+}
+
+template <typename T> __device__ __forceinline__ Pack<T> load_pack_stream(const T* p) {
+    return load_pack_by<CACHE_STREAMING>(p);
+}
+
+// one element by L2 only (ld.global.cg), as load_pack_by<CACHE_GLOBAL>
+template <typename T> __device__ __forceinline__ T load_l2(const T* p) {
+#ifdef CUPY_RAW_EMULATOR
+    return *p;
+#else
+    return __ldcg(p);
 #endif
 }
 

@@ -60,18 +60,20 @@ typedef Pack<floatX> PackX;
 // VEC and LIGHT_AHEAD (defines of the launcher's): see above, and: rows embedding_dwte has in flight; each costs a lane ~28
 // registers, so it is traded against warps resident
 
-// 8 columns of a row from column c, as floats (columns at or past C read as 0)
-template <typename T> __device__ __forceinline__ void load_piece(float out[PIECE], const T* row, int c, int C, bool vec) {
+// 8 columns of a row from column c, as floats (columns at or past C read as 0); FROM_L2: by L2 only
+// (common.cuh), for rows other blocks wrote during this kernel
+template <bool FROM_L2 = false, typename T>
+__device__ __forceinline__ void load_piece(float out[PIECE], const T* row, int c, int C, bool vec) {
     if (vec) {
 #pragma unroll
         for (int k = 0; k < PIECE; k += Pack<T>::N) {
-            const Pack<T> p = load_pack(row + c + k);
+            const Pack<T> p = FROM_L2 ? load_pack_by<CACHE_GLOBAL>(row + c + k) : load_pack(row + c + k);
 #pragma unroll
             for (int j = 0; j < Pack<T>::N; j++) out[k + j] = to_f32(p.v[j]);
         }
     } else {
 #pragma unroll
-        for (int k = 0; k < PIECE; k++) out[k] = c + k < C ? to_f32(row[c + k]) : 0.0f;
+        for (int k = 0; k < PIECE; k++) out[k] = c + k < C ? to_f32(FROM_L2 ? load_l2(row + c + k) : row[c + k]) : 0.0f;
     }
 }
 
@@ -97,12 +99,13 @@ struct Strip {
     float v[STRIP][PIECE];
 };
 
-template <typename T> __device__ __forceinline__ void load_strip(Strip& s, const T* row, int pass, int lane, int C, bool vec) {
+template <bool FROM_L2 = false, typename T>
+__device__ __forceinline__ void load_strip(Strip& s, const T* row, int pass, int lane, int C, bool vec) {
 #pragma unroll
     for (int j = 0; j < STRIP; j++) {
         const int c = pass + j * 32 * PIECE + lane * PIECE;
         if (c < C) {
-            load_piece(s.v[j], row, c, C, vec);
+            load_piece<FROM_L2>(s.v[j], row, c, C, vec);
         } else {
 #pragma unroll
             for (int k = 0; k < PIECE; k++) s.v[j][k] = 0.0f;
@@ -118,20 +121,9 @@ template <typename T> __device__ __forceinline__ void store_strip(T* row, int pa
     }
 }
 
-// A 16-byte pack by L2 only (ld.global.cg): for rows other blocks wrote during this kernel. The CPU
-// emulator has no caches: a plain load there.
-template <typename T> __device__ __forceinline__ Pack<T> load_pack_l2(const T* p) {
-#ifdef CUPY_RAW_EMULATOR
-    return load_pack(p);
-#else
-    const uint4 bits = __ldcg(reinterpret_cast<const uint4*>(p));
-    return *reinterpret_cast<const Pack<T>*>(&bits);
-#endif
-}
-
 // acc += src[rows[0]], ..., src[rows[k - 1]] (rows of C elements; k <= AHEAD), in that order. With
 // vec, all k rows are loaded before any is added, and held as loaded (a bf16 piece is one 16-byte
-// pack: 4 registers, not 8 floats); else element by element, a row at a time. FROM_L2: see load_pack_l2.
+// pack: 4 registers, not 8 floats); else element by element, a row at a time. FROM_L2: as load_piece.
 template <int AHEAD, bool FROM_L2 = false, typename T>
 __device__ __forceinline__ void add_rows(Strip& acc, const T* __restrict__ src, const int rows[AHEAD], int k,
                                          int pass, int lane, int C, bool vec) {
@@ -147,7 +139,7 @@ __device__ __forceinline__ void add_rows(Strip& acc, const T* __restrict__ src, 
 #pragma unroll
                     for (int q = 0; q < PACKS; q++) {
                         const T* at = src + (long long)rows[r] * C + c + q * N;
-                        raw[r][j][q] = FROM_L2 ? load_pack_l2(at) : load_pack(at);
+                        raw[r][j][q] = FROM_L2 ? load_pack_by<CACHE_GLOBAL>(at) : load_pack(at);
                     }
             }
 #pragma unroll
@@ -162,7 +154,7 @@ __device__ __forceinline__ void add_rows(Strip& acc, const T* __restrict__ src, 
     } else {
         for (int r = 0; r < k; r++) {
             Strip row;
-            load_strip(row, src + (long long)rows[r] * C, pass, lane, C, false);
+            load_strip<FROM_L2>(row, src + (long long)rows[r] * C, pass, lane, C, false);
 #pragma unroll
             for (int j = 0; j < STRIP; j++)
 #pragma unroll
