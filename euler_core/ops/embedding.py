@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..numerics import param_grad_dtype
 from .base import OpSpec, expect_array, expect_same_dtype, nbytes, random_float
 
 
@@ -55,12 +56,16 @@ class EmbeddingSpec(OpSpec):
         return {"forward": B * T * C, "backward": 2 * B * T * C}
 
     def bytes_moved(self, inputs, attrs):
+        """Forward: the ids, the wte rows read, wpe, out. Backward: the ids, dout, and a dwte row read
+        and written per position, dwpe read and written, the gradients at their own dtype (float32
+        under mixed precision: param_grad_dtype)."""
         B, T = inputs["tokens"].shape
         wte = inputs["wte"]
         C, s = wte.shape[1], wte.dtype.itemsize
+        g = np.dtype(param_grad_dtype(str(wte.dtype))).itemsize
         act = B * T * C * s
         return {"forward": nbytes(inputs["tokens"]) + 2 * act + T * C * s,
-                "backward": nbytes(inputs["tokens"]) + act + 2 * act + 2 * T * C * s}
+                "backward": nbytes(inputs["tokens"]) + act + 2 * B * T * C * g + 2 * T * C * g}
 
     def example(self, dims, dtype, rng):
         B, T, C, V = dims["B"], dims["T"], dims["C"], dims.get("V", 50)
