@@ -26,9 +26,10 @@
 //                       pass): lane i holds the i-th position of the bucket, its rank among the
 //                       bucket's positions is counted with 31 shuffles, the positions are placed by
 //                       rank, and dwte[v] += dout[n] over them in that order
-//   embedding_order     one block per heavy token: its bucket rewritten in position order by walking
-//                       all N positions (an ordered compaction: each thread counts its positions'
-//                       hits, a block-wide scan of the counts says where they go)
+//   embedding_order     one block per heavy token: its bucket rewritten in position order, by ranks
+//                       (a thread a position, counting the bucket's smaller positions) for up to
+//                       1,024 positions, else by walking all N positions (an ordered compaction: each
+//                       thread counts its positions' hits, a block-wide scan says where they go)
 //   embedding_dwte_heavy one block per slice: its 8 warps sum 1/8 of the slice's positions each,
 //                       the partials added in warp order; a token of one slice adds the result to
 //                       dwte, else it goes to `scratch` and the token's last slice to finish (a
@@ -57,8 +58,8 @@ typedef Pack<floatX> PackX;
 #define DWPE_AHEAD 4               // embedding_dwpe: rows in flight a thread
 #define HEAVY_AHEAD 4              // embedding_dwte_heavy: rows of dout in flight a warp (of the
                                    // float scratch, half as many)
-// VEC and LIGHT_AHEAD (defines of the launcher's): see above, and: rows embedding_dwte has in flight; each costs a lane ~28
-// registers, so it is traded against warps resident
+// VEC and LIGHT_AHEAD are the launcher's defines: VEC as above; LIGHT_AHEAD the rows embedding_dwte
+// has in flight a warp (each costs a lane ~28 registers, so it is traded against warps resident)
 
 // 8 columns of a row from column c, as floats (columns at or past C read as 0); FROM_L2: by L2 only
 // (common.cuh), for rows other blocks wrote during this kernel
@@ -450,17 +451,30 @@ extern "C" __global__ void __launch_bounds__(32 * LIGHT_WARPS) embedding_dwte(
 }
 
 // grid <= heavy_cap, block ORDER_THREADS: block x rewrites the buckets of heavy tokens x, x + grid,
-// ... in position order. A pass takes ORDER_PER * ORDER_THREADS positions, thread t the ORDER_PER
-// from ORDER_PER t: it counts its hits, the block's exclusive scan of the counts is where they go.
+// ... in position order: a bucket of at most ORDER_THREADS positions by their ranks (O(L^2) compares
+// over the block, no walk of all N), a larger one by walking the positions: a pass takes
+// ORDER_PER * ORDER_THREADS of them, thread t the ORDER_PER from ORDER_PER t; it counts its hits,
+// and the block's exclusive scan of the counts is where they go.
 extern "C" __global__ void __launch_bounds__(ORDER_THREADS) embedding_order(
         const int* __restrict__ tokens, const int* __restrict__ heavy_ints, const int* __restrict__ totals,
         int* __restrict__ bucket, int N) {
     __shared__ int warp_totals[32][1];
+    __shared__ int held[ORDER_THREADS];
     const Quad<int>* heavy = reinterpret_cast<const Quad<int>*>(heavy_ints);
     const int per_pass = ORDER_PER * ORDER_THREADS;
     for (int h = blockIdx.x; h < totals[1]; h += gridDim.x) {  // the same h for the whole block
-        const int v = heavy[h].v[0];
+        const int v = heavy[h].v[0], L = heavy[h].v[2];
         int* ordered = bucket + heavy[h].v[1];
+        if (L <= ORDER_THREADS) {  // few enough to rank: thread i's position goes after the L's smaller ones
+            const int n = threadIdx.x < L ? ordered[threadIdx.x] : 0;
+            __syncthreads();  // held is free (the previous token's ranks are all taken)
+            held[threadIdx.x] = n;
+            __syncthreads();
+            int rank = 0;
+            for (int i = 0; i < L; i++) rank += held[i] < n;
+            if (threadIdx.x < L) ordered[rank] = n;
+            continue;
+        }
         int placed = 0;  // hits of the passes before this one
         for (int n0 = 0; n0 < N; n0 += per_pass) {
             const int first = n0 + ORDER_PER * threadIdx.x;
