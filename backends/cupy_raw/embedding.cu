@@ -28,7 +28,7 @@
 //                       rank, and dwte[v] += dout[n] over them in that order
 //   embedding_order     one block per heavy token: its bucket rewritten in position order, by ranks
 //                       (a thread a position, counting the bucket's smaller positions) for up to
-//                       1,024 positions, else by walking all N positions (an ordered compaction: each
+//                       256 positions, else by walking all N positions (an ordered compaction: each
 //                       thread counts its positions' hits, a block-wide scan says where they go)
 //   embedding_dwte_heavy one block per slice: its 8 warps sum 1/8 of the slice's positions each,
 //                       the partials added in warp order; a token of one slice adds the result to
@@ -55,6 +55,8 @@ typedef Pack<floatX> PackX;
 #define PLAN_THREADS 1024          // embedding_plan: threads (4 tokens each a pass)
 #define ORDER_THREADS 1024         // embedding_order: threads (ORDER_PER positions each a pass)
 #define ORDER_PER 16
+#define RANK_MAX 256               // embedding_order ranks a bucket of up to this many positions (L^2
+                                   // compares: 1,024 would cost more than a walk of 16,384 ids), else walks
 #define DWPE_AHEAD 4               // embedding_dwpe: rows in flight a thread
 #define HEAVY_AHEAD 4              // embedding_dwte_heavy: rows of dout in flight a warp (of the
                                    // float scratch, half as many)
@@ -451,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIGHT_WARPS) embedding_dwte(
 }
 
 // grid <= heavy_cap, block ORDER_THREADS: block x rewrites the buckets of heavy tokens x, x + grid,
-// ... in position order: a bucket of at most ORDER_THREADS positions by their ranks (O(L^2) compares
+// ... in position order: a bucket of at most RANK_MAX positions by their ranks (O(L^2) compares
 // over the block, no walk of all N), a larger one by walking the positions: a pass takes
 // ORDER_PER * ORDER_THREADS of them, thread t the ORDER_PER from ORDER_PER t; it counts its hits,
 // and the block's exclusive scan of the counts is where they go.
@@ -459,20 +461,22 @@ extern "C" __global__ void __launch_bounds__(ORDER_THREADS) embedding_order(
         const int* __restrict__ tokens, const int* __restrict__ heavy_ints, const int* __restrict__ totals,
         int* __restrict__ bucket, int N) {
     __shared__ int warp_totals[32][1];
-    __shared__ int held[ORDER_THREADS];
+    __shared__ int held[RANK_MAX];
     const Quad<int>* heavy = reinterpret_cast<const Quad<int>*>(heavy_ints);
     const int per_pass = ORDER_PER * ORDER_THREADS;
     for (int h = blockIdx.x; h < totals[1]; h += gridDim.x) {  // the same h for the whole block
         const int v = heavy[h].v[0], L = heavy[h].v[2];
         int* ordered = bucket + heavy[h].v[1];
-        if (L <= ORDER_THREADS) {  // few enough to rank: thread i's position goes after the L's smaller ones
+        if (L <= RANK_MAX) {  // few enough to rank: thread i's position goes after the bucket's smaller ones
             const int n = threadIdx.x < L ? ordered[threadIdx.x] : 0;
             __syncthreads();  // held is free (the previous token's ranks are all taken)
-            held[threadIdx.x] = n;
+            if (threadIdx.x < L) held[threadIdx.x] = n;
             __syncthreads();
-            int rank = 0;
-            for (int i = 0; i < L; i++) rank += held[i] < n;
-            if (threadIdx.x < L) ordered[rank] = n;
+            if (threadIdx.x < L) {
+                int rank = 0;
+                for (int i = 0; i < L; i++) rank += held[i] < n;
+                ordered[rank] = n;
+            }
             continue;
         }
         int placed = 0;  // hits of the passes before this one
