@@ -7,8 +7,9 @@ a prefix sum that also lists the tokens by how many positions hold them), then o
 ordering its few positions by rank and summing them in that order (or, for a token held by more
 than 32 positions, its bucket put in position order by a walk over all positions and summed in
 slices of 128, the slices added in order), so the float sums never depend on thread timing:
-bitwise repeatable, and no CUB/thrust sort (which a captured CUDA graph could not hold). Token ids outside [0, V) (the spec checks them only for NumPy
-input, to avoid a host sync) give NaN rows forward and no gradient, never an out-of-bounds read.
+bitwise repeatable, and no CUB/thrust sort (which a captured CUDA graph could not hold). Token ids
+outside [0, V) (the spec checks them only for NumPy input, to avoid a host sync) give NaN rows
+forward and no gradient, never an out-of-bounds read.
 """
 
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ def backward(saved, dout, grads):
     light = xp.empty((light_cap, 4), dtype=np.int32)
     heavy = xp.empty((heavy_cap, 4), dtype=np.int32)
     slices = xp.empty((slice_cap, 4), dtype=np.int32)
-    totals = xp.empty((4,), dtype=np.int32)  # light tokens, heavy tokens, slices
+    totals = xp.empty((3,), dtype=np.int32)  # light tokens, heavy tokens, slices
     scratch = xp.empty((slice_cap, C), dtype=np.float32)
     defines = _defines(dout, dwte, vec)
     fn = lambda name: rt.function("embedding", name, defines)  # noqa: E731

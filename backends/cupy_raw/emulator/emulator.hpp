@@ -288,13 +288,8 @@ template <typename T> inline T emu_shuffle(T v, int source_lane_xor, bool up) {
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) { return emu_shuffle(v, mask, false); }
 template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned d) { return emu_shuffle(v, (int)d, true); }
 // every lane of the warp takes part, as in this backend's kernels
-inline int __shfl_sync(unsigned, int v, int src) {
-    emu::Warp& w = emu::my_warp();
-    w.lanes[emu::linear_tid % 32] = (unsigned)v;
-    emu::warp_barrier();
-    const int r = (int)(unsigned)w.lanes[src % 32];
-    emu::warp_barrier();
-    return r;
+template <typename T> inline T __shfl_sync(unsigned, T v, int src) {
+    return emu_shuffle(v, (emu::linear_tid % 32) ^ (src % 32), false);  // lane ^ (lane ^ src) = src
 }
 inline unsigned __match_any_sync(unsigned, int v) {
     emu::Warp& w = emu::my_warp();
