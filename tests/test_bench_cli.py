@@ -2,6 +2,7 @@
 its records: the CI smoke run of the benchmark (quick timing; the conformance suite itself runs in
 conformance/, so it is skipped here and the check at the benchmarked shape is what guards timing)."""
 
+import pytest
 import json
 
 from euler_core.cli import main
@@ -68,3 +69,21 @@ def test_bench_step_profiles_a_training_run_op_by_op(tmp_path, capsys):
     assert rows[("matmul_gelu", "forward")]["calls"] == 2
     assert rows[("classifier_crossentropy", "forward")]["calls"] == 1
     assert 0 < summary["kernels_s"] <= summary["wall_s"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "give --out or --once"),
+    (["--once", "prose", "4096"], "--once MIX: 'prose' is not a mix; the mixes: uniform, english, python"),
+    (["--once", "english", "1000"], "--once N: '1000' must be a multiple of T = 1024"),
+    (["--once", "english", "0"], "--once N: '0' must be a multiple of T = 1024"),
+])
+def test_embedding_tokens_refuses_bad_arguments_before_touching_a_gpu(args, message):
+    """bench/tune/embedding_tokens.py (a GPU benchmark) names the bad argument and exits 2 before it
+    imports CuPy, so the refusal is the same on a machine without a GPU."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "bench" / "tune" / "embedding_tokens.py"
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr

@@ -38,6 +38,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from euler_core.files import write_text_atomic  # noqa: E402
 from euler_core.ops import OPS  # noqa: E402
 
 T, C, V = 1024, 768, 50304
@@ -93,6 +94,12 @@ def main():
     args = ap.parse_args()
     if not (args.out or args.once):
         ap.error("give --out or --once")
+    if args.once:
+        mixes = ("uniform", "english", "python")
+        if args.once[0] not in mixes:
+            ap.error(f"--once MIX: {args.once[0]!r} is not a mix; the mixes: {', '.join(mixes)}")
+        if not args.once[1].isdigit() or not 0 < int(args.once[1]) <= 65536 or int(args.once[1]) % T:
+            ap.error(f"--once N: {args.once[1]!r} must be a multiple of T = {T}, at most 65536 (B*T positions)")
     import cupy as cp
     import ml_dtypes
     from euler_core.measure.timing import CudaTimer, TimingConfig, measure
@@ -171,8 +178,7 @@ def main():
                 del grads
                 records.append(rec)
                 log(" ".join(f"{k}={v}" for k, v in rec.items()))
-                with open(args.out + ".json", "w") as f:
-                    json.dump(records, f, indent=1)
+                write_text_atomic(args.out + ".json", json.dumps(records, indent=1))  # a kill keeps the last
         del douts, wte, wpe
         cp.get_default_memory_pool().free_all_blocks()
     print("\n| B*T | mix | variant | us | x copy | max rel. error | repeatable |\n|---:|---|---|---:|---:|---:|---|")
