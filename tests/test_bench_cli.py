@@ -2,8 +2,9 @@
 its records: the CI smoke run of the benchmark (quick timing; the conformance suite itself runs in
 conformance/, so it is skipped here and the check at the benchmarked shape is what guards timing)."""
 
-import pytest
 import json
+
+import pytest
 
 from euler_core.cli import main
 from euler_core.ops import OPS
