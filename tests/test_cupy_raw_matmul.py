@@ -169,12 +169,17 @@ class _KernelModel:
                    flags, (d["MMA_BM"], d["MMA_BN"]))
 
     def gemm_wgmma(self, d, grid, block, args, shared):
-        ta, tb, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
+        ta, tb, tc, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
-        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"])
+        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"], d["WG_STORE_COLS"])
         bm = d["WG_BM"]
         A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, bm)
         B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
+        if d["WG_STORE_COLS"]:  # the TMA-store epilogue: C through its own map, whole, 16-bit, 64 x 64 boxes
+            assert flags & mm.FLAG_VEC and cols % 8 == 0
+            assert not flags & (mm.FLAG_ACCUMULATE | mm.FLAG_PRE | mm.FLAG_OUT_F32 | mm.FLAG_PARTIAL)
+            target, *geometry = self.maps[int.from_bytes(tc.data[:8], "little")]
+            assert target is c and geometry == [rows, cols, cols, 64, 64]
         persistent = grid[0] == min(rt.cdiv(rows, bm) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
                                     _common.H200_SMS * d["WG_CTAS"])
         assert persistent or not d["WG_PINGPONG"]
@@ -348,14 +353,41 @@ def test_wgmma_kernel_in_the_emulator(monkeypatch):
 
 
 
-def _check_wgmma_gelu(rng, rows: int, label: str) -> None:
-    """wgmma's forward with the GELU epilogue at (rows, 64) x (136, 64): pre (poisoned first) and
-    gelu(pre) against float64."""
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("bn, store_cols, stages", [(256, 256, 3), (256, 128, 4), (128, 64, 4)],
+                         ids=["256-in-one-pass", "256-in-two-passes", "128-in-two-passes"])
+def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, stages):
+    """The TMA-store epilogue (forward and dx): the accumulators rounded into the swizzled image, the
+    boxes stored through C's tensor map and clipped at its edges (520 and 130 rows, 264 columns: a
+    ragged last tile both ways), several passes of one tile waiting on the last one's reads, the
+    bias and GELU. Columns of 136 / 264 / 520 take it; 130 (not a multiple of 8) and dW (float32,
+    accumulated) keep the staged epilogue, beside it in the same module."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    for product in ("forward", "dx"):
+        cfg = dict(mm.CONFIGS[("wgmma", product)], bn=bn, store_cols=store_cols, stages=stages)
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), cfg)
+    monkeypatch.setitem(mm.SHAPE_CONFIGS, ("wgmma", "forward", 50304, 768), mm.CONFIGS[("wgmma", "forward")])
+    taken = []
+    real_ok = mm._tma_store_ok
+    monkeypatch.setattr(mm, "_tma_store_ok", lambda *args: taken.append(real_ok(*args)) or taken[-1])
+    with rt.emulation():
+        _check_against_naive(mm.wgmma, f"wgmma TMA store {bn}/{store_cols} (emulated)", "bfloat16",
+                             [(16, 64, 128), (520, 64, 520), (130, 192, 264), (70, 64, 130)],
+                             np.random.default_rng(14))
+        _check_wgmma_gelu(np.random.default_rng(15), 72, "emulated TMA store", with_pre=False)
+        _check_wgmma_gelu(np.random.default_rng(16), 72, "emulated TMA store module, staged pre")
+    assert any(taken) and not all(taken), taken  # both epilogues ran
+
+
+def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True) -> None:
+    """wgmma's forward with the GELU epilogue at (rows, 64) x (136, 64): pre (poisoned first, unless
+    not `with_pre`) and gelu(pre) against float64."""
     x, w, b = _inputs(rng, rows, 64, 136, "bfloat16")
-    pre = np.full((rows, 136), np.nan, dtype=x.dtype)
-    y = mm.wgmma.forward_gelu(x, w, b, pre=pre)
+    pre = np.full((rows, 136), np.nan, dtype=x.dtype) if with_pre else None
+    y = mm.wgmma.forward_gelu(x, w, b, out=np.full((rows, 136), np.nan, dtype=x.dtype), pre=pre)
     ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
-    _close(pre, ref, "bfloat16", "forward", f"{label} pre")
+    if with_pre:
+        _close(pre, ref, "bfloat16", "forward", f"{label} pre")
     _close(y, _gelu(ref), "bfloat16", "forward", f"{label} gelu")
 
 

@@ -49,6 +49,9 @@
 // FLAG_ROWSUM (gemm_wgmma, A MN-major): the blocks of tile column 0 also sum A's rows over their k slice, one
 // more wgmma per step (A @ ones), into rowsum[slice, i] (float32): dW's A is dy^T, so these are the
 // bias gradient's column sums of dy, with no second pass over dy (colsum_finish adds the slices).
+// gemm_wgmma built with WG_STORE_COLS > 0 (the host builds it so where C is floatX, whole,
+// TMA-describable and nothing but the bias and GELU is asked) writes C through a tensor map of C by
+// the copy engine instead of the threads' own stores (wgmma_store_epilogue), and has no other epilogue.
 #include "common.cuh"
 #include "tensor_core.cuh"
 #include "matmul_layout.cuh"
@@ -366,7 +369,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 #include "tma.cuh"
 // Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the tile of C), WG_BM (its rows),
 // WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
-// schedule, below). Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
+// schedule, below), WG_STORE_COLS (0, or the columns of C a warpgroup stages per TMA store pass:
+// 64, 128 or 256; below). Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
 // b + gridDim.x, ... (the host launches one block per item, or a persistent grid of a few per SM).
@@ -411,9 +415,26 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // already be multiplying the next tile while the other still writes. Without FLAG_VEC (unaligned,
 // ragged widths: tests) the same staging, then element by element with the flags read at run time.
 //
+// The TMA-store epilogue (modules with WG_STORE_COLS > 0: forward and dx at 16-bit C, what
+// gemm_wgmma's K = 768 products lose most to). The staged epilogue above keeps both warpgroups away
+// from the tensor cores while its stores drain (12.4 us a tile wave at fc's forward against 8.4
+// without them, wgmma-c53bb3f). Here each warpgroup rounds its accumulators (+ bias, GELU: the same
+// arithmetic in the same order) straight into a shared-memory image of WG_STORE_COLS columns of its
+// 64 rows, laid out as 64 x 64 boxes in the 128-byte swizzle (box row y, 16-byte chunk q at chunk
+// q ^ (y % 8): a warp's 4-byte writes then fall in 32 different banks), fences them for the async
+// proxy, and one thread hands the boxes to the copy engine (cp.async.bulk.tensor stores through C's
+// tensor map, which also clips the tile at C's edges) and goes on: the next tile's multiplies start
+// while the copy engine writes this one out. Before a warpgroup writes its image again, that thread
+// waits until the copy engine has read it (tma_store_wait_read), then a barrier. WG_STORE_COLS <
+// WG_BN stages the tile in several passes, the later ones waiting for the earlier ones' reads: less
+// shared memory (room for a deeper ring), less overlap. Such a module has this epilogue alone: with
+// the staged one beside it (for the flag sets it cannot take) ptxas spilled at WG_BN 256.
+//
 // Shared memory (dynamic, the base rounded up to 1024 bytes for the swizzle): WG_STAGES A tiles
 // (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), the two
-// warpgroups' epilogue buffers (WG_EPI_BYTES each), then the full[] and empty[] mbarriers
+// warpgroups' epilogue buffers (WG_STAGE_BYTES each: the staged epilogue's WG_EPI_BYTES, or the
+// TMA store's image of 64 x WG_STORE_COLS 16-bit values where that is larger), then the full[] and
+// empty[] mbarriers
 // (matmul.py's wgmma_shared_bytes: 219200 bytes at WG_BN 256, 4 stages; the SM has 232448).
 #define WG_CONSUMERS 2
 #define WG_THREADS (WG_CONSUMERS * 128 + 32)
@@ -425,6 +446,11 @@ constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
 constexpr int WG_EPI_COLS = 32;                       // columns of C a warpgroup stages per pass
 constexpr int WG_EPI_LDS = WG_EPI_COLS + 8;           // floats per staged row (padded)
 constexpr int WG_EPI_BYTES = 64 * WG_EPI_LDS * 4;     // one warpgroup's buffer: 10 KB
+constexpr int WG_STORE_BYTES = 64 * WG_STORE_COLS * 2;  // a warpgroup's TMA-store image (0: none)
+constexpr int WG_STAGE_BYTES = WG_STORE_BYTES > WG_EPI_BYTES ? WG_STORE_BYTES : WG_EPI_BYTES;
+constexpr int WG_BOX_BYTES = 64 * 128;                // one 64 x 64 box of the image
+static_assert(WG_STORE_COLS == 0 || (WG_BN % WG_STORE_COLS == 0 && WG_STORE_COLS % 64 == 0),
+              "TMA-store passes of whole 64-column boxes that divide the tile");
 static_assert(WG_BN % WG_EPI_COLS == 0 && WG_EPI_COLS % 8 == 0, "whole 8-column groups per pass");
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
@@ -669,6 +695,66 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
     }
 }
 
+#if WG_STORE_COLS > 0
+// The TMA-store epilogue of one warpgroup's 64 rows (see the section's header): per pass, WG_STORE_COLS
+// columns rounded into the image at `image` (shared memory; its 64 x 64 boxes one after another), then stored by
+// thread 0 through C's tensor map at (column j_tile + the pass's first, row i_wg). F: FLAG_BIAS,
+// FLAG_GELU (the rest of C's flags are those the host allows here: VEC, no accumulate, no pre).
+// Thread t holds, of every 8-column group g, columns 8 g + cc, + 1 of rows r and r + 8
+// (wgmma_acc_coords: registers 4 g + 2 h, + 1 for row r + 8 h).
+template <int F>
+__device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* bias,
+                                                     const TmaDescriptor* map, unsigned char* image, int bar, int t,
+                                                     int i_wg, int j_tile, int cols) {
+    int r, cc;
+    wgmma_acc_coords(t, 0, r, cc);
+    constexpr int GROUPS = WG_STORE_COLS / 8;  // 8-column groups a pass
+#pragma unroll
+    for (int pass = 0; pass < WG_BN / WG_STORE_COLS; ++pass) {
+        if (t == 0) tma_store_wait_read();  // the copy engine has read the image's last stores
+        named_barrier(bar, 128);
+        const int j_pass = j_tile + pass * WG_STORE_COLS;
+        // (this thread's row of the image through a zero the compiler cannot see through: else it
+        // computes every pass's addresses ahead while the accumulators are live, and spills)
+        const int zero = opaque_zero();
+        unsigned char* const row_at = image + r * 128 + zero;
+        const floatX* const bias_at = bias + j_pass + cc + zero;
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) {
+            const int q = pass * GROUPS + g;      // the 8-column group of the tile
+            const int j = j_pass + 8 * g + cc;    // this thread's first column of it in C
+            float b0 = 0.0f, b1 = 0.0f;
+            if ((F & FLAG_BIAS) && j < cols) {    // (cols % 4 == 0: j + 1 is inside too)
+                const Duo<floatX> pair = *reinterpret_cast<const Duo<floatX>*>(bias_at + 8 * g);
+                b0 = to_f32(pair.v[0]);
+                b1 = to_f32(pair.v[1]);
+            }
+            // the image's box g / 8, its 16-byte chunk g % 8 of each row, bytes 2 cc .. 2 cc + 3
+            unsigned char* const box = row_at + (g / 8) * WG_BOX_BYTES;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int y = r + 8 * h;
+                float v0 = acc[4 * q + 2 * h] + b0, v1 = acc[4 * q + 2 * h + 1] + b1;
+                if (F & FLAG_GELU) {
+                    v0 = gelu_tanh(v0);
+                    v1 = gelu_tanh(v1);
+                }
+                const Duo<floatX> out{{from_f32<floatX>(v0), from_f32<floatX>(v1)}};
+                *reinterpret_cast<Duo<floatX>*>(box + 8 * h * 128 + (((g % 8) ^ (y % 8)) << 4) + 2 * cc) = out;
+            }
+        }
+        WG_FENCE_PROXY_ASYNC();   // this thread's writes, visible to the copy engine
+        named_barrier(bar, 128);  // everyone's
+        if (t == 0) {
+#pragma unroll
+            for (int b = 0; b < WG_STORE_COLS / 64; ++b)
+                tma_store_2d(map, smem_u32(image + b * WG_BOX_BYTES), j_pass + 64 * b, i_wg);
+            tma_store_commit();
+        }
+    }
+}
+#endif
+
 // A consumer warpgroup's main loop over one work item's nk k-blocks of the ring: for each of its
 // WG_MH m64 blocks h (rows a_row0 + 64 h of the slot's A tile), acc[h] += A @ B and, with SUMS,
 // sums[h] += A @ ones (the row sums). hand_on (pingpong; 0: none): the named barrier to arrive at
@@ -730,14 +816,15 @@ __device__ __forceinline__ WorkItem work_item(int work, int tiles_m, int tiles_n
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
-gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b, void* c,
-           const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
-           int flags) {
+gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
+           const __grid_constant__ TmaDescriptor tma_c, void* c, const floatX* bias, floatX* pre, int rows, int cols,
+           int depth, void* rowsum, int k_split, int group_m, int flags) {
+    // tma_c: C's tensor map (64 x 64 boxes, swizzled) where WG_STORE_COLS > 0, else never read
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
-    const unsigned epi = ones + 1024;  // + WG_EPI_BYTES * consumer warpgroup
-    const unsigned full_bar = epi + WG_CONSUMERS * WG_EPI_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
+    const unsigned epi = ones + 1024;  // + WG_STAGE_BYTES * consumer warpgroup (1024-aligned: the swizzle)
+    const unsigned full_bar = epi + WG_CONSUMERS * WG_STAGE_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
@@ -780,7 +867,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 
     const int wg = warp >> 2, t = tid & 127;  // consumer warpgroup, thread in it
     const int a_row0 = WG_PINGPONG ? 0 : 64 * wg;  // its first row of each tile (and of the slot's A tile)
-    float* const stage = reinterpret_cast<float*>(smem_raw + (epi + wg * WG_EPI_BYTES - smem_u32(smem_raw)));
+    float* const stage = reinterpret_cast<float*>(smem_raw + (epi + wg * WG_STAGE_BYTES - smem_u32(smem_raw)));
     float acc[WG_MH][WG_BN / 2], sums[WG_MH][4];
     // pingpong: warpgroup 0 has the first turn (the block's item 0): warpgroup 1 arrives for it
     if (WG_PINGPONG && wg == 1 && (int)blockIdx.x < items) named_arrive(WG_TURN_BAR, 256);
@@ -824,6 +911,16 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
                 if (i0 + 8 < rows) out[i0 + 8] = sums[h][2];
             }
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
+#if WG_STORE_COLS > 0
+#define WG_STORE_EPILOGUE(F) \
+    wgmma_store_epilogue<F>(acc[h], bias + zero, &tma_c, reinterpret_cast<unsigned char*>(stage), 1 + wg, t, i_wg, j_tile, cols)
+            switch (flags & (FLAG_BIAS | FLAG_GELU)) {  // (the host allows nothing else here)
+            case 0: WG_STORE_EPILOGUE(0); break;                                                // dx
+            case FLAG_BIAS: WG_STORE_EPILOGUE(FLAG_BIAS); break;                                // forward
+            default: WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU);                                  // forward_gelu
+            }
+#undef WG_STORE_EPILOGUE
+#else
 #define WG_EPILOGUE(F) wgmma_epilogue<F>(o, acc[h], stage, 1 + wg, t, i_wg, j_tile, w.split)
             switch (flags & ~FLAG_ROWSUM) {
             case FLAG_VEC: WG_EPILOGUE(FLAG_VEC); break;                                           // dx, no bias
@@ -838,8 +935,14 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             default: WG_EPILOGUE(FLAGS_RUNTIME);  // everything else: unaligned, ragged (element by element)
             }
 #undef WG_EPILOGUE
+#endif
         }
     }
+#if WG_STORE_COLS > 0
+    // the copy engine may still read this warpgroup's image (its last tile): the block's shared memory
+    // must outlive that
+    if (t == 0) tma_store_wait_all();
+#endif
 }
 #endif  // GEMM_WGMMA
 

@@ -81,9 +81,10 @@ def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, spli
                 group_m=group_m, split_k=split_k, busy=busy)
 
 
-def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8, pingpong=False, bm=128):
+def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8, pingpong=False, bm=128,
+        store_cols=0):
     return dict(engine="wgmma", bn=bn, bm=bm, stages=stages, ctas=ctas, persistent=persistent, pingpong=pingpong,
-                group_m=group_m, split_k=split_k, busy=busy)
+                group_m=group_m, split_k=split_k, busy=busy, store_cols=store_cols)
 
 
 #: (engine, product) -> launch configuration. bm x bn: the tile of C (wgmma cooperative: bm 128;
@@ -93,7 +94,8 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: one tile's epilogue overlaps the next one's loads (else one block per item); pingpong (wgmma): the
 #: schedule of matmul.cu's gemm_wgmma (False: cooperative); group_m: tile rows
 #: walked together (L2 reuse); split_k: the most k slices; busy: the wave occupancy that is enough
-#: (see _split).
+#: (see _split); store_cols (wgmma): 0, or the columns a consumer warpgroup stages per pass of the
+#: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_ok).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -103,8 +105,8 @@ CONFIGS = {
     # 128 x 256 tiles, two m64n256 consumers, a 4-deep ring (192 KB), one persistent block per SM:
     # the layout CUTLASS's Hopper GEMMs favour for bf16 at these sizes. (Two blocks per SM leave a
     # consumer 96 registers - 18 warps over 4 schedulers - and gemm_wgmma spills there.)
-    ("wgmma", "forward"): _wg(bn=256),
-    ("wgmma", "dx"): _wg(bn=256),
+    ("wgmma", "forward"): _wg(bn=256, store_cols=128),
+    ("wgmma", "dx"): _wg(bn=256, store_cols=128),
     # dW's output is small (768 x 768: 18 such tiles): 128 x 128 tiles and split-K
     ("wgmma", "dW"): _wg(split_k=16, busy=0.9),
 }
@@ -112,7 +114,7 @@ CONFIGS = {
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
 SHAPE_CONFIGS = {
     # lm_head: W (77 MB) is read from DRAM once per group of tile rows: walk 32 of them together
-    ("wgmma", "forward", 50304, 768): _wg(bn=256, group_m=32),
+    ("wgmma", "forward", 50304, 768): _wg(bn=256, group_m=32, store_cols=128),
     ("mma", "forward", 50304, 768): _mma(group_m=32),
 }
 
@@ -302,19 +304,29 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
     return c
 
 
-def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128) -> int:
+def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128, store_cols: int = 0) -> int:
     """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A (bm x
     64) and B (bn x 64) tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups'
-    epilogue buffers (64 rows x WG_EPI_LDS floats each), and a full and an empty mbarrier per slot.
-    219200 bytes at bm 128, bn 256, 4 stages; 227408 at bm 64, bn 256, 5 stages (the H200's SM
+    epilogue buffers (64 rows x WG_EPI_LDS floats each, or the TMA store's image of 64 x store_cols
+    16-bit values where larger), and a full and an empty mbarrier per slot. 219200 bytes at bm 128,
+    bn 256, 4 stages; 231488 with store_cols 128; 227408 at bm 64, bn 256, 5 stages (the H200's SM
     allows a block 232448)."""
-    return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * 64 * WG_EPI_LDS * 4 + 16 * stages
+    buffer = max(64 * WG_EPI_LDS * 4, 64 * store_cols * 2)
+    return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * buffer + 16 * stages
 
 
 def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
     """TMA can describe both operands: 16-byte-aligned bases and row strides (K, M multiples of 8)."""
     return depth > 0 and all(_pointer(op.array) % 16 == 0 and (op.ld * op.array.dtype.itemsize) % 16 == 0
                              for op in (a, b))
+
+
+def _tma_store_ok(c, bias, pre, accumulate: bool, rows: int, cols: int, slices: int, dtype: str) -> bool:
+    """gemm_wgmma's TMA-store epilogue can write C: one k slice, C 16-bit like the operands (not
+    float32), written whole (no accumulate, no pre), rows of 16-byte multiples on 16-byte-aligned
+    bases, and the bias (if any) vector-aligned, as FLAG_VEC asks."""
+    return (slices == 1 and str(c.dtype) == dtype and dtype != "float32" and not accumulate and pre is None
+            and cols % 8 == 0 and rows > 0 and _pointer(c) % 16 == 0 and (bias is None or _pointer(bias) % 16 == 0))
 
 
 def _operand_map(op: Operand, mn_extent: int, depth: int, bmn: int):
@@ -332,19 +344,29 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                          "leaves one consumer warpgroup idle)")
     if bm not in ((64, 128) if pingpong else (128,)):
         raise ValueError(f"matmul wgmma: tile rows bm={bm}: 128 (cooperative) or 64 / 128 (pingpong)")
-    defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
-               "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
-               "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong)}
-    kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
+    store_cols = cfg.get("store_cols", 0)
+    if store_cols and (store_cols % 64 or cfg["bn"] % store_cols):
+        raise ValueError(f"matmul wgmma: store_cols={store_cols} must be whole 64-column boxes dividing bn={cfg['bn']}")
     xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
     k_split = _k_split(cfg, tiles, depth, gelu, xp)
+    slices = rt.cdiv(depth, k_split)
+    # the TMA-store epilogue where C allows it (a module with that epilogue alone), else the staged one
+    if store_cols and not _tma_store_ok(c, bias, pre, accumulate, rows, cols, slices, str(a.array.dtype)):
+        store_cols = 0
+    defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
+               "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
+               "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong), "WG_STORE_COLS": store_cols}
+    kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
-    sums = xp.empty((rt.cdiv(depth, k_split), rows), dtype=np.float32) if rowsum is not None else None
+    sums = xp.empty((slices, rows), dtype=np.float32) if rowsum is not None else None
     maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"]))
-    _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm), cfg, a, c, rows, cols,
-                 depth, bias, accumulate, gelu, pre, maps, (sums if sums is not None else c,), work_items=True,
-                 k_split=k_split, flags=FLAG_ROWSUM if sums is not None else 0)
+    # tma_c: C in 64 x 64 boxes, as the TMA store's image holds them; without that epilogue it is never
+    # read, and any map fills the parameter
+    maps += (_tma.tiled_2d(c, rows, cols, cols, 64, 64) if store_cols else maps[0],)
+    _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols), cfg, a, c,
+                 rows, cols, depth, bias, accumulate, gelu, pre, maps, (sums if sums is not None else c,),
+                 work_items=True, k_split=k_split, flags=FLAG_ROWSUM if sums is not None else 0)
     if sums is not None:
         _add_rows(sums, rowsum, a.array)
     return c

@@ -7,8 +7,9 @@ variant listed for an op is the backend's default for it.
 
     embedding     gather     one warp per position forward; sort-free deterministic scatter-add backward
     layernorm     rows       one warp per row, rows copied into shared memory by cp.async; dweight/dbias partials
+    matmul        wgmma      Hopper GEMM: TMA in and out, mbarriers, warp-specialised wgmma consumers (tiled's
+                             gemm_mma where TMA cannot describe an operand)
     matmul        tiled      tensor-core GEMM (mma.sync, cp.async pipeline), bias and GELU epilogues (matmul.py)
-    matmul        wgmma      Hopper GEMM: TMA, mbarriers, warp-specialised wgmma consumers
     matmul        cublaslt   cuBLASLt called directly, capturable in a CUDA graph: the reference point
     attention     wgmma      FlashAttention-2's schedule on Hopper's wgmma for 16-bit heads of 64 (flash's otherwise)
     attention     flash      FlashAttention-2 forward and backward on tensor cores (mma.sync m16n8k16)
@@ -30,8 +31,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 _VARIANTS = [
     ("embedding", "gather", "embedding", "warp per position; sort-free, deterministic scatter-add backward"),
     ("layernorm", "rows", "layernorm", "warp per row, rows staged by cp.async; deterministic dweight/dbias partials"),
-    ("matmul", "tiled", "matmul:tiled", "hand-written tensor-core GEMM, bias and GELU epilogues, fp32 accumulation"),
     ("matmul", "wgmma", "matmul:wgmma", "Hopper GEMM: TMA tiles, a producer warp, wgmma consumers; bias and GELU epilogues"),
+    ("matmul", "tiled", "matmul:tiled", "hand-written tensor-core GEMM, bias and GELU epilogues, fp32 accumulation"),
     ("matmul", "cublaslt", "matmul:cublaslt", "cuBLASLt called directly (ctypes), graph-capturable; the reference"),
     ("attention", "wgmma", "attention:wgmma", "FlashAttention-2's schedule on Hopper's wgmma (heads of 64, 16-bit)"),
     ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),

@@ -16,6 +16,14 @@
 //                              zeros; its bytes complete the transactions `bar` expects. A box
 //                              starts on 16 bytes of global memory (its first column's address: an
 //                              unaligned start is an illegal instruction, seen on the H200)
+//   tma_store_2d               the other way: one box of shared memory (laid out as a load of the same
+//                              map would leave it) written to the array at (c0, c1); the parts of the box
+//                              outside the array are not written. Asynchronous: the issuing thread
+//                              closes its stores into a group (tma_store_commit), and waits with
+//                              tma_store_wait_read until the groups have read their shared memory (it
+//                              may then be overwritten) or with tma_store_wait_all until they are done.
+//                              Shared-memory writes of the generic proxy must be fenced first
+//                              (WG_FENCE_PROXY_ASYNC, wgmma.cuh) by the threads that made them.
 //
 // The pattern both users follow: a ring of slots, each with a "full" barrier (one expect_tx arrival
 // by the issuing thread; the copies complete it) and an "empty" barrier (an arrival by every thread
@@ -99,6 +107,30 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* m
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
     tma_load_3d(dst, map, c0, c1, 0, bar);
 }
+// the box at once, element by element, inside the array only; nothing left to wait for
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned src, int c0, int c1) {
+    const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
+    if (((long)c0 * m.elem_bytes) % 16 != 0) {
+        fprintf(stderr, "tma.cuh (emulated): thread %d stores a box at column %d of %u-byte elements: not on 16 bytes\n",
+                (int)threadIdx.x, c0, m.elem_bytes);
+        abort();
+    }
+    const unsigned char* s = smem_at(src);
+    const unsigned box_row_bytes = m.box_cols * m.elem_bytes;
+    for (int y = 0; y < (int)m.box_rows; ++y)
+        for (int x = 0; x < (int)m.box_cols; ++x) {
+            const long gx = (long)c0 + x, gy = (long)c1 + y;
+            if (gx < 0 || gx >= (long)m.cols || gy < 0 || gy >= (long)m.rows) continue;
+            const unsigned byte = x * m.elem_bytes;
+            const unsigned char* from = m.swizzle_128b ? s + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15)
+                                                       : s + y * box_row_bytes + byte;
+            memcpy(reinterpret_cast<unsigned char*>(m.base) + gy * m.row_stride_bytes + gx * m.elem_bytes, from,
+                   m.elem_bytes);
+        }
+}
+__device__ __forceinline__ void tma_store_commit() {}
+__device__ __forceinline__ void tma_store_wait_read() {}
+__device__ __forceinline__ void tma_store_wait_all() {}
 #else
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
@@ -130,4 +162,11 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* m
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
         ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif  // CUPY_RAW_EMULATOR

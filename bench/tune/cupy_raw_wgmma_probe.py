@@ -8,6 +8,8 @@ Products (bf16, N = 16384), chosen so that the depth K per tile varies while the
     fc_fwd        y (N, 3072) = x (N, 768) W^T + b      K = 768    (1536 tiles of 128 x 256)
     fc_proj_fwd   y (N, 768) = x (N, 3072) W^T + b      K = 3072   (384 tiles)
     lm_head_dx    dx (N, 768) = dy (N, 50304) W         K = 50304  (384 tiles)
+then the rest of the depth-768 products, where the epilogue weighs most: qkv_fwd, attn_proj_fwd,
+lm_head_fwd (forward, K = 768), attn_proj_dx and fc_proj_dx (dx, depth M = 768);
 and, for the variants of DW_VARIANTS only (the others probe the forward's epilogue), the weight
 gradients, float32 as mixed precision keeps them, with db's fused row sums:
     qkv_dW        dW (2304, 768) += dy^T x, db += sum dy     depth N = 16384 (split-K)
@@ -24,11 +26,18 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     reports/cupy_raw-h200/ under 7ce4f9f); built by switching
                     the tree's per-flag-set dispatch to its FLAGS_RUNTIME default (a source edit made
                     here, not a switch in matmul.cu)
-    no_store        the tree with the tile's epilogue skipped (the shared-memory staging and the
+    no_store        (runtime_flags and no_store: on the staged epilogue, store_cols 0, whose dispatch
+                    they edit) the tree with the tile's epilogue skipped (the shared-memory staging and the
                     stores): the accumulators are summed and stored
                     only if the sum is a magic value, so the multiplies stay; output NOT checked
                     (nothing is written, by design: the poison must survive instead)
     no_bias         forward without the bias (flags VEC only; checked against the bias-free product)
+    store_off       the staged epilogue (the threads' own stores; store_cols 0), as before the TMA
+                    store: the tree's 4-deep ring
+    store256_s3     the TMA store of the whole 64 x 256 share in one pass (64 KB of images), a
+                    3-deep ring to make room
+    store64         the TMA store in four passes of 64 columns (8 KB images, the staged epilogue's
+                    shared memory)
     stages3         WG_STAGES 3 instead of 4 (config=)
     one_block       one block per tile instead of a persistent grid of one per SM (config=)
     group_m16       16 tile rows walked together instead of 8 (config=)
@@ -78,7 +87,11 @@ ROWS = 16384
 #: name -> (product, K (x's width), M (W's rows), bias)
 PRODUCTS = {"fc_fwd": ("forward", 768, 3072, True), "fc_proj_fwd": ("forward", 3072, 768, True),
             "lm_head_dx": ("dx", 768, 50304, False), "qkv_dW": ("dW", 768, 2304, True),
-            "fc_dW": ("dW", 768, 3072, True)}
+            "fc_dW": ("dW", 768, 3072, True),
+            # the other products of depth 768, which the TMA-store epilogue is for
+            "qkv_fwd": ("forward", 768, 2304, True), "attn_proj_fwd": ("forward", 768, 768, True),
+            "lm_head_fwd": ("forward", 768, 50304, True), "attn_proj_dx": ("dx", 768, 768, False),
+            "fc_proj_dx": ("dx", 3072, 768, False)}
 
 _DISPATCH = "switch (flags & ~FLAG_ROWSUM) {"
 #: variant -> source edits of matmul.cu's gemm_wgmma ((old, new), old found exactly once)
@@ -92,9 +105,12 @@ EDITS = {
 #: starts from matmul.PINGPONG_CONFIGS instead of the product's configuration
 VARIANTS = {
     "tree": ({}, None, None),
-    "runtime_flags": ({}, "runtime_flags", None),
-    "no_store": ({}, "no_store", None),
+    "runtime_flags": ({"store_cols": 0}, "runtime_flags", None),   # edits of the staged epilogue's module
+    "no_store": ({"store_cols": 0}, "no_store", None),
     "no_bias": ({}, None, False),
+    "store_off": ({"store_cols": 0}, None, None),
+    "store256_s3": ({"store_cols": 256, "stages": 3}, None, None),
+    "store64": ({"store_cols": 64}, None, None),
     "stages3": ({"stages": 3}, None, None),
     "one_block": ({"persistent": False}, None, None),
     "group_m16": ({"group_m": 16}, None, None),
@@ -202,7 +218,7 @@ def _modules(variants=tuple(VARIANTS)) -> list[tuple[str | None, dict]]:
 
 def _module_name(d: dict) -> str:
     return (f"{'pingpong' if d['WG_PINGPONG'] else 'cooperative':11s} A_KMAJOR={d['A_KMAJOR']} "
-            f"B_KMAJOR={d['B_KMAJOR']} {d['WG_BM']}x{d['WG_BN']} stages={d['WG_STAGES']}")
+            f"B_KMAJOR={d['B_KMAJOR']} {d['WG_BM']}x{d['WG_BN']} stages={d['WG_STAGES']} store_cols={d['WG_STORE_COLS']}")
 
 
 def _compile_on_gpu(job) -> str:
@@ -244,7 +260,8 @@ def _emulate() -> int:
     ref = x.astype(np.float64) @ w.astype(np.float64).T
     real_sms, _common.num_sms = _common.num_sms, lambda xp: 2
     try:
-        for variant in ("tree", "runtime_flags", "no_store", "no_bias", "pingpong", "pingpong_128x128"):
+        for variant in ("tree", "runtime_flags", "no_store", "no_bias", "store_off", "store256_s3", "store64",
+                        "pingpong", "pingpong_128x128"):
             change, edit, bias_override = VARIANTS[variant]
             with_bias = True if bias_override is None else bias_override
             out = np.full((rows, M), np.nan, dtype=bf16)
