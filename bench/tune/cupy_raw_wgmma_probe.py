@@ -9,7 +9,8 @@ Products (bf16, N = 16384), chosen so that the depth K per tile varies while the
     fc_proj_fwd   y (N, 768) = x (N, 3072) W^T + b      K = 3072   (384 tiles)
     lm_head_dx    dx (N, 768) = dy (N, 50304) W         K = 50304  (384 tiles)
 then the rest of the depth-768 products, where the epilogue weighs most: qkv_fwd, attn_proj_fwd,
-lm_head_fwd (forward, K = 768), attn_proj_dx and fc_proj_dx (dx, depth M = 768);
+lm_head_fwd (forward, K = 768), attn_proj_dx and fc_proj_dx (dx, depth M = 768); and the dW
+products fc_proj_dW, lm_head_dW (0.82x / 0.81x cuBLASLt at gemm-253b27c) and attn_proj_dW;
 and, for the variants of DW_VARIANTS only (the others probe the forward's epilogue), the weight
 gradients, float32 as mixed precision keeps them, with db's fused row sums:
     qkv_dW        dW (2304, 768) += dy^T x, db += sum dy     depth N = 16384 (split-K)
@@ -38,6 +39,8 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     3-deep ring to make room
     store64         the TMA store in four passes of 64 columns (8 KB images, the staged epilogue's
                     shared memory)
+    dw256           dW in 128 x 256 tiles (two m64n256 consumers, as forward and dx) instead of 128 x
+                    128: fewer operand bytes per result, half the tiles (more k slices where few)
     stages3         WG_STAGES 3 instead of 4 (config=)
     one_block       one block per tile instead of a persistent grid of one per SM (config=)
     group_m16       16 tile rows walked together instead of 8 (config=)
@@ -91,7 +94,10 @@ PRODUCTS = {"fc_fwd": ("forward", 768, 3072, True), "fc_proj_fwd": ("forward", 3
             # the other products of depth 768, which the TMA-store epilogue is for
             "qkv_fwd": ("forward", 768, 2304, True), "attn_proj_fwd": ("forward", 768, 768, True),
             "lm_head_fwd": ("forward", 768, 50304, True), "attn_proj_dx": ("dx", 768, 768, False),
-            "fc_proj_dx": ("dx", 3072, 768, False)}
+            "fc_proj_dx": ("dx", 3072, 768, False),
+            # the two dW products short of 0.9x cuBLASLt at gemm-253b27c, and attn_proj's
+            "fc_proj_dW": ("dW", 3072, 768, True), "lm_head_dW": ("dW", 768, 50304, False),
+            "attn_proj_dW": ("dW", 768, 768, True)}
 
 _DISPATCH = "switch (flags & ~FLAG_ROWSUM) {"
 #: variant -> source edits of matmul.cu's gemm_wgmma ((old, new), old found exactly once)
@@ -111,6 +117,7 @@ VARIANTS = {
     "store_off": ({"store_cols": 0}, None, None),
     "store256_s3": ({"store_cols": 256, "stages": 3}, None, None),
     "store64": ({"store_cols": 64}, None, None),
+    "dw256": ({"bn": 256}, None, None),
     "stages3": ({"stages": 3}, None, None),
     "one_block": ({"persistent": False}, None, None),
     "group_m16": ({"group_m": 16}, None, None),
@@ -118,7 +125,7 @@ VARIANTS = {
     "pingpong_128x128": ({"pingpong": True, "bm": 128, "bn": 128, "stages": 6}, None, None),
 }
 #: the variants also run at the dW products
-DW_VARIANTS = ("tree", "pingpong")
+DW_VARIANTS = ("tree", "pingpong", "dw256")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128")
 
