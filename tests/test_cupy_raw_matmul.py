@@ -88,6 +88,11 @@ class _KernelModel:
         self.maps.append((a, rows, cols, row_stride, box_cols, box_rows))
         return rt.ByValue(_tma.CTYPE, (len(self.maps) - 1).to_bytes(8, "little") + bytes(_tma.MAP_BYTES - 8))
 
+    def tiled_planes(self, a, planes, rows, cols, box_cols, box_rows):
+        _real_tiled_planes(a, planes, rows, cols, box_cols, box_rows)  # the real checks
+        self.maps.append((a, planes, rows, cols, box_cols, box_rows))
+        return rt.ByValue(_tma.CTYPE, (len(self.maps) - 1).to_bytes(8, "little") + bytes(_tma.MAP_BYTES - 8))
+
     def launch(self, k, grid, block, args, shared_mem=0):
         _real_launch(k, grid, block, args, shared_mem)  # recording: signature and limits checked
         self.kernels.append((k.name, dict(k.defines)))
@@ -171,15 +176,21 @@ class _KernelModel:
     def gemm_wgmma(self, d, grid, block, args, shared):
         ta, tb, tc, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
-        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"], d["WG_STORE_COLS"])
+        assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"], d["WG_STORE_COLS"],
+                                               d["WG_STORE_F32"])
         bm = d["WG_BM"]
         A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, bm)
         B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
-        if d["WG_STORE_COLS"]:  # the TMA-store epilogue: C through its own map, whole, 16-bit, 64 x 64 boxes
-            assert flags & mm.FLAG_VEC and cols % 8 == 0
-            assert not flags & (mm.FLAG_ACCUMULATE | mm.FLAG_PRE | mm.FLAG_OUT_F32 | mm.FLAG_PARTIAL)
+        if d["WG_STORE_COLS"]:  # a TMA-store epilogue: C (or split-K's slices) through its own map
             target, *geometry = self.maps[int.from_bytes(tc.data[:8], "little")]
-            assert target is c and geometry == [rows, cols, cols, 64, 64]
+            assert target is c and flags & mm.FLAG_VEC and not flags & mm.FLAG_PRE
+            if d["WG_STORE_F32"]:  # float32: the slices as planes, or C accumulated (reduce-add)
+                assert str(c.dtype) == "float32" and not flags & (mm.FLAG_BIAS | mm.FLAG_GELU)
+                planes = c.shape[0] if flags & mm.FLAG_PARTIAL else 1
+                assert flags & (mm.FLAG_PARTIAL | mm.FLAG_OUT_F32) and geometry == [planes, rows, cols, 32, 64]
+            else:                  # 16-bit C, whole
+                assert cols % 8 == 0 and not flags & (mm.FLAG_ACCUMULATE | mm.FLAG_OUT_F32 | mm.FLAG_PARTIAL)
+                assert geometry == [1, rows, cols, 64, 64]
         persistent = grid[0] == min(rt.cdiv(rows, bm) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
                                     _common.H200_SMS * d["WG_CTAS"])
         assert persistent or not d["WG_PINGPONG"]
@@ -218,7 +229,7 @@ class _KernelModel:
         c.reshape(-1)[np.arange(m)[:, None] + np.arange(n)[None, :] * ldc] = D.astype(c.dtype)
 
 
-_real_launch, _real_tiled_2d, _real_cublaslt = rt.launch, _tma.tiled_2d, _cublaslt.matmul
+_real_launch, _real_tiled_2d, _real_tiled_planes, _real_cublaslt = rt.launch, _tma.tiled_2d, _tma.tiled_planes, _cublaslt.matmul
 
 
 @pytest.fixture
@@ -226,6 +237,7 @@ def model(monkeypatch):
     m = _KernelModel()
     monkeypatch.setattr(rt, "launch", m.launch)
     monkeypatch.setattr(_tma, "tiled_2d", m.tiled_2d)
+    monkeypatch.setattr(_tma, "tiled_planes", m.tiled_planes)
     monkeypatch.setattr(_cublaslt, "matmul", m.cublaslt)
     with rt.recording():
         yield m
@@ -357,26 +369,27 @@ def test_wgmma_kernel_in_the_emulator(monkeypatch):
 @pytest.mark.parametrize("bn, store_cols, stages", [(256, 256, 3), (256, 128, 4), (128, 64, 4)],
                          ids=["256-in-one-pass", "256-in-two-passes", "128-in-two-passes"])
 def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, stages):
-    """The TMA-store epilogue (forward and dx): the accumulators rounded into the swizzled image, the
-    boxes stored through C's tensor map and clipped at its edges (520 and 130 rows, 264 columns: a
-    ragged last tile both ways), several passes of one tile waiting on the last one's reads, the
-    bias and GELU. Columns of 136 / 264 / 520 take it; 130 (not a multiple of 8) and dW (float32,
-    accumulated) keep the staged epilogue, beside it in the same module."""
+    """The TMA-store epilogues: forward and dx (16-bit: the accumulators rounded into the swizzled
+    image, the boxes stored through C's tensor map and clipped at its edges: 520 and 130 rows, 264
+    columns, a ragged last tile both ways; several passes of one tile waiting on the last one's
+    reads; the bias and GELU), and dW's float32 ones (split-K's slices stored as planes of one map,
+    N = 1024 over one tile; the whole product added to the float32 gradient by the reduce-add).
+    130 columns (not a multiple of 8) and the forward with pre keep the staged epilogue."""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     for product in ("forward", "dx"):
         cfg = dict(mm.CONFIGS[("wgmma", product)], bn=bn, store_cols=store_cols, stages=stages)
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), cfg)
     monkeypatch.setitem(mm.SHAPE_CONFIGS, ("wgmma", "forward", 50304, 768), mm.CONFIGS[("wgmma", "forward")])
     taken = []
-    real_ok = mm._tma_store_ok
-    monkeypatch.setattr(mm, "_tma_store_ok", lambda *args: taken.append(real_ok(*args)) or taken[-1])
+    real_kind = mm._tma_store_kind
+    monkeypatch.setattr(mm, "_tma_store_kind", lambda *args: taken.append(real_kind(*args)) or taken[-1])
     with rt.emulation():
         _check_against_naive(mm.wgmma, f"wgmma TMA store {bn}/{store_cols} (emulated)", "bfloat16",
-                             [(16, 64, 128), (520, 64, 520), (130, 192, 264), (70, 64, 130)],
+                             [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264), (70, 64, 130)],
                              np.random.default_rng(14))
         _check_wgmma_gelu(np.random.default_rng(15), 72, "emulated TMA store", with_pre=False)
         _check_wgmma_gelu(np.random.default_rng(16), 72, "emulated TMA store module, staged pre")
-    assert any(taken) and not all(taken), taken  # both epilogues ran
+    assert {"16bit", "float32", None} <= set(taken), taken  # every epilogue ran
 
 
 def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True) -> None:

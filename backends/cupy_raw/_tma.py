@@ -70,6 +70,13 @@ def tiled_2d(a, rows: int, cols: int, row_stride: int, box_cols: int, box_rows: 
     return tiled(a, (cols, rows), (row_stride,), (box_cols, box_rows))
 
 
+def tiled_planes(a, planes: int, rows: int, cols: int, box_cols: int, box_rows: int):
+    """The tensor map of `a` seen as `planes` contiguous rows x cols arrays one after another (a
+    (planes, rows, cols) C-contiguous array, or one (rows, cols) array with planes 1), copied in boxes
+    of one plane's box_rows x box_cols with the 128-byte swizzle: the GEMMs' C, and split-K's slices."""
+    return tiled(a, (cols, rows, planes), (cols, rows * cols), (box_cols, box_rows, 1))
+
+
 def tiled(a, extents, strides, box, swizzle: bool = True):
     """The tensor map of `a` seen as a 2-D or 3-D array: `extents` (columns, rows[, planes])
     innermost first, `strides` the element strides of rows (and planes), the columns contiguous;

@@ -370,7 +370,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the tile of C), WG_BM (its rows),
 // WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
 // schedule, below), WG_STORE_COLS (0, or the columns of C a warpgroup stages per TMA store pass:
-// 64, 128 or 256; below). Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
+// 64, 128 or 256; 32 too for float32; below), WG_STORE_F32 (1: those stores are float32, dW's).
+// Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
 // b + gridDim.x, ... (the host launches one block per item, or a persistent grid of a few per SM).
@@ -429,6 +430,11 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // WG_BN stages the tile in several passes, the later ones waiting for the earlier ones' reads: less
 // shared memory (room for a deeper ring), less overlap. Such a module has this epilogue alone: with
 // the staged one beside it (for the flag sets it cannot take) ptxas spilled at WG_BN 256.
+// WG_STORE_F32 (dW, its float32 results): the image holds floats (boxes of 32 columns) and goes
+// out either as the item's k slice of the split-K buffer (a plane of C's 3-D map) or, for a whole
+// product, added to the float32 gradient by the copy engine's reduce-add (cp.reduce.async.bulk:
+// old + sum, one rounding per element, the arithmetic of the staged FLAG_ACCUMULATE path), so
+// that the gradient is never read by the threads.
 //
 // Shared memory (dynamic, the base rounded up to 1024 bytes for the swizzle): WG_STAGES A tiles
 // (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), the two
@@ -446,11 +452,11 @@ constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
 constexpr int WG_EPI_COLS = 32;                       // columns of C a warpgroup stages per pass
 constexpr int WG_EPI_LDS = WG_EPI_COLS + 8;           // floats per staged row (padded)
 constexpr int WG_EPI_BYTES = 64 * WG_EPI_LDS * 4;     // one warpgroup's buffer: 10 KB
-constexpr int WG_STORE_BYTES = 64 * WG_STORE_COLS * 2;  // a warpgroup's TMA-store image (0: none)
+constexpr int WG_STORE_BYTES = 64 * WG_STORE_COLS * (WG_STORE_F32 ? 4 : 2);  // a warpgroup's TMA-store image (0: none)
 constexpr int WG_STAGE_BYTES = WG_STORE_BYTES > WG_EPI_BYTES ? WG_STORE_BYTES : WG_EPI_BYTES;
 constexpr int WG_BOX_BYTES = 64 * 128;                // one 64 x 64 box of the image
-static_assert(WG_STORE_COLS == 0 || (WG_BN % WG_STORE_COLS == 0 && WG_STORE_COLS % 64 == 0),
-              "TMA-store passes of whole 64-column boxes that divide the tile");
+static_assert(WG_STORE_COLS == 0 || (WG_BN % WG_STORE_COLS == 0 && WG_STORE_COLS % (WG_STORE_F32 ? 32 : 64) == 0),
+              "TMA-store passes of whole boxes (64 16-bit or 32 float32 columns) that divide the tile");
 static_assert(WG_BN % WG_EPI_COLS == 0 && WG_EPI_COLS % 8 == 0, "whole 8-column groups per pass");
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
@@ -697,18 +703,22 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
 
 #if WG_STORE_COLS > 0
 // The TMA-store epilogue of one warpgroup's 64 rows (see the section's header): per pass, WG_STORE_COLS
-// columns rounded into the image at `image` (shared memory; its 64 x 64 boxes one after another), then stored by
-// thread 0 through C's tensor map at (column j_tile + the pass's first, row i_wg). F: FLAG_BIAS,
-// FLAG_GELU (the rest of C's flags are those the host allows here: VEC, no accumulate, no pre).
+// columns rounded to OutT (floatX, or float with WG_STORE_F32) into the image at `image` (shared
+// memory; boxes of 64 rows x 128 bytes one after another), then written by thread 0 through C's
+// tensor map at (column j_tile + the pass's first, row i_wg, plane): stored, or added to C
+// (`reduce`: dW's float32 accumulation, old + sum, one rounding as finish_quad's). F: FLAG_BIAS,
+// FLAG_GELU (the host allows nothing else here: no pre; float32 images take neither).
 // Thread t holds, of every 8-column group g, columns 8 g + cc, + 1 of rows r and r + 8
 // (wgmma_acc_coords: registers 4 g + 2 h, + 1 for row r + 8 h).
-template <int F>
+template <int F, typename OutT>
 __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* bias,
                                                      const TmaDescriptor* map, unsigned char* image, int bar, int t,
-                                                     int i_wg, int j_tile, int cols) {
+                                                     int i_wg, int j_tile, int cols, int plane, bool reduce) {
     int r, cc;
     wgmma_acc_coords(t, 0, r, cc);
-    constexpr int GROUPS = WG_STORE_COLS / 8;  // 8-column groups a pass
+    constexpr int BOX_COLS = 128 / sizeof(OutT);   // columns of a 128-byte box row: 64 (16-bit), 32 (float)
+    constexpr int BOX_GROUPS = BOX_COLS / 8;       // 8-column groups a box row holds
+    constexpr int GROUPS = WG_STORE_COLS / 8;      // 8-column groups a pass
 #pragma unroll
     for (int pass = 0; pass < WG_BN / WG_STORE_COLS; ++pass) {
         if (t == 0) tma_store_wait_read();  // the copy engine has read the image's last stores
@@ -729,8 +739,9 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                 b0 = to_f32(pair.v[0]);
                 b1 = to_f32(pair.v[1]);
             }
-            // the image's box g / 8, its 16-byte chunk g % 8 of each row, bytes 2 cc .. 2 cc + 3
-            unsigned char* const box = row_at + (g / 8) * WG_BOX_BYTES;
+            // box g / BOX_GROUPS; the pair's bytes in its box row, and their 16-byte chunk
+            unsigned char* const box = row_at + (g / BOX_GROUPS) * WG_BOX_BYTES;
+            const int byte = ((g % BOX_GROUPS) * 8 + cc) * (int)sizeof(OutT), chunk = byte >> 4;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int y = r + 8 * h;
@@ -739,16 +750,19 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                     v0 = gelu_tanh(v0);
                     v1 = gelu_tanh(v1);
                 }
-                const Duo<floatX> out{{from_f32<floatX>(v0), from_f32<floatX>(v1)}};
-                *reinterpret_cast<Duo<floatX>*>(box + 8 * h * 128 + (((g % 8) ^ (y % 8)) << 4) + 2 * cc) = out;
+                const Duo<OutT> out{{from_f32<OutT>(v0), from_f32<OutT>(v1)}};
+                *reinterpret_cast<Duo<OutT>*>(box + 8 * h * 128 + ((chunk ^ (y % 8)) << 4) + (byte & 15)) = out;
             }
         }
         WG_FENCE_PROXY_ASYNC();   // this thread's writes, visible to the copy engine
         named_barrier(bar, 128);  // everyone's
         if (t == 0) {
 #pragma unroll
-            for (int b = 0; b < WG_STORE_COLS / 64; ++b)
-                tma_store_2d(map, smem_u32(image + b * WG_BOX_BYTES), j_pass + 64 * b, i_wg);
+            for (int b = 0; b < WG_STORE_COLS / BOX_COLS; ++b) {
+                const unsigned src = smem_u32(image + b * WG_BOX_BYTES);
+                if (reduce) tma_reduce_add_3d(map, src, j_pass + BOX_COLS * b, i_wg, plane);
+                else tma_store_3d(map, src, j_pass + BOX_COLS * b, i_wg, plane);
+            }
             tma_store_commit();
         }
     }
@@ -819,7 +833,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
            const __grid_constant__ TmaDescriptor tma_c, void* c, const floatX* bias, floatX* pre, int rows, int cols,
            int depth, void* rowsum, int k_split, int group_m, int flags) {
-    // tma_c: C's tensor map (64 x 64 boxes, swizzled) where WG_STORE_COLS > 0, else never read
+    // tma_c: C's 3-D tensor map (boxes of 64 rows x 128 bytes, swizzled; dW's split-K slices its planes)
+    // where WG_STORE_COLS > 0, else never read
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
@@ -912,13 +927,19 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             }
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
 #if WG_STORE_COLS > 0
-#define WG_STORE_EPILOGUE(F) \
-    wgmma_store_epilogue<F>(acc[h], bias + zero, &tma_c, reinterpret_cast<unsigned char*>(stage), 1 + wg, t, i_wg, j_tile, cols)
+#define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
+    wgmma_store_epilogue<F, OutT>(acc[h], bias + zero, &tma_c, reinterpret_cast<unsigned char*>(stage), 1 + wg, t, \
+                                  i_wg, j_tile, cols, plane, reduce)
+#if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE)
+            if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
+            else WG_STORE_EPILOGUE(0, float, 0, (flags & FLAG_ACCUMULATE) != 0);
+#else
             switch (flags & (FLAG_BIAS | FLAG_GELU)) {  // (the host allows nothing else here)
-            case 0: WG_STORE_EPILOGUE(0); break;                                                // dx
-            case FLAG_BIAS: WG_STORE_EPILOGUE(FLAG_BIAS); break;                                // forward
-            default: WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU);                                  // forward_gelu
+            case 0: WG_STORE_EPILOGUE(0, floatX, 0, false); break;                              // dx
+            case FLAG_BIAS: WG_STORE_EPILOGUE(FLAG_BIAS, floatX, 0, false); break;              // forward
+            default: WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU, floatX, 0, false);                // forward_gelu
             }
+#endif
 #undef WG_STORE_EPILOGUE
 #else
 #define WG_EPILOGUE(F) wgmma_epilogue<F>(o, acc[h], stage, 1 + wg, t, i_wg, j_tile, w.split)

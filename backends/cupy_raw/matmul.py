@@ -95,7 +95,7 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: schedule of matmul.cu's gemm_wgmma (False: cooperative); group_m: tile rows
 #: walked together (L2 reuse); split_k: the most k slices; busy: the wave occupancy that is enough
 #: (see _split); store_cols (wgmma): 0, or the columns a consumer warpgroup stages per pass of the
-#: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_ok).
+#: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_kind).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -108,7 +108,7 @@ CONFIGS = {
     ("wgmma", "forward"): _wg(bn=256, store_cols=128),
     ("wgmma", "dx"): _wg(bn=256, store_cols=128),
     # dW's output is small (768 x 768: 18 such tiles): 128 x 128 tiles and split-K
-    ("wgmma", "dW"): _wg(split_k=16, busy=0.9),
+    ("wgmma", "dW"): _wg(split_k=16, busy=0.9, store_cols=128),
 }
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
@@ -253,12 +253,13 @@ def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
 
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
                  depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
-                 work_items: bool = False, k_split: int | None = None, flags: int = 0) -> None:
+                 work_items: bool = False, k_split: int | None = None, flags: int = 0, partial=None) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
     depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
     gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
     ctas blocks per SM that walk the items. With more than one k slice (_split, or `k_split`), into
-    float32 partials that splitk_finish then adds to c in order. `flags`: more FLAG_ bits."""
+    float32 partials that splitk_finish then adds to c in order (into `partial`, (slices, rows, cols)
+    float32, where the caller has it already). `flags`: more FLAG_ bits."""
     xp = _common.xp_of(c)
     sms = _common.num_sms(xp)
     k_split = k_split or _k_split(cfg, tiles, depth, gelu, xp)
@@ -272,7 +273,7 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
     if slices == 1:
         target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols)
     else:
-        target = xp.empty((slices, rows, cols), dtype=np.float32)
+        target = partial if partial is not None else xp.empty((slices, rows, cols), dtype=np.float32)
         flags |= FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
     rt.launch(kernel, grid, threads,
               lead + (target, bias if bias is not None and slices == 1 else dummy, pre if pre is not None else dummy,
@@ -304,14 +305,14 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
     return c
 
 
-def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128, store_cols: int = 0) -> int:
+def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128, store_cols: int = 0, store_f32: bool = False) -> int:
     """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A (bm x
     64) and B (bn x 64) tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups'
     epilogue buffers (64 rows x WG_EPI_LDS floats each, or the TMA store's image of 64 x store_cols
-    16-bit values where larger), and a full and an empty mbarrier per slot. 219200 bytes at bm 128,
+    16-bit values, float32 with store_f32, where larger), and a full and an empty mbarrier per slot. 219200 bytes at bm 128,
     bn 256, 4 stages; 231488 with store_cols 128; 227408 at bm 64, bn 256, 5 stages (the H200's SM
     allows a block 232448)."""
-    buffer = max(64 * WG_EPI_LDS * 4, 64 * store_cols * 2)
+    buffer = max(64 * WG_EPI_LDS * 4, 64 * store_cols * (4 if store_f32 else 2))
     return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * buffer + 16 * stages
 
 
@@ -321,12 +322,20 @@ def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
                              for op in (a, b))
 
 
-def _tma_store_ok(c, bias, pre, accumulate: bool, rows: int, cols: int, slices: int, dtype: str) -> bool:
-    """gemm_wgmma's TMA-store epilogue can write C: one k slice, C 16-bit like the operands (not
-    float32), written whole (no accumulate, no pre), rows of 16-byte multiples on 16-byte-aligned
-    bases, and the bias (if any) vector-aligned, as FLAG_VEC asks."""
-    return (slices == 1 and str(c.dtype) == dtype and dtype != "float32" and not accumulate and pre is None
-            and cols % 8 == 0 and rows > 0 and _pointer(c) % 16 == 0 and (bias is None or _pointer(bias) % 16 == 0))
+def _tma_store_kind(c, bias, pre, accumulate: bool, gelu: bool, rows: int, cols: int, slices: int,
+                    dtype: str) -> str | None:
+    """Which TMA-store epilogue of gemm_wgmma can write C, if any: "16bit" (one k slice, C 16-bit like
+    the operands, written whole: no accumulate, no pre; rows of 16-byte multiples, the bias
+    vector-aligned as FLAG_VEC asks), "float32" (dW: split-K's float32 slices, or the float32 C
+    accumulated by the copy engine's reduce-add, with neither bias nor GELU in the GEMM), or None
+    (the staged epilogue)."""
+    if dtype == "float32" or pre is not None or rows == 0 or _pointer(c) % 16:
+        return None
+    if slices == 1 and str(c.dtype) == dtype and not accumulate:
+        return "16bit" if cols % 8 == 0 and (bias is None or _pointer(bias) % 16 == 0) else None
+    if (slices > 1 or str(c.dtype) == "float32") and not gelu and (bias is None or slices > 1) and cols % 4 == 0:
+        return "float32"
+    return None
 
 
 def _operand_map(op: Operand, mn_extent: int, depth: int, bmn: int):
@@ -345,28 +354,38 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     if bm not in ((64, 128) if pingpong else (128,)):
         raise ValueError(f"matmul wgmma: tile rows bm={bm}: 128 (cooperative) or 64 / 128 (pingpong)")
     store_cols = cfg.get("store_cols", 0)
-    if store_cols and (store_cols % 64 or cfg["bn"] % store_cols):
-        raise ValueError(f"matmul wgmma: store_cols={store_cols} must be whole 64-column boxes dividing bn={cfg['bn']}")
+    if store_cols and (store_cols % 32 or cfg["bn"] % store_cols):
+        raise ValueError(f"matmul wgmma: store_cols={store_cols} must be whole boxes (32 columns) dividing bn={cfg['bn']}")
     xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
     k_split = _k_split(cfg, tiles, depth, gelu, xp)
     slices = rt.cdiv(depth, k_split)
     # the TMA-store epilogue where C allows it (a module with that epilogue alone), else the staged one
-    if store_cols and not _tma_store_ok(c, bias, pre, accumulate, rows, cols, slices, str(a.array.dtype)):
+    store = _tma_store_kind(c, bias, pre, accumulate, gelu, rows, cols, slices, str(a.array.dtype)) if store_cols else None
+    if store == "16bit" and store_cols % 64:
+        raise ValueError(f"matmul wgmma: store_cols={store_cols}: 16-bit C is stored in boxes of 64 columns")
+    if store == "float32" and wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, True) > rt.MAX_SHARED_PER_BLOCK:
+        store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
+    if store is None:
         store_cols = 0
+    f32 = store == "float32"
     defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
                "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
-               "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong), "WG_STORE_COLS": store_cols}
+               "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong), "WG_STORE_COLS": store_cols,
+               "WG_STORE_F32": int(f32)}
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
     sums = xp.empty((slices, rows), dtype=np.float32) if rowsum is not None else None
     maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"]))
-    # tma_c: C in 64 x 64 boxes, as the TMA store's image holds them; without that epilogue it is never
-    # read, and any map fills the parameter
-    maps += (_tma.tiled_2d(c, rows, cols, cols, 64, 64) if store_cols else maps[0],)
-    _launch_gemm(kernel, tiles, WG_THREADS, wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols), cfg, a, c,
-                 rows, cols, depth, bias, accumulate, gelu, pre, maps, (sums if sums is not None else c,),
-                 work_items=True, k_split=k_split, flags=FLAG_ROWSUM if sums is not None else 0)
+    partial = xp.empty((slices, rows, cols), dtype=np.float32) if slices > 1 else None
+    # tma_c: what the kernel writes (C, or the split-K slices as planes) in boxes of 64 rows x 128 bytes,
+    # as the TMA store's image holds them; without that epilogue it is never read: any map fills it
+    target = partial if partial is not None else c
+    maps += (_tma.tiled_planes(target, slices, rows, cols, 32 if f32 else 64, 64) if store_cols else maps[0],)
+    shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32)
+    _launch_gemm(kernel, tiles, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
+                 (sums if sums is not None else c,), work_items=True, k_split=k_split,
+                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial)
     if sums is not None:
         _add_rows(sums, rowsum, a.array)
     return c

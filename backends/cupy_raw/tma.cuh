@@ -16,9 +16,11 @@
 //                              zeros; its bytes complete the transactions `bar` expects. A box
 //                              starts on 16 bytes of global memory (its first column's address: an
 //                              unaligned start is an illegal instruction, seen on the H200)
-//   tma_store_2d               the other way: one box of shared memory (laid out as a load of the same
-//                              map would leave it) written to the array at (c0, c1); the parts of the box
-//                              outside the array are not written. Asynchronous: the issuing thread
+//   tma_store_3d               the other way: one box of shared memory (laid out as a load of the same
+//                              map would leave it) written to the array at (c0, c1, c2); the parts of the
+//                              box outside the array are not written. tma_reduce_add_3d: the same box
+//                              added to the array's elements instead (float32 maps: one rounded addition
+//                              per element, old + box, as a thread's own += would do it). Asynchronous: the issuing thread
 //                              closes its stores into a group (tma_store_commit), and waits with
 //                              tma_store_wait_read until the groups have read their shared memory (it
 //                              may then be overwritten) or with tma_store_wait_all until they are done.
@@ -107,9 +109,13 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* m
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
     tma_load_3d(dst, map, c0, c1, 0, bar);
 }
-// the box at once, element by element, inside the array only; nothing left to wait for
-__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned src, int c0, int c1) {
+// the box at once, element by element, inside the array only (added to it: `add`); nothing left to wait for
+__device__ __forceinline__ void emu_tma_out(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2, bool add) {
     const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
+    if (add && m.elem_bytes != 4) {
+        fprintf(stderr, "tma.cuh (emulated): a reduce-add of %u-byte elements: only float32 maps here\n", m.elem_bytes);
+        abort();
+    }
     if (((long)c0 * m.elem_bytes) % 16 != 0) {
         fprintf(stderr, "tma.cuh (emulated): thread %d stores a box at column %d of %u-byte elements: not on 16 bytes\n",
                 (int)threadIdx.x, c0, m.elem_bytes);
@@ -120,13 +126,28 @@ __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned 
     for (int y = 0; y < (int)m.box_rows; ++y)
         for (int x = 0; x < (int)m.box_cols; ++x) {
             const long gx = (long)c0 + x, gy = (long)c1 + y;
-            if (gx < 0 || gx >= (long)m.cols || gy < 0 || gy >= (long)m.rows) continue;
+            if (gx < 0 || gx >= (long)m.cols || gy < 0 || gy >= (long)m.rows || c2 < 0 || c2 >= (int)m.planes) continue;
             const unsigned byte = x * m.elem_bytes;
             const unsigned char* from = m.swizzle_128b ? s + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15)
                                                        : s + y * box_row_bytes + byte;
-            memcpy(reinterpret_cast<unsigned char*>(m.base) + gy * m.row_stride_bytes + gx * m.elem_bytes, from,
-                   m.elem_bytes);
+            unsigned char* to = reinterpret_cast<unsigned char*>(m.base) + c2 * m.plane_stride_bytes +
+                                gy * m.row_stride_bytes + gx * m.elem_bytes;
+            if (add) {
+                float old, v;
+                memcpy(&old, to, 4);
+                memcpy(&v, from, 4);
+                old += v;
+                memcpy(to, &old, 4);
+            } else {
+                memcpy(to, from, m.elem_bytes);
+            }
         }
+}
+__device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
+    emu_tma_out(map, src, c0, c1, c2, false);
+}
+__device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
+    emu_tma_out(map, src, c0, c1, c2, true);
 }
 __device__ __forceinline__ void tma_store_commit() {}
 __device__ __forceinline__ void tma_store_wait_read() {}
@@ -162,9 +183,13 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* m
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
         ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
-__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned src, int c0, int c1) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                 ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(src) : "memory");
+__device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(src) : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(src) : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }

@@ -34,13 +34,14 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     (nothing is written, by design: the poison must survive instead)
     no_bias         forward without the bias (flags VEC only; checked against the bias-free product)
     store_off       the staged epilogue (the threads' own stores; store_cols 0), as before the TMA
-                    store: the tree's 4-deep ring
+                    stores: the tree's 4-deep ring (at dW too: its float32 slices and accumulation)
     store256_s3     the TMA store of the whole 64 x 256 share in one pass (64 KB of images), a
                     3-deep ring to make room
     store64         the TMA store in four passes of 64 columns (8 KB images, the staged epilogue's
                     shared memory)
     dw256           dW in 128 x 256 tiles (two m64n256 consumers, as forward and dx) instead of 128 x
-                    128: fewer operand bytes per result, half the tiles (more k slices where few)
+                    128: fewer operand bytes per result, half the tiles (more k slices where few); its
+                    float32 stores in four passes of 64 columns (what fits beside the 192 KB ring)
     stages3         WG_STAGES 3 instead of 4 (config=)
     one_block       one block per tile instead of a persistent grid of one per SM (config=)
     group_m16       16 tile rows walked together instead of 8 (config=)
@@ -117,7 +118,7 @@ VARIANTS = {
     "store_off": ({"store_cols": 0}, None, None),
     "store256_s3": ({"store_cols": 256, "stages": 3}, None, None),
     "store64": ({"store_cols": 64}, None, None),
-    "dw256": ({"bn": 256}, None, None),
+    "dw256": ({"bn": 256, "store_cols": 64}, None, None),
     "stages3": ({"stages": 3}, None, None),
     "one_block": ({"persistent": False}, None, None),
     "group_m16": ({"group_m": 16}, None, None),
@@ -125,7 +126,7 @@ VARIANTS = {
     "pingpong_128x128": ({"pingpong": True, "bm": 128, "bn": 128, "stages": 6}, None, None),
 }
 #: the variants also run at the dW products
-DW_VARIANTS = ("tree", "pingpong", "dw256")
+DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128")
 
