@@ -105,10 +105,16 @@ CONFIGS = {
     # 128 x 256 tiles, two m64n256 consumers, a 4-deep ring (192 KB), one persistent block per SM:
     # the layout CUTLASS's Hopper GEMMs favour for bf16 at these sizes. (Two blocks per SM leave a
     # consumer 96 registers - 18 warps over 4 schedulers - and gemm_wgmma spills there.)
+    # Every product ends with a TMA-store epilogue (matmul.cu): forward and dx store 16-bit C in two
+    # passes of 128 columns (the 4-deep ring leaves room for 2 x 16 KB images); measured against one
+    # pass of 256 with a 3-deep ring and four of 64, and against the staged epilogue, at every GPT-2
+    # product (reports/cupy_raw-h200/gemm-43345c6, probe.txt): the fastest or within 1% everywhere.
     ("wgmma", "forward"): _wg(bn=256, store_cols=128),
     ("wgmma", "dx"): _wg(bn=256, store_cols=128),
-    # dW's output is small (768 x 768: 18 such tiles): 128 x 128 tiles and split-K
-    ("wgmma", "dW"): _wg(split_k=16, busy=0.9, store_cols=128),
+    # dW's output is small (768 x 768: 9 such tiles) but deep: split-K, and 128 x 256 tiles too (their
+    # float32 results in four passes of 64 columns, all the ring leaves): 0.97-1.22x cuBLASLt at the
+    # five linears' dW against 0.85-1.07x for 128 x 128 tiles (gemm-43345c6, probe.txt: dw256)
+    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.9, store_cols=64),
 }
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
