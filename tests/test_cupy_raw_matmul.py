@@ -455,6 +455,13 @@ def test_each_variant_runs_the_kernels_it_says(model):
     assert _kernels_of(model, "cublaslt", 64, 40, 64) == ["colsum_partial", "colsum_finish"]
 
 
+def test_wgmma_is_the_backends_default_matmul():
+    # the first variant listed is the default (plugin.py): the Hopper GEMM, not the mma.sync one
+    # (tiled, 0.33-0.53x cuBLASLt, was first until 253b27c and so was what --backend cupy_raw trained with)
+    from euler_core.registry import get_registry
+    assert [v.name for v in get_registry().backend("cupy_raw").variants_of("matmul")][0] == "wgmma"
+
+
 def test_split_k_slices():
     cfg = mm.CONFIGS[("wgmma", "dW")]
     # attn_proj's dW at 16384 rows: 36 tiles of 128 x 128 on 264 slots; slices of whole 64-deep tiles

@@ -25,8 +25,14 @@ Variants (one object each, registered by plugin.py):
               loads. Two schedules (matmul.cu says why): cooperative (both warpgroups on each
               128-row tile; the default) and pingpong (`pingpong=True` in the configuration: each
               warpgroup its own tile, taking turns at the tensor cores, so that one's epilogue
-              overlaps the other's multiplies). Where TMA cannot describe an operand (a row not
-              16-byte aligned: K or M not a multiple of 8) it runs gemm_mma instead, as tiled would.
+              overlaps the other's multiplies). The results leave by TMA too (store_cols in the
+              configuration): each warpgroup rounds its share into a swizzled shared-memory image
+              and one thread hands it to the copy engine (forward and dx: 16-bit C; dW: its float32
+              split-K slices, or the product added to the float32 gradient by TMA's reduce-add), so
+              the tensor cores go on to the next tile while it is written; the staged epilogue
+              (threads' own stores) takes the rest (pre, unaligned or ragged widths). Where TMA
+              cannot describe an operand (a row not 16-byte aligned: K or M not a multiple of 8) it
+              runs gemm_mma instead, as tiled would. cupy_raw's default matmul.
     cublaslt  cuBLASLt's own kernel (_cublaslt.py: ctypes, a preallocated workspace, the heuristic's
               algorithm per shape), float32 compute: the reference point the hand-written ones are
               measured against, and usable inside a captured CUDA graph, which CuPy's cuBLAS is not.
