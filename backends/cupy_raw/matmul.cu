@@ -40,7 +40,8 @@
 //
 // Epilogue (every GEMM): gemm_mma and gemm_wgmma stage the float32 accumulators in shared memory and
 // write them row by row, 4 columns per thread (gemm_wgmma 32 columns at a time, in a buffer of its
-// own beside the ring, which is busy with the next tile by then); gemm_simt writes straight from its
+// own beside the ring, which is busy with the next tile by then; or, built with WG_STORE_COLS, it
+// rounds them into an image there that TMA writes out: below); gemm_simt writes straight from its
 // registers; all apply, in order: + bias[j]
 // (FLAG_BIAS), the pre-activation stored to `pre` (FLAG_PRE), GELU (FLAG_GELU), + the old C
 // (FLAG_ACCUMULATE), rounded to C's type (floatX, or float with FLAG_OUT_F32: mixed precision's float32
@@ -416,32 +417,35 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // already be multiplying the next tile while the other still writes. Without FLAG_VEC (unaligned,
 // ragged widths: tests) the same staging, then element by element with the flags read at run time.
 //
-// The TMA-store epilogue (modules with WG_STORE_COLS > 0: forward and dx at 16-bit C, what
-// gemm_wgmma's K = 768 products lose most to). The staged epilogue above keeps both warpgroups away
-// from the tensor cores while its stores drain (12.4 us a tile wave at fc's forward against 8.4
-// without them, wgmma-c53bb3f). Here each warpgroup rounds its accumulators (+ bias, GELU: the same
-// arithmetic in the same order) straight into a shared-memory image of WG_STORE_COLS columns of its
-// 64 rows, laid out as 64 x 64 boxes in the 128-byte swizzle (box row y, 16-byte chunk q at chunk
-// q ^ (y % 8): a warp's 4-byte writes then fall in 32 different banks), fences them for the async
-// proxy, and one thread hands the boxes to the copy engine (cp.async.bulk.tensor stores through C's
-// tensor map, which also clips the tile at C's edges) and goes on: the next tile's multiplies start
-// while the copy engine writes this one out. Before a warpgroup writes its image again, that thread
-// waits until the copy engine has read it (tma_store_wait_read), then a barrier. WG_STORE_COLS <
-// WG_BN stages the tile in several passes, the later ones waiting for the earlier ones' reads: less
+// The TMA-store epilogue (modules with WG_STORE_COLS > 0: every GPT-2 product). The staged epilogue
+// above keeps both warpgroups away from the tensor cores while its stores drain (12.4 us a tile wave
+// at fc's forward against 8.4 without them, wgmma-c53bb3f). Here each warpgroup rounds its
+// accumulators (+ bias, GELU: the same arithmetic in the same order) straight into a shared-memory
+// image of WG_STORE_COLS columns of its 64 rows, laid out as boxes of 64 rows x 128 bytes (64
+// 16-bit columns) in the 128-byte swizzle (box row y, 16-byte chunk q at chunk q ^ (y % 8): a
+// warp's 4-byte writes then fall in 32 different banks), fences them for the async proxy, and one
+// thread hands the boxes to the copy engine (cp.async.bulk.tensor stores through C's tensor map,
+// which also clips the tile at C's edges) and goes on: the next tile's multiplies start while the
+// copy engine writes this one out. Before a warpgroup writes its image again, that thread waits
+// until the copy engine has read it (tma_store_wait_read), then a barrier. WG_STORE_COLS < WG_BN
+// stages the tile in several passes, the later ones waiting for the earlier ones' reads: less
 // shared memory (room for a deeper ring), less overlap. Such a module has this epilogue alone: with
 // the staged one beside it (for the flag sets it cannot take) ptxas spilled at WG_BN 256.
-// WG_STORE_F32 (dW, its float32 results): the image holds floats (boxes of 32 columns) and goes
-// out either as the item's k slice of the split-K buffer (a plane of C's 3-D map) or, for a whole
+// WG_STORE_F32 (dW, its float32 results): the image holds floats (boxes of 32 columns) and goes out
+// either as the item's k slice of the split-K buffer (a plane of C's 3-D map) or, for a whole
 // product, added to the float32 gradient by the copy engine's reduce-add (cp.reduce.async.bulk:
-// old + sum, one rounding per element, the arithmetic of the staged FLAG_ACCUMULATE path), so
-// that the gradient is never read by the threads.
+// old + sum, one rounding per element, the arithmetic of the staged FLAG_ACCUMULATE path), so that
+// the gradient is never read by the threads. Measured on the H200 (reports/cupy_raw-h200/
+// gemm-253b27c, gemm-f6bc69c): the depth-768 forwards from 0.76-0.78x cuBLASLt to 0.90-0.93x, every
+// dx 0.96-1.03x, dW (with 128 x 256 tiles) 0.97-1.18x.
 //
 // Shared memory (dynamic, the base rounded up to 1024 bytes for the swizzle): WG_STAGES A tiles
 // (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), the two
-// warpgroups' epilogue buffers (WG_STAGE_BYTES each: the staged epilogue's WG_EPI_BYTES, or the
-// TMA store's image of 64 x WG_STORE_COLS 16-bit values where that is larger), then the full[] and
-// empty[] mbarriers
-// (matmul.py's wgmma_shared_bytes: 219200 bytes at WG_BN 256, 4 stages; the SM has 232448).
+// warpgroups' epilogue buffers (WG_STAGE_BYTES each: the staged epilogue's WG_EPI_BYTES, or the TMA
+// store's image of 64 x WG_STORE_COLS 16-bit or float32 values where that is larger), then the
+// full[] and empty[] mbarriers
+// (matmul.py's wgmma_shared_bytes: 219200 bytes at WG_BN 256, 4 stages, 231488 with the TMA store's
+// two 16 KB images; the SM has 232448).
 #define WG_CONSUMERS 2
 #define WG_THREADS (WG_CONSUMERS * 128 + 32)
 #define WG_MH (WG_PINGPONG ? WG_BM / 64 : 1)   // m64 blocks of the tile a consumer warpgroup multiplies
@@ -454,7 +458,7 @@ constexpr int WG_EPI_LDS = WG_EPI_COLS + 8;           // floats per staged row (
 constexpr int WG_EPI_BYTES = 64 * WG_EPI_LDS * 4;     // one warpgroup's buffer: 10 KB
 constexpr int WG_STORE_BYTES = 64 * WG_STORE_COLS * (WG_STORE_F32 ? 4 : 2);  // a warpgroup's TMA-store image (0: none)
 constexpr int WG_STAGE_BYTES = WG_STORE_BYTES > WG_EPI_BYTES ? WG_STORE_BYTES : WG_EPI_BYTES;
-constexpr int WG_BOX_BYTES = 64 * 128;                // one 64 x 64 box of the image
+constexpr int WG_BOX_BYTES = 64 * 128;                // one box of the image: 64 rows of 128 bytes
 static_assert(WG_STORE_COLS == 0 || (WG_BN % WG_STORE_COLS == 0 && WG_STORE_COLS % (WG_STORE_F32 ? 32 : 64) == 0),
               "TMA-store passes of whole boxes (64 16-bit or 32 float32 columns) that divide the tile");
 static_assert(WG_BN % WG_EPI_COLS == 0 && WG_EPI_COLS % 8 == 0, "whole 8-column groups per pass");
