@@ -117,7 +117,7 @@ CONFIGS = {
     # product (reports/cupy_raw-h200/gemm-43345c6, probe.txt): the fastest or within 1% everywhere.
     ("wgmma", "forward"): _wg(bn=256, store_cols=128),
     ("wgmma", "dx"): _wg(bn=256, store_cols=128),
-    # dW's output is small (768 x 768: 9 such tiles) but deep: split-K, and 128 x 256 tiles too (their
+    # dW's output is small (768 x 768: 18 such tiles) but deep: split-K, and 128 x 256 tiles too (their
     # float32 results in four passes of 64 columns, all the ring leaves): 0.97-1.22x cuBLASLt at the
     # five linears' dW against 0.85-1.07x for 128 x 128 tiles (gemm-43345c6, probe.txt: dw256)
     ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.9, store_cols=64),
@@ -321,8 +321,9 @@ def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128, store_cols: int = 0,
     """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A (bm x
     64) and B (bn x 64) tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups'
     epilogue buffers (64 rows x WG_EPI_LDS floats each, or the TMA store's image of 64 x store_cols
-    16-bit values, float32 with store_f32, where larger), and a full and an empty mbarrier per slot. 219200 bytes at bm 128,
-    bn 256, 4 stages; 231488 with store_cols 128; 227408 at bm 64, bn 256, 5 stages (the H200's SM
+    16-bit values, float32 with store_f32, where larger), and a full and an empty mbarrier per slot.
+    219200 bytes at bm 128, bn 256, 4 stages; 231488 with store_cols 128 (16-bit) or 64 (float32);
+    227408 at bm 64, bn 256, 5 stages (the H200's SM
     allows a block 232448)."""
     buffer = max(64 * WG_EPI_LDS * 4, 64 * store_cols * (4 if store_f32 else 2))
     return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * buffer + 16 * stages
