@@ -433,6 +433,33 @@ def test_pingpong_needs_a_persistent_grid(model):
         with pytest.raises(ValueError, match="pingpong|bm="):
             mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), y, 64, 64, 64, config=cfg)
 
+
+def test_tma_store_configurations_are_checked(model):
+    # store_cols: whole boxes that divide the tile; 16-bit C goes out in boxes of 64 columns
+    x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 128, "bfloat16", bias=False)
+    y = np.empty((64, 128), dtype=x.dtype)
+    for store_cols, match in ((48, "whole boxes"), (96, "whole boxes"), (32, "boxes of 64 columns")):
+        cfg = {**mm.CONFIGS[("wgmma", "forward")], "store_cols": store_cols, "bn": 128}
+        with pytest.raises(ValueError, match=match):
+            mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), y, 64, 128, 64, config=cfg)
+    # a forward split along k writes float32 slices, whose image would not fit beside its 4-deep
+    # ring at bn 256: the staged epilogue takes them (no error), and splitk_finish adds them
+    cfg = {**mm.CONFIGS[("wgmma", "forward")], "split_k": 4}
+    assert mm.wgmma_shared_bytes(cfg["bn"], cfg["stages"], 128, cfg["store_cols"], True) > rt.MAX_SHARED_PER_BLOCK
+    x, w, _ = _inputs(np.random.default_rng(13), 64, 2048, 128, "bfloat16", bias=False)
+    model.kernels.clear()
+    mm.gemm("wgmma", mm.Operand(x, 2048, True), mm.Operand(w, 2048, True), y, 64, 128, 2048, config=cfg)
+    assert [(name, d.get("WG_STORE_COLS")) for name, d in model.kernels] == [("gemm_wgmma", 0), ("splitk_finish", None)]
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    _close(y, ref, "bfloat16", "forward", "split-K forward")
+
+
+def test_tensor_maps_of_planes_refuse_what_tma_cannot_describe():
+    with pytest.raises(ValueError, match="stride must be a multiple of 16 bytes"):
+        _tma.tiled_planes(np.zeros((2, 5, 6), dtype=np.float32), 2, 5, 6, 32, 64)  # rows of 24 bytes
+    _tma.tiled_planes(np.zeros((3, 70, 36), dtype=np.float32), 3, 70, 36, 32, 64)  # rows of 144 bytes: fine
+
+
 def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):
     x, w, b = _inputs(np.random.default_rng(2), N, K, M, dtype)
     y, saved = VARIANTS[variant].forward({"x": x, "weight": w, "bias": b}, {})
