@@ -226,7 +226,8 @@ def _modules(variants=tuple(VARIANTS)) -> list[tuple[str | None, dict]]:
 
 def _module_name(d: dict) -> str:
     return (f"{'pingpong' if d['WG_PINGPONG'] else 'cooperative':11s} A_KMAJOR={d['A_KMAJOR']} "
-            f"B_KMAJOR={d['B_KMAJOR']} {d['WG_BM']}x{d['WG_BN']} stages={d['WG_STAGES']} store_cols={d['WG_STORE_COLS']}")
+            f"B_KMAJOR={d['B_KMAJOR']} {d['WG_BM']}x{d['WG_BN']} stages={d['WG_STAGES']} store_cols={d['WG_STORE_COLS']}"
+            f"{' float32' if d['WG_STORE_F32'] else ''}")
 
 
 def _compile_on_gpu(job) -> str:
