@@ -42,20 +42,26 @@ All three: float32 inputs are multiplied in IEEE float32 (gemm_simt; cuBLASLt's 
 their buffers in the buffer's dtype: the inputs' or float32 (mixed precision). db, the column sums
 of dy, comes out of wgmma's dW kernel itself (one more wgmma per step against a tile of ones, for
 the blocks of tile column 0: dy is not read a second time); tiled and cublaslt run matmul.cu's
-two-pass column sum. Everything is deterministic (split-K adds its slices in order, no atomics).
+two-pass column sum. Everything is deterministic: split-K adds its slices in order, and wgmma's
+reduce-add into a float32 gradient gives each element one addition per product (no atomics that
+race).
 
 Epilogues: the bias is added in the GEMM's epilogue (every variant); `forward_gelu` (tiled and
 wgmma) applies GPT-2's tanh GELU there too and can store the pre-activation for the backward: the
-fused first layer of the MLP. The core has no fused op to register it under yet.
+fused first layer of the MLP. It is not registered as the core's matmul_gelu yet: with pre,
+wgmma takes the staged epilogue (the TMA store writes one output), 0.76-0.78x cuBLASLt at depth
+768; what that op wants here is a TMA epilogue with two images (pre and gelu(pre)) and a backward
+that forms dpre = dy * gelu'(pre) without an (N, M) scratch array.
 
 Split-K: a product with few output tiles for its depth (dW: 768 x 768 from 16384 rows) is cut
 along k into slices, each written as float32 to a (slices, rows, cols) buffer, then added in order
 by splitk_finish (with the bias and the old C). `_split` picks the slice count.
 
-Launch configurations: CONFIGS per engine and product, SHAPE_CONFIGS for GPT-2 shapes that differ;
-first guesses (from the triton backend's H200 sweeps, reports/triton-h200/notes-matmul.md, and
-CUTLASS's usual Hopper tiles), to be replaced by this backend's own sweep
-(bench/tune/cupy_raw_matmul_sweep.py).
+Launch configurations: CONFIGS per engine and product, SHAPE_CONFIGS for GPT-2 shapes that differ.
+wgmma's are chosen on the H200 by bench/tune/cupy_raw_wgmma_probe.py (each candidate checked
+against float64, then timed beside cuBLASLt: reports/cupy_raw-h200/gemm-43345c6/); mma's are
+first guesses (from the triton backend's sweeps, reports/triton-h200/notes-matmul.md, and
+CUTLASS's usual tiles; bench/tune/cupy_raw_matmul_sweep.py times neighbours).
 
 Tested without a GPU (tests/test_cupy_raw_matmul.py): the index maps against an emulation of the
 hardware, every variant's host side against a NumPy model of each kernel, and gemm_mma and
