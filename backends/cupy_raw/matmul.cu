@@ -458,9 +458,11 @@ constexpr int WG_EPI_LDS = WG_EPI_COLS + 8;           // floats per staged row (
 constexpr int WG_EPI_BYTES = 64 * WG_EPI_LDS * 4;     // one warpgroup's buffer: 10 KB
 constexpr int WG_STORE_BYTES = 64 * WG_STORE_COLS * (WG_STORE_F32 ? 4 : 2);  // a warpgroup's TMA-store image (0: none)
 constexpr int WG_STAGE_BYTES = WG_STORE_BYTES > WG_EPI_BYTES ? WG_STORE_BYTES : WG_EPI_BYTES;
+#if WG_STORE_COLS > 0
 constexpr int WG_BOX_BYTES = 64 * 128;                // one box of the image: 64 rows of 128 bytes
-static_assert(WG_STORE_COLS == 0 || (WG_BN % WG_STORE_COLS == 0 && WG_STORE_COLS % (WG_STORE_F32 ? 32 : 64) == 0),
+static_assert(WG_BN % WG_STORE_COLS == 0 && WG_STORE_COLS % (WG_STORE_F32 ? 32 : 64) == 0,
               "TMA-store passes of whole boxes (64 16-bit or 32 float32 columns) that divide the tile");
+#endif
 static_assert(WG_BN % WG_EPI_COLS == 0 && WG_EPI_COLS % 8 == 0, "whole 8-column groups per pass");
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256 per consumer");
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
@@ -920,7 +922,9 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         // the pointers offset by a zero the compiler cannot see through, per tile: else it hoists
         // base + 16 j (64 of them, 64-bit) out of the work loop and spills them
         const int zero = opaque_zero();
+#if WG_STORE_COLS == 0  // (the staged epilogue's view of C; the TMA store writes through tma_c)
         const Out o{static_cast<char*>(c) + zero, bias + zero, pre + zero, rows, cols, flags};
+#endif
 #pragma unroll
         for (int h = 0; h < WG_MH; ++h) {
             const int i_wg = w.tm * WG_BM + a_row0 + 64 * h, i0 = i_wg + r;

@@ -16,15 +16,16 @@
 //                              zeros; its bytes complete the transactions `bar` expects. A box
 //                              starts on 16 bytes of global memory (its first column's address: an
 //                              unaligned start is an illegal instruction, seen on the H200)
-//   tma_store_3d               the other way: one box of shared memory (laid out as a load of the same
-//                              map would leave it) written to the array at (c0, c1, c2); the parts of the
-//                              box outside the array are not written. tma_reduce_add_3d: the same box
-//                              added to the array's elements instead (float32 maps: one rounded addition
-//                              per element, old + box, as a thread's own += would do it). Asynchronous: the issuing thread
-//                              closes its stores into a group (tma_store_commit), and waits with
+//   tma_store_3d               the other way: one box of shared memory (laid out as a load of the
+//                              same map would leave it) written to the array at (c0, c1, c2); the
+//                              parts of the box outside the array are not written.
+//                              tma_reduce_add_3d: the same box added to the array's elements instead
+//                              (float32 maps: one rounded addition per element, old + box, as a
+//                              thread's own += would do it). Asynchronous: the issuing thread closes
+//                              its stores into a group (tma_store_commit), and waits with
 //                              tma_store_wait_read until the groups have read their shared memory (it
-//                              may then be overwritten) or with tma_store_wait_all until they are done.
-//                              Shared-memory writes of the generic proxy must be fenced first
+//                              may then be overwritten) or with tma_store_wait_all until they are
+//                              done. Shared-memory writes of the generic proxy must be fenced first
 //                              (WG_FENCE_PROXY_ASYNC, wgmma.cuh) by the threads that made them.
 //
 // The pattern both users follow: a ring of slots, each with a "full" barrier (one expect_tx arrival
@@ -80,74 +81,62 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
         emu::yield_to_scheduler();
     }
 }
-__device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* map, int c0, int c1, int c2,
-                                            unsigned bar) {
+// One box between shared memory at `smem` and the array, element by element, at once: loaded (the
+// elements outside the array as zeros), stored or added (only the elements inside the array)
+enum EmuBoxOp { EMU_BOX_LOAD, EMU_BOX_STORE, EMU_BOX_ADD };
+__device__ __forceinline__ void emu_tma_box(EmuBoxOp op, unsigned smem, const TmaDescriptor* map, int c0, int c1, int c2) {
     const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
     if (((long)c0 * m.elem_bytes) % 16 != 0) {  // the GPU faults on it (an illegal instruction)
-        fprintf(stderr, "tma.cuh (emulated): thread %d copies a box from column %d of %u-byte elements: not on 16 bytes\n",
+        fprintf(stderr, "tma.cuh (emulated): thread %d moves a box at column %d of %u-byte elements: not on 16 bytes\n",
                 (int)threadIdx.x, c0, m.elem_bytes);
         abort();
     }
-    unsigned char* d = smem_at(dst);
+    if (op == EMU_BOX_ADD && m.elem_bytes != 4) {
+        fprintf(stderr, "tma.cuh (emulated): a reduce-add of %u-byte elements: only float32 maps here\n", m.elem_bytes);
+        abort();
+    }
+    unsigned char* box = smem_at(smem);
     const unsigned box_row_bytes = m.box_cols * m.elem_bytes;
     for (int y = 0; y < (int)m.box_rows; ++y)
         for (int x = 0; x < (int)m.box_cols; ++x) {
             const long gx = (long)c0 + x, gy = (long)c1 + y;
             const unsigned byte = x * m.elem_bytes;
-            unsigned char* to = m.swizzle_128b ? d + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15)
-                                               : d + y * box_row_bytes + byte;
-            if (gx >= 0 && gx < (long)m.cols && gy >= 0 && gy < (long)m.rows && c2 >= 0 && c2 < (int)m.planes)
-                memcpy(to, reinterpret_cast<const unsigned char*>(m.base) + c2 * m.plane_stride_bytes +
-                               gy * m.row_stride_bytes + gx * m.elem_bytes, m.elem_bytes);
-            else
-                memset(to, 0, m.elem_bytes);
+            unsigned char* s = m.swizzle_128b ? box + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15)
+                                              : box + y * box_row_bytes + byte;
+            const bool inside = gx >= 0 && gx < (long)m.cols && gy >= 0 && gy < (long)m.rows && c2 >= 0 && c2 < (int)m.planes;
+            unsigned char* g = reinterpret_cast<unsigned char*>(m.base) + c2 * m.plane_stride_bytes +
+                               gy * m.row_stride_bytes + gx * m.elem_bytes;
+            if (op == EMU_BOX_LOAD) {
+                if (inside) memcpy(s, g, m.elem_bytes);
+                else memset(s, 0, m.elem_bytes);
+            } else if (inside && op == EMU_BOX_STORE) {
+                memcpy(g, s, m.elem_bytes);
+            } else if (inside) {
+                float old, v;
+                memcpy(&old, g, 4);
+                memcpy(&v, s, 4);
+                old += v;
+                memcpy(g, &old, 4);
+            }
         }
+}
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* map, int c0, int c1, int c2,
+                                            unsigned bar) {
+    emu_tma_box(EMU_BOX_LOAD, dst, map, c0, c1, c2);
+    const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
     EmuMbar& b = emu_mbar(bar);
-    b.tx -= (int)(m.box_rows * box_row_bytes);
+    b.tx -= (int)(m.box_rows * m.box_cols * m.elem_bytes);
     emu_mbar_complete(b);
 }
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int c0, int c1, unsigned bar) {
     tma_load_3d(dst, map, c0, c1, 0, bar);
 }
-// the box at once, element by element, inside the array only (added to it: `add`); nothing left to wait for
-__device__ __forceinline__ void emu_tma_out(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2, bool add) {
-    const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
-    if (add && m.elem_bytes != 4) {
-        fprintf(stderr, "tma.cuh (emulated): a reduce-add of %u-byte elements: only float32 maps here\n", m.elem_bytes);
-        abort();
-    }
-    if (((long)c0 * m.elem_bytes) % 16 != 0) {
-        fprintf(stderr, "tma.cuh (emulated): thread %d stores a box at column %d of %u-byte elements: not on 16 bytes\n",
-                (int)threadIdx.x, c0, m.elem_bytes);
-        abort();
-    }
-    const unsigned char* s = smem_at(src);
-    const unsigned box_row_bytes = m.box_cols * m.elem_bytes;
-    for (int y = 0; y < (int)m.box_rows; ++y)
-        for (int x = 0; x < (int)m.box_cols; ++x) {
-            const long gx = (long)c0 + x, gy = (long)c1 + y;
-            if (gx < 0 || gx >= (long)m.cols || gy < 0 || gy >= (long)m.rows || c2 < 0 || c2 >= (int)m.planes) continue;
-            const unsigned byte = x * m.elem_bytes;
-            const unsigned char* from = m.swizzle_128b ? s + y * 128 + (((byte >> 4) ^ (y & 7)) << 4) + (byte & 15)
-                                                       : s + y * box_row_bytes + byte;
-            unsigned char* to = reinterpret_cast<unsigned char*>(m.base) + c2 * m.plane_stride_bytes +
-                                gy * m.row_stride_bytes + gx * m.elem_bytes;
-            if (add) {
-                float old, v;
-                memcpy(&old, to, 4);
-                memcpy(&v, from, 4);
-                old += v;
-                memcpy(to, &old, 4);
-            } else {
-                memcpy(to, from, m.elem_bytes);
-            }
-        }
-}
+// stores and reduce-adds: nothing left to wait for
 __device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
-    emu_tma_out(map, src, c0, c1, c2, false);
+    emu_tma_box(EMU_BOX_STORE, src, map, c0, c1, c2);
 }
 __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
-    emu_tma_out(map, src, c0, c1, c2, true);
+    emu_tma_box(EMU_BOX_ADD, src, map, c0, c1, c2);
 }
 __device__ __forceinline__ void tma_store_commit() {}
 __device__ __forceinline__ void tma_store_wait_read() {}
