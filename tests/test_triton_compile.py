@@ -36,6 +36,9 @@ SHAPES = [
     ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 24}),   # HS 32
     ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 6}),    # HS 128
     ("attention", {"B": 1, "T": 17, "C": 36, "NH": 3}),       # ragged T, HS 12
+    ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 12}, "ordered"),   # dQ in key-block order: its PTX
+    ("attention", {"B": 1, "T": 1024, "C": 768, "NH": 6}, "ordered"),    # waits and publishes (HS 64, 128)
+    ("attention", {"B": 1, "T": 17, "C": 36, "NH": 3}, "ordered"),
     ("attention_cached", {"B": 1, "Tn": 1, "Tk": 1024, "C": 768, "NH": 12}),   # decoding, split keys, merged
     ("attention_cached", {"B": 64, "Tn": 1, "Tk": 512, "C": 768, "NH": 12,     # large batch: one split,
                           "lengths": [512] * 63 + [1]}),                         # ragged rows

@@ -50,7 +50,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402,F401
 
-__all__ = ["triton", "tl", "kernel", "launch", "interpreter", "recording", "xp_of", "next_pow2",
+__all__ = ["triton", "tl", "kernel", "launch", "compiled", "interpreter", "recording", "xp_of", "next_pow2",
            "TL_DTYPES", "cdiv"]
 
 cdiv = triton.cdiv
@@ -362,10 +362,15 @@ def _device_array_type():
     return _DEVICE_TYPE[0]
 
 
-def dependent_launch(xp) -> bool:
-    """Whether kernels for arrays of `xp` take programmatic dependent launches: on the GPU and when
-    recording launches to compile for sm_90, not under the interpreter (it has no gdc_wait)."""
+def compiled(xp) -> bool:
+    """Whether launches for arrays of `xp` are compiled for the GPU: on the GPU and when recording
+    launches to compile for sm_90, not under the interpreter (it has no gdc_wait, no inline PTX)."""
     return xp is not np or getattr(_LOCAL, "record", None) is not None
+
+
+def dependent_launch(xp) -> bool:
+    """Whether kernels for arrays of `xp` take programmatic dependent launches: where they are compiled."""
+    return compiled(xp)
 
 
 def xp_of(a):

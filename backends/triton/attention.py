@@ -40,6 +40,24 @@ and the dQ walk comes before the flag reads, so by then the later blocks' deltas
 published. (Waiting on the flags, or on a ticket from an atomic counter, was measured too:
 reports/triton-h200/notes-attention.md, "After round r3".)
 
+Ordered backward (the `ordered` variant; FlashAttention-3's deterministic mode is the same idea):
+one walk per key block j over the queries at or after it, five products a step where the backward
+above has seven, Q K^T and dY V^T computed once:
+      P^T = exp2(K Q^T * s - L),  dV += P^T dY,  dS^T = P^T * (V dY^T - delta),  dK += dS^T Q,
+      and query block i's share of dQ, dS_ij K_j, added to a float32 accumulator
+Float32 additions in any order would make dQ differ from call to call, so the shares of query
+block i are added in one fixed order, key block i first (its diagonal step stores its share), key
+block 0 last (which adds its own, scales the sum and writes dQ). A count per query block says how
+many key blocks have added theirs: key block j waits until it reads i - j (acquire), adds by
+float32 atomics (performed at the L2, in the order the counts impose), then, once every thread of
+the program has issued its additions (a barrier), one thread adds 1 (release). The order costs
+little waiting: all key blocks of a head start together, and key block j + 1 reaches query block i
+one step before key block j does. It cannot deadlock: a program takes its key block from a ticket
+(an atomic counter per head; tickets hand out the last key block first), so it waits only on
+programs that took earlier tickets, which are running or done. delta of query block i is computed
+by its first adder and read by the others after their wait (by atomics: Triton prefetches plain
+loads ahead of the loop's waits). The accumulator (B, NH, T, HS) float32 is scratch of the call.
+
 Saved: fp16/bf16 outputs are rounded; delta from the rounded y is off by ~|dy||y| 2^-9, which dS =
 P (dP - delta) turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (seen
 on the GPU at T257, bf16; a NumPy model of the rounding fails the HS64 case too). So the forward
@@ -64,7 +82,7 @@ import math
 from dataclasses import dataclass, replace
 
 from . import _common
-from ._runtime import cdiv, kernel, launch, next_pow2, tl, triton, xp_of
+from ._runtime import cdiv, compiled, kernel, launch, next_pow2, tl, triton, xp_of
 
 MAX_HS = 128
 LOG2E = 1.4426950408889634
@@ -256,6 +274,140 @@ def _attn_backward(qkv_ptr, y_ptr, res_ptr, dy_ptr, lse_ptr, delta_ptr, flag_ptr
     tl.store(dbase + 2 * C + rows, dv.to(dqkv_ptr.dtype.element_ty), mask=rmask)
 
 
+@triton.jit
+def _wait_at_least(count_ptr, target, SPIN_ASM: tl.constexpr):
+    """Spin until the int32 at count_ptr is >= target, with acquire semantics: whatever its writers
+    did before they released their increments is then visible here. Compiled, every thread spins on
+    its own acquire load in inline PTX (a `while` here would be a nested loop, which keeps Triton's
+    pipeliner off the loop around it); the interpreter polls an atomic."""
+    if SPIN_ASM:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred %p_wait; .reg .b32 %v_wait; SPIN: ld.acquire.gpu.global.b32 %v_wait, [$1]; "
+            "setp.lt.s32 %p_wait, %v_wait, $2; @%p_wait bra SPIN; mov.b32 $0, 0; }",
+            "=r,l,r", [count_ptr, target], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        while tl.atomic_add(count_ptr, 0, sem="acquire") < target:
+            pass
+
+
+@triton.jit
+def _publish(count_ptr, SPIN_ASM: tl.constexpr):
+    """Add one to the int32 at count_ptr once every thread of the program is done with its writes:
+    a CTA barrier, then one thread's increment with release semantics (cumulative: it carries the
+    other threads' writes, ordered before it by the barrier). Compiled, both are inline PTX (a
+    tl.debug_barrier in the loop keeps Triton's pipeliner off it)."""
+    if SPIN_ASM:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred %p_first; .reg .b32 %t_id; mov.u32 %t_id, %tid.x; setp.eq.u32 %p_first, %t_id, 0; "
+            "bar.sync 0; @%p_first red.release.gpu.global.add.s32 [$1], 1; mov.b32 $0, 0; }",
+            "=r,l", [count_ptr], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.debug_barrier()
+        tl.atomic_add(count_ptr, 1, sem="release")
+
+
+@triton.jit
+def _read_published(ptr):
+    """Float32 values another program published, read by an atomic that never writes (compare-and-
+    swap against a NaN no kernel stores): an atomic, unlike a load, is never prefetched by Triton's
+    pipeliner to before the wait that makes the values valid. Every address must be in bounds."""
+    never = tl.full(ptr.shape, 0x7FC0DEAD, tl.int32)
+    bits = tl.atomic_cas(ptr.to(tl.pointer_type(tl.int32)), never, never, sem="relaxed")
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _ordered_steps(dk, dv, k, v, offs_n, j, q_base, dy_ptr, out_base, y_ptr, res_ptr, lse_ptr, delta_ptr,
+                   count_ptr, dq_acc_ptr, dq_out_ptr, lo, hi, T, qk_scale, sm_scale, C: tl.constexpr,
+                   HS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                   PRECISION: tl.constexpr, HAS_RES: tl.constexpr, FIRST: tl.constexpr, SPIN_ASM: tl.constexpr):
+    """The ordered backward's walk (module docstring): dK, dV of key block j from the query blocks
+    lo..hi, BLOCK_M a step, and each query block's share of dQ added in key-block order.
+    FIRST: the diagonal steps, where this key block is the query block's first adder (causal mask,
+    delta computed and published here, the share stored); else the later key blocks must have added
+    theirs first (waited for), and the share is added by float32 atomics in that order. Key block 0
+    is the last adder of every query block: it writes dQ itself (scaled, in the input dtype)."""
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < HS
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        mmask = offs_m < T
+        qmask = mmask[:, None] & dmask[None, :]
+        qt = tl.load(q_base + offs_m[None, :] * (3 * C) + offs_d[:, None], mask=dmask[:, None] & mmask[None, :],
+                     other=0.0)                                                  # (BLOCK_D, BLOCK_M) Q^T
+        lse = tl.load(lse_ptr + offs_m, mask=mmask, other=float("inf"))
+        count = count_ptr + start_m // BLOCK_M
+        if FIRST:  # delta of these queries, published with the share below
+            delta, dy = _delta_rows(y_ptr, res_ptr, dy_ptr, out_base, offs_m, offs_d, T, C, HS, HAS_RES)
+            tl.store(delta_ptr + offs_m, delta, mask=mmask)
+        else:
+            dy = tl.load(dy_ptr + out_base + offs_m[:, None] * C + offs_d[None, :], mask=qmask, other=0.0)
+        st = tl.dot(k, qt, input_precision=PRECISION)                            # (BLOCK_N, BLOCK_M) S^T
+        pt = tl.exp2(st * qk_scale - lse[None, :])
+        if FIRST:  # queries before a key see nothing of it
+            pt = tl.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+        dv = tl.dot(pt.to(dy.dtype), dy, dv, input_precision=PRECISION)
+        dpt = tl.dot(v, tl.trans(dy), input_precision=PRECISION)
+        if not FIRST:  # every later key block of these queries has added its share (so delta is published)
+            _wait_at_least(count, start_m // BLOCK_N - j, SPIN_ASM)
+            delta = tl.where(mmask, _read_published(delta_ptr + offs_m), 0.0)   # rows past T: never stored
+        dst = (pt * (dpt - delta[None, :])).to(qt.dtype)
+        dk = tl.dot(dst, tl.trans(qt), dk, input_precision=PRECISION)
+        share = tl.dot(tl.trans(dst), k, input_precision=PRECISION)             # (BLOCK_M, BLOCK_D) dS K_j
+        acc = dq_acc_ptr + offs_m[:, None] * HS + offs_d[None, :]
+        out = dq_out_ptr + offs_m[:, None] * (3 * C) + offs_d[None, :]
+        if FIRST:
+            tl.store(acc, share, mask=qmask)
+            if j == 0:
+                tl.store(out, (share * sm_scale).to(dq_out_ptr.dtype.element_ty), mask=qmask)
+        elif j == 0:  # the sum's last addition, rounded at the L2 as the other programs' are; then dQ
+            total = tl.atomic_add(acc, share, mask=qmask, sem="relaxed") + share
+            tl.store(out, (total * sm_scale).to(dq_out_ptr.dtype.element_ty), mask=qmask)
+        else:
+            tl.atomic_add(acc, share, mask=qmask, sem="relaxed")
+        _publish(count, SPIN_ASM)
+    return dk, dv
+
+
+@kernel
+def _attn_backward_ordered(qkv_ptr, y_ptr, res_ptr, dy_ptr, lse_ptr, delta_ptr, sync_ptr, dq_acc_ptr, dqkv_ptr, T,
+                           qk_scale, sm_scale, C: tl.constexpr, NH: tl.constexpr, HS: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                           PRECISION: tl.constexpr, HAS_RES: tl.constexpr, SPIN_ASM: tl.constexpr):
+    # grid (key blocks, B*NH); a ticket from the head's counter picks the key block, last first
+    nkb = tl.num_programs(0)
+    nqb = tl.cdiv(T, BLOCK_M)
+    bh = tl.program_id(1)
+    b = bh // NH
+    h = bh % NH
+    sync = sync_ptr + bh * (nqb + 1)             # the head's ticket counter, then a count per query block
+    j = nkb - 1 - tl.atomic_add(sync, 1, sem="relaxed")
+    start = j * BLOCK_N
+    base = qkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
+    dbase = dqkv_ptr + b.to(tl.int64) * T * (3 * C) + h * HS
+    out_base = b.to(tl.int64) * T * C + h * HS  # of y, res and dy
+    offs = start + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    rmask = (offs < T)[:, None] & (offs_d < HS)[None, :]
+    rows = offs[:, None] * (3 * C) + offs_d[None, :]
+    k = tl.load(base + C + rows, mask=rmask, other=0.0)
+    v = tl.load(base + 2 * C + rows, mask=rmask, other=0.0)
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    lse_base = lse_ptr + bh.to(tl.int64) * T
+    delta_base = delta_ptr + bh.to(tl.int64) * nqb * BLOCK_M   # whole query blocks a head (see backward_tiled)
+    dq_acc = dq_acc_ptr + bh.to(tl.int64) * T * HS
+    diagonal_end = tl.minimum(start + BLOCK_N, T)
+    dk, dv = _ordered_steps(dk, dv, k, v, offs, j, base, dy_ptr, out_base, y_ptr, res_ptr, lse_base, delta_base,
+                            sync + 1, dq_acc, dbase, start, diagonal_end, T, qk_scale, sm_scale, C, HS, BLOCK_N,
+                            BLOCK_M, BLOCK_D, PRECISION, HAS_RES, True, SPIN_ASM)
+    dk, dv = _ordered_steps(dk, dv, k, v, offs, j, base, dy_ptr, out_base, y_ptr, res_ptr, lse_base, delta_base,
+                            sync + 1, dq_acc, dbase, diagonal_end, T, T, qk_scale, sm_scale, C, HS, BLOCK_N,
+                            BLOCK_M, BLOCK_D, PRECISION, HAS_RES, False, SPIN_ASM)
+    tl.store(dbase + C + rows, (dk * sm_scale).to(dqkv_ptr.dtype.element_ty), mask=rmask)
+    tl.store(dbase + 2 * C + rows, dv.to(dqkv_ptr.dtype.element_ty), mask=rmask)
+
+
 @dataclass(frozen=True)
 class Tiles:
     """One launch configuration (every block a power of two; fwd_n divides fwd_m, bwd_m1 and bwd_n2
@@ -269,10 +421,13 @@ class Tiles:
     bwd_n2: int           # keys per dQ step
     bwd_warps: int
     bwd_stages: int
+    bwd_dq: str = "walk"  # "walk": dQ by its own walk over the keys; "ordered": added in key-block order
 
     def __post_init__(self):  # the loops step from block edges: a step may not overrun its block
         if self.fwd_n > self.fwd_m or self.bwd_m1 > self.bwd or self.bwd_n2 > self.bwd:
             raise ValueError(f"attention tiles: steps larger than their blocks: {self}")
+        if self.bwd_dq not in ("walk", "ordered"):
+            raise ValueError(f"attention tiles: bwd_dq is 'walk' or 'ordered', got {self.bwd_dq!r}")
 
 
 #: (dtype class, padded head size) -> tiles. "16bit": fp16/bf16 on the tensor cores. Heads up to
@@ -294,6 +449,11 @@ TILES = {
     ("float32", 64): Tiles(64, 32, 4, 3, 64, 32, 32, 4, 2),
     ("float32", 128): Tiles(64, 32, 8, 3, 32, 16, 16, 4, 2),
 }
+
+
+#: the `ordered` variant's tiles: TILES' with dQ added in key-block order (bwd_n2 unused). Its walk
+#: is one loop of five products a step where TILES' backward has two of four and three.
+TILES_ORDERED = {key: replace(t, bwd_dq="ordered") for key, t in TILES.items()}
 
 
 def tiles(dtype: str, T: int, HS: int, chosen: Tiles | None = None) -> Tiles:
@@ -333,6 +493,21 @@ def backward(saved, dout, grads):
     return backward_tiled(None, saved, dout, grads)
 
 
+class Ordered:
+    """The `ordered` variant: the forward as flash's; the backward with dQ added in key-block order
+    (module docstring, "Ordered backward"), at TILES_ORDERED."""
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        return forward_tiled(None, inputs, attrs, out)
+
+    @staticmethod
+    def backward(saved, dout, grads):
+        dt, _, T, _, HS = _check(saved.qkv, saved.n_head)
+        return backward_tiled(TILES_ORDERED[("float32" if dt == "float32" else "16bit", max(16, next_pow2(HS)))],
+                              saved, dout, grads)
+
+
 def forward_tiled(chosen: Tiles | None, inputs, attrs, out=None):
     """The op's forward at the launch configuration `chosen` (None: TILES'), shrunk as `tiles` does:
     the tile sweep (bench/tune/attention_tiles.py) runs its candidates through this."""
@@ -357,14 +532,26 @@ def backward_tiled(chosen: Tiles | None, saved, dout, grads):
     xp = xp_of(qkv)
     dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
     t = tiles(dt, T, HS, chosen)
+    sm_scale = 1.0 / math.sqrt(HS)
+    res = saved.y if saved.res is None else saved.res
+    shape = dict(C=C, NH=n_head, HS=HS, BLOCK_D=max(16, next_pow2(HS)), PRECISION=_common.dot_precision(dt),
+                 HAS_RES=saved.res is not None, num_warps=t.bwd_warps, num_stages=t.bwd_stages)
+    if t.bwd_dq == "ordered":
+        nkb, nqb = cdiv(T, t.bwd), cdiv(T, t.bwd_m1)
+        # delta: whole query blocks a head, as its atomic reads take every row of a block; sync: per
+        # head a ticket counter and a count per query block, zeroed; the float32 dQ accumulator is
+        # stored by each block's first adder before anyone reads it, so it needs no zeroing
+        delta = xp.empty((B, n_head, nqb * t.bwd_m1), dtype="float32")
+        sync = xp.zeros((B * n_head * (nqb + 1),), dtype="int32")
+        dq_acc = xp.empty((B, n_head, T, HS), dtype="float32")
+        launch(_attn_backward_ordered, (nkb, B * n_head), qkv, saved.y, res, dout, saved.lse, delta, sync, dq_acc,
+               dqkv, T, sm_scale * LOG2E, sm_scale, BLOCK_N=t.bwd, BLOCK_M=t.bwd_m1, SPIN_ASM=compiled(xp), **shape)
+        return {"qkv": dqkv}
     nblk = cdiv(T, t.bwd)
     # delta: a row of whole blocks per head, so no cache line holds a published block and one still
     # being written (a stale line in an SM's L1 would outlive the flag); flags: one per block, zeroed
     delta = xp.empty((B, n_head, nblk * t.bwd), dtype="float32")
     flags = xp.zeros((B * n_head * nblk,), dtype="int32")
-    sm_scale = 1.0 / math.sqrt(HS)
-    launch(_attn_backward, (nblk, B * n_head), qkv, saved.y, saved.y if saved.res is None else saved.res, dout,
-           saved.lse, delta, flags, dqkv, T, sm_scale * LOG2E, sm_scale, C=C, NH=n_head, HS=HS, BLOCK=t.bwd,
-           BLOCK_M1=t.bwd_m1, BLOCK_N2=t.bwd_n2, BLOCK_D=max(16, next_pow2(HS)), PRECISION=_common.dot_precision(dt),
-           HAS_RES=saved.res is not None, num_warps=t.bwd_warps, num_stages=t.bwd_stages)
+    launch(_attn_backward, (nblk, B * n_head), qkv, saved.y, res, dout, saved.lse, delta, flags, dqkv, T,
+           sm_scale * LOG2E, sm_scale, BLOCK=t.bwd, BLOCK_M1=t.bwd_m1, BLOCK_N2=t.bwd_n2, **shape)
     return {"qkv": dqkv}

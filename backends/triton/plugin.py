@@ -1,4 +1,4 @@
-"""Registers the triton backend: Triton kernels on CuPy arrays, one variant of every GPT-2 op.
+"""Registers the triton backend: Triton kernels on CuPy arrays, a variant of every GPT-2 op (two of attention).
 
 This module imports neither triton nor cupy (entry points are loaded at start-up): each variant
 names its implementation by string, imported the first time it is used.
@@ -8,6 +8,7 @@ names its implementation by string, imported the first time it is used.
                            from per-program partials, no atomics
     matmul        tiled    tensor-core GEMM, bias in the epilogue; fp32 inputs in IEEE fp32
     attention     flash    FlashAttention-2: online softmax, logsumexp saved, no T x T in memory
+                  ordered  flash's forward; the backward in one walk, dQ added in key-block order
     attention_cached  split  flash-decoding: the cache cut into splits across the SMs, partials merged
     gelu          fused    one pass each way
     residual      fused    one pass; backward hands dout on
@@ -44,6 +45,7 @@ _VARIANTS = [
     ("layernorm", "rows", "a block of rows per program; deterministic dweight/dbias partial sums"),
     ("matmul", "tiled", "persistent TMA tensor-core GEMM, bias in the epilogue, split-K dW, fp32 accumulation"),
     ("attention", "flash", "FlashAttention-2: online softmax, logsumexp saved, no T x T matrix"),
+    ("attention", "ordered", "flash's forward; backward in one walk of five products, dQ added in key-block order"),
     ("attention_cached", "split", "flash-decoding: the KV cache split across the SMs, exact merge of the partials"),
     ("gelu", "fused", "tanh GELU, one pass each way"),
     ("residual", "fused", "a + b in one pass"),
@@ -61,7 +63,8 @@ _VARIANTS = [
 
 
 #: variants whose implementation is not the module of their op's name
-_IMPLS = {("matmul_gelu", "epilogue"): "backends.triton.matmul_gelu:Epilogue",
+_IMPLS = {("attention", "ordered"): "backends.triton.attention:Ordered",
+          ("matmul_gelu", "epilogue"): "backends.triton.matmul_gelu:Epilogue",
           ("matmul_gelu", "passes"): "backends.triton.matmul_gelu:Passes"}
 
 

@@ -1,7 +1,8 @@
 """The triton attention (backends/triton/attention.py) beside PyTorch's SDPA backends on one GPU, in
 one process: check every candidate launch configuration, then time it.
 
-    python bench/tune/attention_tiles.py --out DIR [--sweep] [--before PATH] [--jobs N]
+    python bench/tune/attention_tiles.py --out DIR [--sweep] [--ordered] [--batches 16,32,64]
+                                         [--repeats N] [--before PATH] [--jobs N]
 
 1. Compile: every launch the run will make is compiled for sm_90 first, in N processes (Triton's
    on-disk cache then serves the timed process): the sweep is not spent compiling one by one.
@@ -12,8 +13,12 @@ one process: check every candidate launch configuration, then time it.
    12 heads of 64) in bf16 and fp16, ragged T=1000 and T=257, heads of 32, 128 and 5, and T=1. Pass:
    relative L2 error under REL_L2 and every element written; float32 is left to the conformance
    run that follows in the same call (bench command in reports/triton-h200/notes-attention.md).
-   A candidate that fails at the timed configuration is not timed.
-3. Time: bf16, causal, B in {16, 32}, T=1024, 12 heads of 64, qkv packed (B,T,3C), y (B,T,C); SDPA
+   A candidate that fails at the timed configuration is not timed. Every check also calls the
+   backward --repeats times on the same inputs: each call must be bitwise equal to the first.
+   --ordered: also the backward tiles of the ordered dQ (`ordered_candidates`), and the `ordered`
+   variant as registered at every check shape plus GPT-2's at B=16 (the most programs racing for
+   the dQ order), timed beside the rest.
+3. Time: bf16, causal, B in --batches (16, 32), T=1024, 12 heads of 64, qkv packed (B,T,3C), y (B,T,C); SDPA
    with cuDNN, FlashAttention-2 and memory-efficient backends on strided (B,NH,T,HS) views of one
    (B,T,3,NH,HS) tensor, as from the same packed qkv. Median of batches of back-to-back calls between
    CUDA events after warm-up. With --sweep each forward candidate is timed forward only and each
@@ -35,6 +40,7 @@ import math
 import os
 import sys
 import time
+import types
 
 import torch  # before backends.triton: its runtime then leaves torch to Triton's type checks
 
@@ -65,6 +71,16 @@ def bwd_candidates(att):
                                   (128, 32, 64, 8, 3), (128, 16, 16, 4, 4), (64, 32, 32, 4, 3),
                                   (64, 64, 64, 4, 2), (64, 64, 64, 4, 3), (64, 32, 64, 4, 2),
                                   (64, 64, 64, 8, 2)]}
+
+
+def ordered_candidates(att):
+    """Backward tiles with dQ added in key-block order (`bwd_dq="ordered"`): keys a program (bwd),
+    queries a step (bwd_m1, also the unit the dQ order counts in), warps, stages."""
+    d = att.TILES[("16bit", 64)]
+    r = lambda **kw: dataclasses.replace(d, bwd_dq="ordered", **kw)  # noqa: E731
+    return {f"ord-b{b}m{m}w{w}s{s}": r(bwd=b, bwd_m1=m, bwd_n2=m, bwd_warps=w, bwd_stages=s)
+            for b, m, w, s in [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3), (64, 64, 8, 3),
+                               (128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3)]}
 
 
 class Attn:
@@ -207,13 +223,22 @@ def check(att, tiles, B, T_, C_, nh, dtype, seed):
     y, saved = att.forward({"qkv": qkv}, {"n_head": nh}, out=out)
     grads = att.backward(saved, dy, {"qkv": dqkv})
     cp.cuda.runtime.deviceSynchronize()
-    res = {}
+    res = {"repeat": (float(sum(not bool(cp.array_equal(att.backward(saved, dy, {})["qkv"], grads["qkv"]))
+                                for _ in range(REPEATS - 1))), 0.0)}   # (calls that differed, 0)
     for name, got, ref, (rtol, atol) in (("y", y, y_ref, TOL[dtype][0]), ("dqkv", grads["qkv"], g_ref, TOL[dtype][1])):
         got64 = to_torch(got).double()
         err = (got64 - ref).abs() / (rtol * ref.abs() + atol * ref.pow(2).mean().sqrt().clamp_min(1e-30))
         rel = ((got64 - ref).norm() / ref.norm()).item()
         res[name] = (float(torch.nan_to_num(err, nan=float("inf")).max().item()), rel)
     return res
+
+
+REPEATS = 2
+
+
+def passed(r, dt):
+    """The relative L2 errors within REL_L2 and every repeated backward bitwise equal to the first."""
+    return r["repeat"][0] == 0 and all(v[1] <= REL_L2[dt] for k, v in r.items() if k != "repeat")
 
 
 CHECK_SHAPES = [  # (B, T, C, NH, dtype)
@@ -249,6 +274,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--ordered", action="store_true",
+                    help="sweep the ordered-dQ backward's tiles (and no other candidates unless --sweep)")
+    ap.add_argument("--batches", default="16,32", help="batch sizes timed (comma-separated)")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="backward calls a check compares bit for bit (more: a stress test of the dQ order)")
     ap.add_argument("--before", default=None, help="a previous attention.py to time beside")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     args = ap.parse_args()
@@ -257,8 +287,14 @@ def main():
     att = Attn(attention, "ours")
     default = attention.TILES[("16bit", 64)]
     before = Attn(load_before(args.before), "before") if args.before else None
+    # the ordered variant as registered (TILES_ORDERED at every head size and dtype)
+    ordered = Attn(types.SimpleNamespace(forward=attention.Ordered.forward, backward=attention.Ordered.backward),
+                   "ordered") if args.ordered else None
     fc = fwd_candidates(attention) if args.sweep else {}
-    bc = bwd_candidates(attention) if args.sweep else {}
+    bc = {**(bwd_candidates(attention) if args.sweep else {}), **(ordered_candidates(attention) if args.ordered else {})}
+    global BATCHES, REPEATS
+    BATCHES = tuple(int(b) for b in args.batches.split(","))
+    REPEATS = args.repeats
     records = []
 
     def rec(**kw):
@@ -279,6 +315,10 @@ def main():
             jobs.append((att, (d["B"], d["T"], d["C"], d["NH"]), dt))
     if before:
         jobs.append((before, (2, 1024, C, NH), "bfloat16"))
+    if ordered:
+        jobs += [(ordered, (B, T_, C_, nh), dt) for B, T_, C_, nh, dt in CHECK_SHAPES]
+        jobs += [(ordered, (c.dims["B"], c.dims["T"], c.dims["C"], c.dims["NH"]), dt)
+                 for c in CASES["attention"] for dt in ("float32", "float16", "bfloat16")]
     compile_all(jobs, args.jobs)
 
     # 2. checks
@@ -287,11 +327,13 @@ def main():
     checks += [("default", att, default, s) for s in CHECK_SHAPES]
     if before:
         checks.append(("before", before, None, (2, 1024, C, NH, "bfloat16")))
+    if ordered:  # every check shape, and GPT-2's at B=16 (3,072 programs racing for the dQ order)
+        checks += [("ordered", ordered, None, s) for s in CHECK_SHAPES + [(16, 1024, C, NH, "bfloat16")]]
     for i, (name, a, t, (B, T_, C_, nh, dt)) in enumerate(checks):
         t0 = time.time()
         try:
             r = check(a, t, B, T_, C_, nh, dt, seed=100 + i)
-            good = all(v[1] <= REL_L2[dt] for v in r.values())
+            good = passed(r, dt)
             detail = " ".join(f"{k} {v[0]:.3f} (rel {v[1]:.2e})" for k, v in r.items())
         except Exception as ex:  # a launch that does not compile or run: not timed
             good, detail, r = False, f"{type(ex).__name__}: {str(ex)[:300]}", {}
@@ -352,7 +394,7 @@ def main():
         print(f"winner: forward {bf}, backward {bb}: {winner}", flush=True)
     json.dump(dataclasses.asdict(winner), open(os.path.join(args.out, "winner.json"), "w"))
     r = check(att, winner, 2, 1024, C, NH, "bfloat16", seed=7)
-    ok_timed["winner"] = all(v[1] <= REL_L2["bfloat16"] for v in r.values())
+    ok_timed["winner"] = passed(r, "bfloat16")
     print(f"check winner {r} {'ok' if ok_timed['winner'] else 'FAIL'}", flush=True)
     if winner != default:  # the conformance run that follows takes the winner: compile its launches
         from conformance.cases import CASES
@@ -362,7 +404,8 @@ def main():
     for B in BATCHES:
         qkv_t, dy_t, g = data(B)
         qkv, dy = to_cupy(qkv_t), to_cupy(dy_t)
-        for a, name, t in ((att, "ours (winner)", winner), (att, "ours (default)", default), (before, "before", None)):
+        for a, name, t in ((att, "ours (winner)", winner), (att, "ours (default)", default), (before, "before", None),
+                           (ordered, "ordered", None)):
             if a is not None and ok_timed.get({"ours (winner)": "winner", "ours (default)": "default"}.get(name, name)):
                 for what in ("forward", "backward", "forward+backward"):
                     add(B, name, what, ours(a, t, what, qkv, dy))
