@@ -3,6 +3,7 @@ GPU: the program bench/device/ncu_attention.sh profiles (ncu picks the launches 
 
     python3 bench/device/attention_launches.py cupy_raw   # cupy_raw's default (wgmma) kernels
     python3 bench/device/attention_launches.py triton
+    python3 bench/device/attention_launches.py triton_ordered   # triton's `ordered` backward
     python3 bench/device/attention_launches.py cudnn      # PyTorch SDPA's cuDNN backend, the reference
 
 bf16, causal, B = 32, T = 1024, 12 heads of 64, random inputs; each call repeated REPEAT times
@@ -35,8 +36,10 @@ def main(which: str) -> int:
         from backends.cupy_raw.attention import wgmma as impl
     elif which == "triton":
         from backends.triton import attention as impl
+    elif which == "triton_ordered":
+        from backends.triton.attention import Ordered as impl
     else:
-        raise SystemExit(f"attention_launches.py: expected cupy_raw, triton or cudnn, got {which!r}")
+        raise SystemExit(f"attention_launches.py: expected cupy_raw, triton, triton_ordered or cudnn, got {which!r}")
     import ml_dtypes
     import numpy as np
     rng = np.random.default_rng(0)
