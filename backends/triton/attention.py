@@ -57,6 +57,11 @@ one step before key block j does. It cannot deadlock: a program takes its key bl
 programs that took earlier tickets, which are running or done. delta of query block i is computed
 by its first adder and read by the others after their wait (by atomics: Triton prefetches plain
 loads ahead of the loop's waits). The accumulator (B, NH, T, HS) float32 is scratch of the call.
+Measured on the H200 it is slower than the backward above, so it is not the default: 1,357 against
+1,172 us at B=64 (0.86x), 0.84x at B=16; in the B=64 training step 561,574 tokens/s against
+568,122. The order costs ~170 us of that and the atomic reads of delta ~80, but even without them its
+five products a step take as long as the other's seven (reports/triton-h200/notes-attention.md,
+"Eighth session": the ablation and ncu).
 
 Saved: fp16/bf16 outputs are rounded; delta from the rounded y is off by ~|dy||y| 2^-9, which dS =
 P (dP - delta) turns into dq errors beyond the bf16 tolerance where dP and delta nearly cancel (seen
@@ -452,7 +457,9 @@ TILES = {
 
 
 #: the `ordered` variant's tiles: TILES' with dQ added in key-block order (bwd_n2 unused). Its walk
-#: is one loop of five products a step where TILES' backward has two of four and three.
+#: is one loop of five products a step where TILES' backward has two of four and three. At GPT-2's
+#: shape (B=16/32/64) the 64 x 64, 4-warp tiles were its fastest of seven: 2 stages within 1% of 3,
+#: 32-query steps 1.3x slower, 128-key blocks of 8 warps 1.1x (reports/triton-h200/notes-attention.md).
 TILES_ORDERED = {key: replace(t, bwd_dq="ordered") for key, t in TILES.items()}
 
 
