@@ -80,6 +80,32 @@ def test_attention_takes_the_issue_head_sizes(hs):
     assert rec and rec[0]["constexprs"]["BLOCK_D"] == hs
 
 
+def test_flash_is_the_default_attention_and_ordered_a_named_variant():
+    # the first variant listed is the default (plugin.py): `ordered` is 0.84-0.86x flash's backward
+    # on the H200 (reports/triton-h200/notes-attention.md, "Eighth session"), so only when named
+    from euler_core.registry import get_registry
+    assert [v.name for v in get_registry().backend("triton").variants_of("attention")] == ["flash", "ordered"]
+
+
+def test_ordered_backward_adds_dq_in_key_block_order_at_several_block_shapes():
+    """The ordered backward at tiles the registered variant does not take (queries a step smaller
+    than the key block: several first adders per diagonal), ragged T, against the walk's backward,
+    and repeatable. (Under the interpreter the programs run one after another, in ticket order, so
+    the waits are met at once: the ordering itself is checked on the GPU, 10 calls bitwise equal at
+    3,072 programs, reports/triton-h200/attention-ordered-f3ad957/.)"""
+    from backends.triton import attention
+    qkv = _qkv(1, 130, 64)
+    dy = np.random.default_rng(1).standard_normal((1, 130, 64)).astype("float32")
+    with _runtime.interpreter():
+        y, saved = attention.forward({"qkv": qkv}, {"n_head": 2})
+        walk = attention.backward(saved, dy, {})["qkv"].astype(np.float64)
+        for block, step in ((32, 16), (32, 32), (64, 16)):
+            t = replace(attention.tiles("float32", 130, 32), bwd=block, bwd_m1=step, bwd_n2=step, bwd_dq="ordered")
+            first = attention.backward_tiled(t, saved, dy, {})["qkv"]
+            np.testing.assert_allclose(first, walk, rtol=1e-5, atol=1e-5 * np.abs(walk).max())
+            np.testing.assert_array_equal(attention.backward_tiled(t, saved, dy, {})["qkv"], first)
+
+
 def test_attention_backward_computes_unpublished_deltas_itself(monkeypatch):
     """A program whose later blocks have not published their delta yet (flag still 0: they started
     late) computes those deltas itself instead of waiting. With publishing switched off (the flag's
