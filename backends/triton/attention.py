@@ -151,6 +151,18 @@ def _attn_forward(qkv_ptr, y_ptr, res_ptr, lse_ptr, T, qk_scale, C: tl.constexpr
 
 
 @triton.jit
+def _scores_dv_dp(k, v, qt, dy, lse, dv, offs_m, offs_n, qk_scale, PRECISION: tl.constexpr, MASK: tl.constexpr):
+    """One step of a key block's walk: P^T = exp2(K Q^T * s - L) (BLOCK_N, BLOCK_M), dV += P^T dY, and
+    dP^T = V dY^T; MASK: the causal mask (queries before a key see nothing of it)."""
+    st = tl.dot(k, qt, input_precision=PRECISION)                                # S^T
+    pt = tl.exp2(st * qk_scale - lse[None, :])
+    if MASK:
+        pt = tl.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+    dv = tl.dot(pt.to(dy.dtype), dy, dv, input_precision=PRECISION)
+    return pt, dv, tl.dot(v, tl.trans(dy), input_precision=PRECISION)
+
+
+@triton.jit
 def _dkdv_steps(dk, dv, k, v, offs_n, q_base, dy_base, lse_ptr, delta_ptr, lo, hi, T, qk_scale,
                 C: tl.constexpr, HS: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_D: tl.constexpr,
                 PRECISION: tl.constexpr, MASK: tl.constexpr):
@@ -167,12 +179,7 @@ def _dkdv_steps(dk, dv, k, v, offs_n, q_base, dy_base, lse_ptr, delta_ptr, lo, h
                      other=0.0)
         lse = tl.load(lse_ptr + offs_m, mask=mmask, other=float("inf"))
         delta = tl.load(delta_ptr + offs_m, mask=mmask, other=0.0)
-        st = tl.dot(k, qt, input_precision=PRECISION)                            # (BLOCK_N, BLOCK_M1) S^T
-        pt = tl.exp2(st * qk_scale - lse[None, :])
-        if MASK:  # queries before a key see nothing of it
-            pt = tl.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
-        dv = tl.dot(pt.to(dy.dtype), dy, dv, input_precision=PRECISION)
-        dpt = tl.dot(v, tl.trans(dy), input_precision=PRECISION)
+        pt, dv, dpt = _scores_dv_dp(k, v, qt, dy, lse, dv, offs_m, offs_n, qk_scale, PRECISION, MASK)
         dst = pt * (dpt - delta[None, :])
         dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk, input_precision=PRECISION)
     return dk, dv
@@ -347,12 +354,7 @@ def _ordered_steps(dk, dv, k, v, offs_n, j, q_base, dy_ptr, out_base, y_ptr, res
             tl.store(delta_ptr + offs_m, delta, mask=mmask)
         else:
             dy = tl.load(dy_ptr + out_base + offs_m[:, None] * C + offs_d[None, :], mask=qmask, other=0.0)
-        st = tl.dot(k, qt, input_precision=PRECISION)                            # (BLOCK_N, BLOCK_M) S^T
-        pt = tl.exp2(st * qk_scale - lse[None, :])
-        if FIRST:  # queries before a key see nothing of it
-            pt = tl.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
-        dv = tl.dot(pt.to(dy.dtype), dy, dv, input_precision=PRECISION)
-        dpt = tl.dot(v, tl.trans(dy), input_precision=PRECISION)
+        pt, dv, dpt = _scores_dv_dp(k, v, qt, dy, lse, dv, offs_m, offs_n, qk_scale, PRECISION, FIRST)
         if not FIRST:  # every later key block of these queries has added its share (so delta is published)
             _wait_at_least(count, start_m // BLOCK_N - j, SPIN_ASM)
             delta = tl.where(mmask, _read_published(delta_ptr + offs_m), 0.0)   # rows past T: never stored
