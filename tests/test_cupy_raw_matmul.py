@@ -389,16 +389,17 @@ def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, s
                              np.random.default_rng(14))
         _check_wgmma_gelu(np.random.default_rng(15), 72, "emulated TMA store", with_pre=False)
         _check_wgmma_gelu(np.random.default_rng(16), 72, "emulated TMA store module, staged pre")
+        _check_wgmma_gelu(np.random.default_rng(17), 72, "emulated, GELU without a bias (staged)", bias=False)
     assert {"16bit", "float32", None} <= set(taken), taken  # every epilogue ran
 
 
-def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True) -> None:
+def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True, bias: bool = True) -> None:
     """wgmma's forward with the GELU epilogue at (rows, 64) x (136, 64): pre (poisoned first, unless
     not `with_pre`) and gelu(pre) against float64."""
-    x, w, b = _inputs(rng, rows, 64, 136, "bfloat16")
+    x, w, b = _inputs(rng, rows, 64, 136, "bfloat16", bias=bias)
     pre = np.full((rows, 136), np.nan, dtype=x.dtype) if with_pre else None
     y = mm.wgmma.forward_gelu(x, w, b, out=np.full((rows, 136), np.nan, dtype=x.dtype), pre=pre)
-    ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + (b.astype(np.float64) if bias else 0.0)
     if with_pre:
         _close(pre, ref, "bfloat16", "forward", f"{label} pre")
     _close(y, _gelu(ref), "bfloat16", "forward", f"{label} gelu")

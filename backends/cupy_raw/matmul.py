@@ -351,7 +351,9 @@ def _tma_store_kind(c, bias, pre, accumulate: bool, gelu: bool, rows: int, cols:
     if dtype == "float32" or pre is not None or rows == 0 or _pointer(c) % 16:
         return None
     if slices == 1 and str(c.dtype) == dtype and not accumulate:
-        return "16bit" if cols % 8 == 0 and (bias is None or _pointer(bias) % 16 == 0) else None
+        # (the GELU only after a bias: the kernel's dispatch has no TMA-store copy of a bias-less GELU)
+        whole = cols % 8 == 0 and (bias is None or _pointer(bias) % 16 == 0) and (bias is not None or not gelu)
+        return "16bit" if whole else None
     if (slices > 1 or str(c.dtype) == "float32") and not gelu and (bias is None or slices > 1) and cols % 4 == 0:
         return "float32"
     return None
