@@ -465,10 +465,10 @@ TILES = {
 TILES_ORDERED = {key: replace(t, bwd_dq="ordered") for key, t in TILES.items()}
 
 
-def tiles(dtype: str, T: int, HS: int, chosen: Tiles | None = None) -> Tiles:
-    """TILES' entry for this dtype and head size (or `chosen`), shrunk for short sequences (T=1,
+def tiles(dtype: str, T: int, HS: int, chosen: Tiles | None = None, table: dict = TILES) -> Tiles:
+    """`table`'s entry for this dtype and head size (or `chosen`), shrunk for short sequences (T=1,
     tests), never below 16."""
-    t = chosen or TILES[("float32" if dtype == "float32" else "16bit", max(16, next_pow2(HS)))]
+    t = chosen or table[("float32" if dtype == "float32" else "16bit", max(16, next_pow2(HS)))]
     cap = max(16, next_pow2(T))
     return replace(t, fwd_m=min(t.fwd_m, cap), fwd_n=min(t.fwd_n, cap), bwd=min(t.bwd, cap),
                    bwd_m1=min(t.bwd_m1, cap), bwd_n2=min(t.bwd_n2, cap))
@@ -506,15 +506,11 @@ class Ordered:
     """The `ordered` variant: the forward as flash's; the backward with dQ added in key-block order
     (module docstring, "Ordered backward"), at TILES_ORDERED."""
 
-    @staticmethod
-    def forward(inputs, attrs, out=None):
-        return forward_tiled(None, inputs, attrs, out)
+    forward = staticmethod(forward)
 
     @staticmethod
     def backward(saved, dout, grads):
-        dt, _, T, _, HS = _check(saved.qkv, saved.n_head)
-        return backward_tiled(TILES_ORDERED[("float32" if dt == "float32" else "16bit", max(16, next_pow2(HS)))],
-                              saved, dout, grads)
+        return backward_tiled(None, saved, dout, grads, table=TILES_ORDERED)
 
 
 def forward_tiled(chosen: Tiles | None, inputs, attrs, out=None):
@@ -533,14 +529,14 @@ def forward_tiled(chosen: Tiles | None, inputs, attrs, out=None):
     return y, Saved(qkv, y, res, lse, n_head)
 
 
-def backward_tiled(chosen: Tiles | None, saved, dout, grads):
-    """The op's backward at the launch configuration `chosen` (None: TILES'), as forward_tiled."""
+def backward_tiled(chosen: Tiles | None, saved, dout, grads, table: dict = TILES):
+    """The op's backward at the launch configuration `chosen` (None: `table`'s), as forward_tiled."""
     qkv, n_head = saved.qkv, saved.n_head
     dt, B, T, C, HS = _check(qkv, n_head)
     _common.check_contiguous("attention", dout=dout)
     xp = xp_of(qkv)
     dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
-    t = tiles(dt, T, HS, chosen)
+    t = tiles(dt, T, HS, chosen, table)
     sm_scale = 1.0 / math.sqrt(HS)
     res = saved.y if saved.res is None else saved.res
     shape = dict(C=C, NH=n_head, HS=HS, BLOCK_D=max(16, next_pow2(HS)), PRECISION=_common.dot_precision(dt),
