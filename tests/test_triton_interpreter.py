@@ -87,6 +87,12 @@ def test_flash_is_the_default_attention_and_ordered_a_named_variant():
     assert [v.name for v in get_registry().backend("triton").variants_of("attention")] == ["flash", "ordered"]
 
 
+def test_tiles_refuse_an_unknown_dq_order():
+    from backends.triton import attention
+    with pytest.raises(ValueError, match="bwd_dq is 'walk' or 'ordered', got 'atomic'"):
+        replace(attention.TILES[("16bit", 64)], bwd_dq="atomic")
+
+
 def test_ordered_backward_adds_dq_in_key_block_order_at_several_block_shapes():
     """The ordered backward at tiles the registered variant does not take (queries a step smaller
     than the key block: several first adders per diagonal), ragged T, against the walk's backward,
