@@ -43,11 +43,13 @@ def _dtypes(op: str, variant: str, case: str) -> tuple:
     checked as the simple variant."""
     if op == "attention" and variant in ("flash", "wgmma"):
         return ("bfloat16", "float16") if case in ("small", "T17-C36-NH3", "HS64") else ("bfloat16",)
+    if op == "matmul_gelu" and case == "K768-M3072":  # c_fc's shape: the TMA-store epilogue writing pre
+        return ("bfloat16",)                           # and gelu(pre) (12 s here; float32 takes gemm_simt)
     return ("float32", "bfloat16")
 
 
 PARAMS = [pytest.param(op, variant, case.name, dtype, id=f"{op}-{variant}-{case.name}-{dtype}")
-          for op, variant, impl, _ in _VARIANTS if op in CASES and not impl.startswith("matmul")
+          for op, variant, impl, _ in _VARIANTS if op in CASES and op != "matmul"  # (test_cupy_raw_matmul.py)
           for case in CASES[op] if (op, variant, case.name) not in SLOW
           for dtype in _dtypes(op, variant, case.name)]
 

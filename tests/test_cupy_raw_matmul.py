@@ -174,7 +174,7 @@ class _KernelModel:
                    flags, (d["MMA_BM"], d["MMA_BN"]))
 
     def gemm_wgmma(self, d, grid, block, args, shared):
-        ta, tb, tc, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
+        ta, tb, tc, tpre, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
         assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"], d["WG_STORE_COLS"],
                                                d["WG_STORE_F32"])
@@ -183,7 +183,10 @@ class _KernelModel:
         B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
         if d["WG_STORE_COLS"]:  # a TMA-store epilogue: C (or split-K's slices) through its own map
             target, *geometry = self.maps[int.from_bytes(tc.data[:8], "little")]
-            assert target is c and flags & mm.FLAG_VEC and not flags & mm.FLAG_PRE
+            assert target is c and flags & mm.FLAG_VEC
+            if flags & mm.FLAG_PRE:  # pre through its own map, shaped as C's; only with the bias and GELU
+                pre_target, *pre_geometry = self.maps[int.from_bytes(tpre.data[:8], "little")]
+                assert pre_target is pre and pre_geometry == geometry and flags & mm.FLAG_BIAS and flags & mm.FLAG_GELU
             if d["WG_STORE_F32"]:  # float32: the slices as planes, or C accumulated (reduce-add)
                 assert str(c.dtype) == "float32" and not flags & (mm.FLAG_BIAS | mm.FLAG_GELU)
                 planes = c.shape[0] if flags & mm.FLAG_PARTIAL else 1
@@ -373,8 +376,9 @@ def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, s
     image, the boxes stored through C's tensor map and clipped at its edges: 520 and 130 rows, 264
     columns, a ragged last tile both ways; several passes of one tile waiting on the last one's
     reads; the bias and GELU), and dW's float32 ones (split-K's slices stored as planes of one map,
-    N = 1024 over one tile; the whole product added to the float32 gradient by the reduce-add).
-    130 columns (not a multiple of 8) and the forward with pre keep the staged epilogue."""
+    N = 1024 over one tile; the whole product added to the float32 gradient by the reduce-add), and
+    the forward with pre (each pass's image filled twice: pre through its own map, then gelu(pre)).
+    130 columns (not a multiple of 8) keep the staged epilogue."""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     for product in ("forward", "dx"):
         cfg = dict(mm.CONFIGS[("wgmma", product)], bn=bn, store_cols=store_cols, stages=stages)
@@ -388,7 +392,7 @@ def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, s
                              [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264), (70, 64, 130)],
                              np.random.default_rng(14))
         _check_wgmma_gelu(np.random.default_rng(15), 72, "emulated TMA store", with_pre=False)
-        _check_wgmma_gelu(np.random.default_rng(16), 72, "emulated TMA store module, staged pre")
+        _check_wgmma_gelu(np.random.default_rng(16), 72, "emulated TMA store, pre and gelu(pre)")
         _check_wgmma_gelu(np.random.default_rng(17), 72, "emulated, GELU without a bias (staged)", bias=False)
     assert {"16bit", "float32", None} <= set(taken), taken  # every epilogue ran
 
@@ -574,6 +578,9 @@ def _used_modules(model) -> dict:
                                                       "bias": np.zeros(b.shape, np.float32)})
                 if N * K < 1e5:
                     VARIANTS[variant].forward_gelu(x, w, b, pre=np.empty_like(y))
+    # matmul_gelu's forward at c_fc's shape: pre and gelu(pre) through the TMA store (WG_STORE_PRE)
+    x, w, b = _inputs(np.random.default_rng(4), 256, 768, 3072, "bfloat16")
+    mm.wgmma.forward_gelu(x, w, b, pre=np.empty((256, 3072), x.dtype))
     # the pingpong schedule's modules too (the probe's; GPT-2's shapes, bf16)
     with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
         for N, K, M in _COMPILE_SHAPES[:5]:

@@ -51,8 +51,9 @@
 // more wgmma per step (A @ ones), into rowsum[slice, i] (float32): dW's A is dy^T, so these are the
 // bias gradient's column sums of dy, with no second pass over dy (colsum_finish adds the slices).
 // gemm_wgmma built with WG_STORE_COLS > 0 (the host builds it so where C is floatX, whole,
-// TMA-describable and nothing but the bias and GELU is asked) writes C through a tensor map of C by
-// the copy engine instead of the threads' own stores (wgmma_store_epilogue), and has no other epilogue.
+// TMA-describable and nothing but the bias, GELU and pre with them is asked) writes C (and pre)
+// through tensor maps by the copy engine instead of the threads' own stores (wgmma_store_epilogue),
+// and has no other epilogue.
 #include "common.cuh"
 #include "tensor_core.cuh"
 #include "matmul_layout.cuh"
@@ -371,7 +372,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // Defines: A_KMAJOR, B_KMAJOR (0/1), WG_BN (128 or 256: columns of the tile of C), WG_BM (its rows),
 // WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
 // schedule, below), WG_STORE_COLS (0, or the columns of C a warpgroup stages per TMA store pass:
-// 64, 128 or 256; 32 too for float32; below), WG_STORE_F32 (1: those stores are float32, dW's).
+// 64, 128 or 256; 32 too for float32; below), WG_STORE_F32 (1: those stores are float32, dW's),
+// WG_STORE_PRE (1: they are matmul_gelu's forward, pre and gelu(pre), with the bias).
 // Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
@@ -713,12 +715,15 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
 // memory; boxes of 64 rows x 128 bytes one after another), then written by thread 0 through C's
 // tensor map at (column j_tile + the pass's first, row i_wg, plane): stored, or added to C
 // (`reduce`: dW's float32 accumulation, old + sum, one rounding as finish_quad's). F: FLAG_BIAS,
-// FLAG_GELU (the host allows nothing else here: no pre; float32 images take neither).
+// FLAG_GELU, FLAG_PRE with both (float32 images take none). With FLAG_PRE each pass fills the image
+// twice: first with pre = sum + bias, stored through pre's map, then (once the copy engine has read
+// that) with gelu(pre), through C's: the one image, as there is no room for a second beside the ring.
 // Thread t holds, of every 8-column group g, columns 8 g + cc, + 1 of rows r and r + 8
 // (wgmma_acc_coords: registers 4 g + 2 h, + 1 for row r + 8 h).
 template <int F, typename OutT>
 __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* bias,
-                                                     const TmaDescriptor* map, unsigned char* image, int bar, int t,
+                                                     const TmaDescriptor* map, const TmaDescriptor* pre_map,
+                                                     unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce) {
     int r, cc;
     wgmma_acc_coords(t, 0, r, cc);
@@ -726,7 +731,10 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
     constexpr int BOX_GROUPS = BOX_COLS / 8;       // 8-column groups a box row holds
     constexpr int GROUPS = WG_STORE_COLS / 8;      // 8-column groups a pass
 #pragma unroll
-    for (int pass = 0; pass < WG_BN / WG_STORE_COLS; ++pass) {
+    for (int pass = 0; pass < WG_BN / WG_STORE_COLS; ++pass)
+#pragma unroll
+    for (int image_of = (F & FLAG_PRE) ? 0 : 1; image_of < 2; ++image_of) {  // 0: pre, 1: C
+        const bool activate = (F & FLAG_GELU) && image_of == 1;
         if (t == 0) tma_store_wait_read();  // the copy engine has read the image's last stores
         named_barrier(bar, 128);
         const int j_pass = j_tile + pass * WG_STORE_COLS;
@@ -752,7 +760,7 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
             for (int h = 0; h < 2; ++h) {
                 const int y = r + 8 * h;
                 float v0 = acc[4 * q + 2 * h] + b0, v1 = acc[4 * q + 2 * h + 1] + b1;
-                if (F & FLAG_GELU) {
+                if (activate) {
                     v0 = gelu_tanh(v0);
                     v1 = gelu_tanh(v1);
                 }
@@ -767,7 +775,7 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
             for (int b = 0; b < WG_STORE_COLS / BOX_COLS; ++b) {
                 const unsigned src = smem_u32(image + b * WG_BOX_BYTES);
                 if (reduce) tma_reduce_add_3d(map, src, j_pass + BOX_COLS * b, i_wg, plane);
-                else tma_store_3d(map, src, j_pass + BOX_COLS * b, i_wg, plane);
+                else tma_store_3d(image_of == 0 ? pre_map : map, src, j_pass + BOX_COLS * b, i_wg, plane);
             }
             tma_store_commit();
         }
@@ -837,10 +845,11 @@ __device__ __forceinline__ WorkItem work_item(int work, int tiles_m, int tiles_n
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
-           const __grid_constant__ TmaDescriptor tma_c, void* c, const floatX* bias, floatX* pre, int rows, int cols,
-           int depth, void* rowsum, int k_split, int group_m, int flags) {
+           const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ TmaDescriptor tma_pre, void* c,
+           const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
+           int flags) {
     // tma_c: C's 3-D tensor map (boxes of 64 rows x 128 bytes, swizzled; dW's split-K slices its planes)
-    // where WG_STORE_COLS > 0, else never read
+    // where WG_STORE_COLS > 0, else never read; tma_pre: pre's, as C's, read with FLAG_PRE there only
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
@@ -936,11 +945,13 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
 #if WG_STORE_COLS > 0
 #define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
-    wgmma_store_epilogue<F, OutT>(acc[h], bias + zero, &tma_c, reinterpret_cast<unsigned char*>(stage), 1 + wg, t, \
+    wgmma_store_epilogue<F, OutT>(acc[h], bias + zero, &tma_c, &tma_pre, reinterpret_cast<unsigned char*>(stage), 1 + wg, t, \
                                   i_wg, j_tile, cols, plane, reduce)
 #if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
             else WG_STORE_EPILOGUE(0, float, 0, (flags & FLAG_ACCUMULATE) != 0);
+#elif WG_STORE_PRE  // matmul_gelu's forward: pre and gelu(pre) (a module of its own: beside the
+            WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU | FLAG_PRE, floatX, 0, false);  // others, ptxas spilled)
 #else
             switch (flags & (FLAG_BIAS | FLAG_GELU)) {  // (the host allows nothing else here)
             case 0: WG_STORE_EPILOGUE(0, floatX, 0, false); break;                              // dx

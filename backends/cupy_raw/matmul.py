@@ -48,10 +48,9 @@ race).
 
 Epilogues: the bias is added in the GEMM's epilogue (every variant); `forward_gelu` (tiled and
 wgmma) applies GPT-2's tanh GELU there too and can store the pre-activation for the backward: the
-fused first layer of the MLP. It is not registered as the core's matmul_gelu yet: with pre,
-wgmma takes the staged epilogue (the TMA store writes one output), 0.76-0.78x cuBLASLt at depth
-768; what that op wants here is a TMA epilogue with two images (pre and gelu(pre)) and a backward
-that forms dpre = dy * gelu'(pre) without an (N, M) scratch array.
+fused first layer of the MLP, which matmul_gelu.py registers as the core's matmul_gelu. wgmma writes
+pre through the TMA-store epilogue too (a second tensor map: each pass fills the image with pre,
+hands it to the copy engine, then fills it with gelu(pre)).
 
 Split-K: a product with few output tiles for its depth (dW: 768 x 768 from 16384 rows) is cut
 along k into slices, each written as float32 to a (slices, rows, cols) buffer, then added in order
@@ -344,16 +343,20 @@ def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
 def _tma_store_kind(c, bias, pre, accumulate: bool, gelu: bool, rows: int, cols: int, slices: int,
                     dtype: str) -> str | None:
     """Which TMA-store epilogue of gemm_wgmma can write C, if any: "16bit" (one k slice, C 16-bit like
-    the operands, written whole: no accumulate, no pre; rows of 16-byte multiples, the bias
-    vector-aligned as FLAG_VEC asks), "float32" (dW: split-K's float32 slices, or the float32 C
-    accumulated by the copy engine's reduce-add, with neither bias nor GELU in the GEMM), or None
-    (the staged epilogue)."""
-    if dtype == "float32" or pre is not None or rows == 0 or _pointer(c) % 16:
+    the operands, written whole: no accumulate; rows of 16-byte multiples, the bias vector-aligned as
+    FLAG_VEC asks; the GELU only after a bias, and pre (16-byte aligned, C's dtype) only with both: the
+    flag sets the kernel's epilogue dispatch compiles), "float32" (dW: split-K's float32 slices, or the
+    float32 C accumulated by the copy engine's reduce-add, with neither bias nor GELU in the GEMM), or
+    None (the staged epilogue)."""
+    if dtype == "float32" or rows == 0 or _pointer(c) % 16:
+        return None
+    if pre is not None and (not gelu or bias is None or _pointer(pre) % 16 or str(pre.dtype) != str(c.dtype)):
         return None
     if slices == 1 and str(c.dtype) == dtype and not accumulate:
-        # (the GELU only after a bias: the kernel's dispatch has no TMA-store copy of a bias-less GELU)
         whole = cols % 8 == 0 and (bias is None or _pointer(bias) % 16 == 0) and (bias is not None or not gelu)
         return "16bit" if whole else None
+    if pre is not None:
+        return None
     if (slices > 1 or str(c.dtype) == "float32") and not gelu and (bias is None or slices > 1) and cols % 4 == 0:
         return "float32"
     return None
@@ -393,7 +396,7 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
                "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
                "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong), "WG_STORE_COLS": store_cols,
-               "WG_STORE_F32": int(f32)}
+               "WG_STORE_F32": int(f32), "WG_STORE_PRE": int(store == "16bit" and pre is not None)}
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
     sums = xp.empty((slices, rows), dtype=np.float32) if rowsum is not None else None
@@ -403,6 +406,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     # as the TMA store's image holds them; without that epilogue it is never read: any map fills it
     target = partial if partial is not None else c
     maps += (_tma.tiled_planes(target, slices, rows, cols, 32 if f32 else 64, 64) if store_cols else maps[0],)
+    # tma_pre: pre's, as C's, where the TMA-store epilogue writes it too (else never read)
+    maps += (_tma.tiled_planes(pre, 1, rows, cols, 64, 64) if store_cols and pre is not None else maps[2],)
     shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32)
     _launch_gemm(kernel, tiles, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
                  (sums if sums is not None else c,), work_items=True, k_split=k_split,
@@ -429,16 +434,18 @@ class Saved:
     bias: object     # (M) or None: its shape and dtype check the bias gradient's buffer
 
 
-def _check(x, weight, bias) -> str:
-    dt = _common.check_float("matmul", "x", x)
+def check_operands(x, weight, bias, op: str = "matmul") -> str:
+    """x (N,K), weight (M,K) and bias (M) or None: one float dtype, contiguous, shapes that agree;
+    returns the dtype. `op`: the op the errors name (matmul_gelu checks through this too)."""
+    dt = _common.check_float(op, "x", x)
     for name, arr in (("weight", weight), ("bias", bias)):
         if arr is not None and str(arr.dtype) != dt:
-            raise TypeError(f"matmul: '{name}' must have x's dtype {dt}, got {arr.dtype}")
-    _common.check_contiguous("matmul", x=x, weight=weight, bias=bias)
+            raise TypeError(f"{op}: '{name}' must have x's dtype {dt}, got {arr.dtype}")
+    _common.check_contiguous(op, x=x, weight=weight, bias=bias)
     if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"matmul: x (N,K) and weight (M,K) must share K, got {tuple(x.shape)} and {tuple(weight.shape)}")
+        raise ValueError(f"{op}: x (N,K) and weight (M,K) must share K, got {tuple(x.shape)} and {tuple(weight.shape)}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"matmul: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+        raise ValueError(f"{op}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
     return dt
 
 
@@ -450,7 +457,7 @@ class Matmul:
 
     def forward(self, inputs, attrs, out=None):
         x, weight, bias = inputs["x"], inputs["weight"], inputs.get("bias")
-        _check(x, weight, bias)
+        check_operands(x, weight, bias)
         N, K = x.shape
         M = weight.shape[0]
         y = _common.output("matmul", _common.xp_of(x), out, (N, M), str(x.dtype))      # (N,M)
@@ -462,7 +469,7 @@ class Matmul:
         """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward."""
         if self.engine == "cublaslt":
             raise ValueError("matmul cublaslt: forward_gelu is the hand-written GEMMs' epilogue (tiled, wgmma)")
-        _check(x, weight, bias)
+        check_operands(x, weight, bias)
         N, K = x.shape
         M = weight.shape[0]
         xp = _common.xp_of(x)
