@@ -1,6 +1,7 @@
 """Where a captured training step's GPU time goes, kernel by kernel, recorded by an outside profiler.
 
     python3 bench/device/step_trace.py --out DIR [--batch-sizes 16,64] [--backend SEL ...] [--recompute]
+        [--loops sync,pipelined]  # each step read before the next is queued, and/or as euler train queues them
         [--matmul-variant NAME]   # triton matmul launch configs replaced (bench/tune/matmul_step_variants.py)
 
 `euler bench train`'s breakdown times each op between CUDA events in an eager step, where the
@@ -17,7 +18,8 @@ For each selection (--backend, repeatable; default triton) and batch size, GPT-2
    sequence; the names are checked), and the GPU's idle time inside a step (between kernels) and
    between steps (the host reading the loss and queueing the next step).
 Writes, for the n-th selection, step-<n>-B<B>.md (the tables), step-<n>-B<B>.json (every kernel of
-one replayed step, with its op) and trace-<n>-B<B>.json.gz (the chrome trace of the replayed steps).
+one replayed step, with its op) and trace-<n>-B<B>.json.gz (the chrome trace of the replayed steps);
+the pipelined loop's files end in -pipelined.
 """
 
 from __future__ import annotations
@@ -87,14 +89,27 @@ def eager_map(model, step, data, torch, out: Path, tag: str) -> list[dict]:
     return kernels
 
 
-def replayed(step, data, steps: int, torch, out: Path, tag: str):
+def replayed(step, data, steps: int, torch, out: Path, tag: str, pipelined: bool = False):
+    """`steps` replayed steps under the profiler: (kernels, walls). Each step is read before the next
+    is queued (walls: queue to read), or with `pipelined` as euler train's loop runs them, step k+1
+    queued before step k is read (walls: read to read; the first step's from its queueing)."""
     import cupy
     walls = []
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        last = time.perf_counter()
+        queued = []
         for d in data[:steps]:
-            t0 = time.perf_counter()
-            step.run(d, 3e-4).loss
-            walls.append(time.perf_counter() - t0)
+            queued.append(step.run(d, 3e-4))
+            if len(queued) > pipelined:
+                queued.pop(0).loss
+                now = time.perf_counter()
+                walls.append(now - last)
+                last = now
+        for result in queued:
+            result.loss
+            now = time.perf_counter()
+            walls.append(now - last)
+            last = now
         cupy.cuda.Device().synchronize()
     path = out / f"trace-{tag}.json"
     prof.export_chrome_trace(str(path))
@@ -153,7 +168,8 @@ def markdown(r: dict, selection: str, recompute: bool) -> str:
     span = r["median_span_ms"]
     lines = [f"# One replayed training step, kernel by kernel: {selection}{' (recompute)' if recompute else ''}, "
              f"B={r['B']}, T={r['T']}", "",
-             f"Host wall time per step (median of {len(r['wall_ms'])}, ending with the loss read): "
+             f"Host wall time per step (median of {len(r['wall_ms'])}, "
+             f"{'read to read, each step queued before the last is read' if r.get('pipelined') else 'ending with the loss read'}): "
              f"{r['median_wall_ms']:.2f} ms = {r['tokens_per_s_wall']:,.0f} tokens/s. On the GPU: first kernel to "
              f"last {span:.2f} ms, of which kernels {r['median_kernels_ms']:.2f} ms and idle between kernels "
              f"{r['median_gaps_ms']:.2f} ms; idle between steps {', '.join(f'{g:.3f}' for g in r['between_steps_ms'])} ms. "
@@ -179,6 +195,9 @@ def main(argv=None) -> int:
     p.add_argument("--backend", action="append", default=None, help="a selection (repeatable; default triton)")
     p.add_argument("--recompute", action="store_true")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--loops", default="sync",
+                   help="comma-separated: sync (each step read before the next is queued), pipelined (step "
+                        "k+1 queued before step k is read, as euler train's loop runs them)")
     p.add_argument("--matmul-variant", default=None,
                    help="a name of bench/tune/matmul_step_variants.py: its triton matmul configs replace the table's")
     args = p.parse_args(argv)
@@ -197,29 +216,34 @@ def main(argv=None) -> int:
     T = 1024
     for n, selection in enumerate(args.backend or ["triton"]):
         for B in [int(b) for b in args.batch_sizes.split(",")]:
-            tag = f"{n}-B{B}" + (f"-{args.matmul_variant}" if args.matmul_variant else "")
+            base_tag = f"{n}-B{B}" + (f"-{args.matmul_variant}" if args.matmul_variant else "")
             rng = np.random.default_rng(0)
             data = [batch(rng, B, T, 50257) for _ in range(args.steps + 4)]
             model, eager_step = make("gpt2", B, T, selection, "bfloat16", graph=False, recompute=args.recompute)
             for d in data[:2]:
                 eager_step.run(d, 3e-4).loss  # compiles every kernel
             with work_stream():
-                eager = eager_map(model, eager_step, data[2], torch, out, tag)
+                eager = eager_map(model, eager_step, data[2], torch, out, base_tag)
             step = TrainStep(model, AdamW(model), B, T, accum=1, grad_clip=1.0, graph=True)
             for d in data[:3]:
                 step.run(d, 3e-4).loss  # eager, capture, first replay
-            kernels, walls = replayed(step, data[3:], args.steps, torch, out, tag)
-            per_step = len(eager)
-            if len(kernels) != per_step * args.steps:
-                print(f"{selection} B={B}: {len(kernels)} kernels in {args.steps} replayed steps, the eager step has "
-                      f"{per_step}: matching by position is off (the tables below may misattribute)", flush=True)
-            result = analyse(eager, split_steps(kernels, per_step, args.steps), walls, B, T)
-            result.update(selection=selection, recompute=args.recompute, matmul_variant=args.matmul_variant)
-            (out / f"step-{tag}.json").write_text(json.dumps(result, indent=1))
-            text = markdown(result, selection + (f" [matmul {args.matmul_variant}]" if args.matmul_variant else ""),
-                            args.recompute)
-            (out / f"step-{tag}.md").write_text(text)
-            print(text.split("## Kernels")[0], flush=True)
+            for loop in args.loops.split(","):
+                if loop not in ("sync", "pipelined"):
+                    raise SystemExit(f"--loops: unknown loop {loop!r}, expected sync or pipelined")
+                tag = base_tag + ("-pipelined" if loop == "pipelined" else "")
+                kernels, walls = replayed(step, data[3:], args.steps, torch, out, tag, pipelined=loop == "pipelined")
+                per_step = len(eager)
+                if len(kernels) != per_step * args.steps:
+                    print(f"{selection} B={B}: {len(kernels)} kernels in {args.steps} replayed steps, the eager step "
+                          f"has {per_step}: matching by position is off (the tables below may misattribute)", flush=True)
+                result = analyse(eager, split_steps(kernels, per_step, args.steps), walls, B, T)
+                result.update(selection=selection, recompute=args.recompute, matmul_variant=args.matmul_variant,
+                              pipelined=loop == "pipelined")
+                (out / f"step-{tag}.json").write_text(json.dumps(result, indent=1))
+                text = markdown(result, selection + (f" [matmul {args.matmul_variant}]" if args.matmul_variant else ""),
+                                args.recompute)
+                (out / f"step-{tag}.md").write_text(text)
+                print(text.split("## Kernels")[0], flush=True)
             del model, eager_step, step
             cupy.get_default_memory_pool().free_all_blocks()
     return 0
