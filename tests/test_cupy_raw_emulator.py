@@ -510,7 +510,8 @@ def test_crossentropy_onepass_staged_and_unstaged_match_float64(dtype, staged, m
     dlosses = rng.standard_normal((B, T)).astype(np.float32)
     with rt.recording() as rec:
         onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
-    assert rec[0].shared_mem == (V * logits.itemsize if staged else 0)  # the kernel's staged flag follows it
+    # staged: the exps (as wide as the logits), then one group max a thread (96 logits: one group)
+    assert rec[0].shared_mem == (V * logits.itemsize + 4 * onepass.THREADS if staged else 0)
     with rt.emulation():
         losses, saved = onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
         dlogits = np.full(logits.shape, np.nan, dtype=logits.dtype)
@@ -520,3 +521,31 @@ def test_crossentropy_onepass_staged_and_unstaged_match_float64(dtype, staged, m
     ref_dlogits = naive.backward(ref_saved, dlosses.astype(np.float64), {})["logits"]
     _check("losses", losses, ref_losses, dtype, "forward")
     _check("dlogits", dlogits, ref_dlogits, dtype, "gradient")
+
+
+@pytest.mark.parametrize("n_valid", [2090, 700], ids=["pad-in-last-group", "groups-all-padding"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_crossentropy_onepass_groups_of_kept_exps_match_float64(dtype, n_valid, monkeypatch):
+    """The staged walks over several groups a thread (32 threads, so 128 packs between a thread's
+    groups): each group's max and kept exps, the scale walk 2 gives them, groups wholly past n_valid
+    (their max never set), the tail past the last pack (V = 2100 is not a multiple of 8); logits
+    spread widely, so that groups' maxima lie far apart and far below the row's."""
+    from backends.cupy_raw import crossentropy_onepass as onepass
+    from backends.naive import crossentropy as naive
+    monkeypatch.setattr(onepass, "THREADS", 32)
+    rng = np.random.default_rng(4)
+    B, T, V = 2, 2, 2100
+    logits = _as(dtype, 6 * rng.standard_normal((B, T, V)) + np.linspace(-20, 8, V))
+    targets = rng.integers(0, n_valid, (B, T))
+    targets[0, 1] = n_valid - 1
+    dlosses = rng.standard_normal((B, T)).astype(np.float32)
+    with rt.emulation():
+        losses, saved = onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
+        dlogits = np.full(logits.shape, np.nan, dtype=logits.dtype)
+        onepass.backward(saved, dlosses, {"logits": dlogits})
+    z = logits.astype(np.float64)
+    ref_losses, ref_saved = naive.forward({"logits": z, "targets": targets}, {"n_valid": n_valid})
+    ref_dlogits = naive.backward(ref_saved, dlosses.astype(np.float64), {})["logits"]
+    _check("losses", losses, ref_losses, dtype, "forward")
+    _check("dlogits", dlogits, ref_dlogits, dtype, "gradient")
+    assert (dlogits.astype(np.float64)[..., n_valid:] == 0).all()
