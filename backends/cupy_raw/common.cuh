@@ -20,8 +20,8 @@
 //   store_pack_stream            a store with the evict-first hint (__stcs)
 //   cp_async16, cp_async4        cp.async: global -> shared copies that go around the registers (16
 //                                bytes by L2 only, or 4), in groups (cp_async_commit) waited for by
-//                                cp_async_wait<N> (all but the N newest groups landed); in the CPU
-//                                emulator a plain copy and no-ops
+//                                cp_async_wait<N> (all but the N newest groups landed; cp_async_wait_upto
+//                                for an N known at run time); in the CPU emulator a plain copy and no-ops
 //
 // Every function is written __device__ explicitly: NVRTC (CuPy) defaults to device code, nvcc
 // (the CI compile check) does not, and both must accept these sources.
@@ -154,6 +154,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 #endif
+
+// cp_async_wait<n> for an n known only at run time (or once the loop around it is unrolled): at
+// most 7 younger groups are left in flight (a larger n waits for more than it must, never less)
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+    switch (n) {
+        case 0: cp_async_wait<0>(); break;
+        case 1: cp_async_wait<1>(); break;
+        case 2: cp_async_wait<2>(); break;
+        case 3: cp_async_wait<3>(); break;
+        case 4: cp_async_wait<4>(); break;
+        case 5: cp_async_wait<5>(); break;
+        case 6: cp_async_wait<6>(); break;
+        default: cp_async_wait<7>(); break;
+    }
+}
 
 // 4 or 2 values of U as one aligned vector load/store (Quad<float>: 16 bytes, like float4; these
 // rather than CUDA's float2/float4 so that the CPU emulator needs no vector types)

@@ -6,8 +6,10 @@
 //
 // with dloss, the gradient of the step's loss with respect to this row's loss, given ahead.
 //
-// Walk 1 reads the row from memory (16-byte packs where vec = 1, UNROLL of them at a time: a group).
-// With staged = 1 it keeps, in shared memory, not the logits but their exponentials: for each group
+// Walk 1 reads the row (16-byte packs where vec = 1, UNROLL of them a group). With staged = 1 each
+// thread first copies all its packs into shared memory by cp.async (a commit group per group: the
+// whole row in flight at once, no registers held), then, group by group as they land, turns the
+// logits in place into their exponentials: for each group
 // its max g (over the valid values), then e = 2^15 exp(z - g) for every value of the group (one exp an
 // element), stored as floatE (half for 16-bit logits: 11 bits, finer than the bf16 gradient they become,
 // and the 2^15 keeps e down to 2^-24 of g's exp in half's normal range; float for float32 logits), g in
@@ -76,22 +78,30 @@ extern "C" __global__ void __launch_bounds__(512, 2) crossentropy_onepass(const 
     const int whole = vec ? n_valid / PackX::N : 0;  // packs wholly below n_valid
     const int stride = UNROLL * blockDim.x;          // packs between a thread's groups
 
-    // walk 1: (m, s) per thread over the first n_valid logits, UNROLL packs loaded at a time; staged,
-    // each group's exps kept
+    // walk 1: (m, s) per thread over the first n_valid logits, UNROLL packs (a group) at a time
     float m = -3.0e38f, s = 0.0f;  // m finite, so that z - m is never -inf - (-inf)
-    for (int p0 = threadIdx.x, group = 0; p0 < packs; p0 += stride, group++) {
-        PackX pk[UNROLL];
+    if (staged) {
+        // every pack of the thread's groups copied into shared memory at once (a cp.async group each:
+        // the row's bytes in flight without registers), then each group, once landed, turned in place
+        // into its exps
+        int groups = 0;
+        for (int p0 = threadIdx.x; p0 < packs; p0 += stride, groups++) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            const int p = p0 + u * blockDim.x;
-            if (p < packs) pk[u] = staged ? load_pack_stream(z + p * PackX::N) : load_pack(z + p * PackX::N);
+            for (int u = 0; u < UNROLL; u++) {
+                const int p = p0 + u * blockDim.x;
+                if (p < packs) cp_async16(exps + p * PackX::N, z + p * PackX::N, true);
+            }
+            cp_async_commit();
         }
-        if (staged) {
+        for (int p0 = threadIdx.x, group = 0; p0 < packs; p0 += stride, group++) {
+            cp_async_wait_upto(groups - 1 - group);  // this group landed (its packs: this thread's alone)
+            PackX pk[UNROLL];
             float g = -3.0e38f;  // the group's max over its valid values
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
                 const int p = p0 + u * blockDim.x;
                 if (p >= packs) break;
+                pk[u] = load_pack(reinterpret_cast<const floatX*>(exps + p * PackX::N));
 #pragma unroll
                 for (int k = 0; k < PackX::N; k++)
                     if (p < whole || p * PackX::N + k < n_valid) g = fmaxf(g, to_f32(pk[u].v[k]));
@@ -110,13 +120,21 @@ extern "C" __global__ void __launch_bounds__(512, 2) crossentropy_onepass(const 
                     sum += e;
                     pe.v[k] = from_f32<floatE>(e);
                 }
-                store_pack(exps + p * PackX::N, pe);
+                store_pack(exps + p * PackX::N, pe);  // over the logits it came from
             }
             group_max[group * blockDim.x + threadIdx.x] = g;
             const float m_new = fmaxf(m, g);  // sum is 2^15 sum exp(z - g): rescaled to m_new
             s = s * exp2f((m - m_new) * LOG2E) + sum * exp2f((g - m_new) * LOG2E - E_LOG2);
             m = m_new;
-        } else {
+        }
+    } else {
+        for (int p0 = threadIdx.x; p0 < packs; p0 += stride) {
+            PackX pk[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const int p = p0 + u * blockDim.x;
+                if (p < packs) pk[u] = load_pack(z + p * PackX::N);
+            }
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
                 const int p = p0 + u * blockDim.x;

@@ -116,19 +116,6 @@ __device__ __forceinline__ void stage_elems(floatX* dst, const floatX* __restric
     }
 }
 
-// cp_async_wait<n> for an n known only once the loop around it is unrolled
-__device__ __forceinline__ void cp_async_wait_upto(int n) {
-    switch (n) {
-        case 0: cp_async_wait<0>(); break;
-        case 1: cp_async_wait<1>(); break;
-        case 2: cp_async_wait<2>(); break;
-        case 3: cp_async_wait<3>(); break;
-        case 4: cp_async_wait<4>(); break;
-        case 5: cp_async_wait<5>(); break;
-        case 6: cp_async_wait<6>(); break;
-        default: cp_async_wait<7>(); break;
-    }
-}
 static_assert(FORWARD_ROWS >= 1 && FORWARD_ROWS <= 8, "cp_async_wait_upto counts up to 7 younger groups");
 
 // grid cdiv(N, FORWARD_ROWS * WARPS), block 32*WARPS, dynamic shared memory (2 + WARPS FORWARD_ROWS)

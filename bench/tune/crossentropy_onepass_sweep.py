@@ -1,6 +1,7 @@
 """crossentropy_onepass on the H200: checked, then timed against the unfused pair, at GPT-2's loss.
 
     python3 bench/tune/crossentropy_onepass_sweep.py --out OUT.json [--rows 65536,16384]   (GPU)
+        [--unrolls 2,4,8] [--no-triton] [--label NAME]
 
 For each row count (B*T; V = 50304, n_valid = 50257, bf16 logits of scale 3, a tenth of the targets
 -1): the unfused pair (crossentropy.py's forward, then its backward: one read, then a read and a
@@ -65,7 +66,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--rows", default="65536,16384")
+    p.add_argument("--unrolls", default=None,
+                   help="comma-separated UNROLL values for cupy_raw's kernel (packs a group; default: the module's)")
+    p.add_argument("--no-triton", action="store_true", help="leave triton's configurations out (cupy_raw only)")
+    p.add_argument("--label", default="", help="appended to cupy_raw's candidate names (a source under test)")
     args = p.parse_args(argv)
+    unrolls = [int(u) for u in args.unrolls.split(",")] if args.unrolls else [getattr(staged, "UNROLL", None)]
     records = []
     src = cupy.empty(2**30, dtype=cupy.uint16)
     dst = cupy.empty_like(src)
@@ -92,10 +98,17 @@ def main(argv=None):
         records.append({"rows": n, "candidate": "unfused forward + backward", "s": t_unfused})
         print(f"rows {n}: unfused {t_unfused * 1e6:,.0f} us", flush=True)
         inputs = {"logits": logits, "targets": targets, "dlosses": dlosses}
-        candidates = [(f"onepass b{b}-w{w}-s{st}",
-                       lambda out, cfg=onepass.OnePassConfig(b, w, st): onepass.forward_with(cfg, inputs, attrs, out=out))
-                      for b, w, st in CONFIGS]
-        candidates.append(("cupy_raw staged", lambda out: staged.forward(inputs, attrs, out=out)))
+        candidates = [] if args.no_triton else [
+            (f"onepass b{b}-w{w}-s{st}",
+             lambda out, cfg=onepass.OnePassConfig(b, w, st): onepass.forward_with(cfg, inputs, attrs, out=out))
+            for b, w, st in CONFIGS]
+
+        def cupy_raw(out, unroll):
+            if unroll is not None:
+                staged.UNROLL = unroll  # the kernel's define: compiled once per value
+            return staged.forward(inputs, attrs, out=out)
+        candidates += [(f"cupy_raw staged{args.label}" + (f" u{u}" if args.unrolls else ""),
+                        lambda out, u=u: cupy_raw(out, u)) for u in unrolls]
         for name, forward in candidates:
             losses = cupy.full((1, n), cupy.nan, dtype=cupy.float32)
             _, saved = forward(losses)
