@@ -9,21 +9,23 @@
 // Walk 1 reads the row (16-byte packs where vec = 1, UNROLL of them a group). With staged = 1 each
 // thread first copies all its packs into shared memory by cp.async (a commit group per group: the
 // whole row in flight at once, no registers held), then, group by group as they land, turns the
-// logits in place into their exponentials: for each group
-// its max g (over the valid values), then e = 2^15 exp(z - g) for every value of the group (one exp an
-// element), stored as floatE (half for 16-bit logits: 11 bits, finer than the bf16 gradient they become,
-// and the 2^15 keeps e down to 2^-24 of g's exp in half's normal range; float for float32 logits), g in
-// a slot of its own per (group, thread), and the thread's running (m, s) updated once per group.
+// logits in place into their exponentials: for each group its max g (over the valid values), then
+// e = 2^15 exp(z - g) for every value of the group (one exp an element), stored as floatE (half for
+// 16-bit logits: 11 bits, finer than the bf16 gradient they become, and the 2^15 keeps e down to 2^-24
+// of g's exp in half's normal range; float for float32 logits), g in a slot of its own per (group,
+// thread), and the thread's running (m, s) updated once per group.
 // The block merges its threads' (m, s) into lse in a fixed order. Walk 2 reads back the very packs
 // its thread wrote (the reductions' barriers are all the synchronisation it needs) and scales them:
 //
 //   dz_v = dloss exp(z_v - lse) = e_v * (dloss 2^-15 exp(g - lse))     one multiply an element
 //
-// so each logit costs one exp in all (and a few a group), where exps were near the limit: an SM takes
-// 16 a clock, and two an element (crossentropy.cu's count) are ~1.8 ms at 1.75 GHz for GPT-2 124M's
-// 65536 x 50304 logits at B=64, beside the 3.1 ms their read and dlogits' write take at 4.3 TB/s. The logits cross the
-// memory bus once and dlogits once: crossentropy.cu's forward and backward read the row twice. With
-// staged = 0 (a row too large for shared memory) walk 1 keeps (m, s) a pack at a time (pack_update)
+// so each logit costs one exp in all (and a few a group) where it cost two. What made the kernel fast,
+// though, was the copy: with each thread's packs loaded four at a time into registers and worked on
+// before the next four, it moved 68% of the copy rate (one exp a logit alone changed nothing: it was
+// waiting on memory with too few bytes in flight, not on the SFU); with the whole row in flight by
+// cp.async, 88% (3,522 us at GPT-2 124M's 65536 x 50304 logits, B=64; reports/cupy_raw-h200/
+// onepass-a06107a). The logits cross the memory bus once and dlogits once: crossentropy.cu's forward
+// and backward read the row twice. With staged = 0 (a row too large for shared memory) walk 1 keeps (m, s) a pack at a time (pack_update)
 // and walk 2 reads the row from memory again and takes exp(z - lse). Values past the packs (V not a
 // multiple of the pack, or vec = 0) take online_update and are read again in walk 2 either way.
 // A target outside [-1, n_valid) gives NaN (loss and gradient row), as in crossentropy.cu.
@@ -35,8 +37,8 @@ template <> struct ExpStorage<float> { typedef float type; };
 
 typedef Pack<floatX> PackX;
 constexpr float LOG2E = 1.4426950408889634f;
-// UNROLL (a define, crossentropy_onepass.py's): packs a thread loads before it uses the first (more
-// bytes in flight), and the group that shares one max g in the staged walks
+// UNROLL (a define, crossentropy_onepass.py's): the packs of a group, which share one max g in the
+// staged walks (UNROLL 2 measured as fast as 4; 8 spills) and are loaded together when not staged
 typedef typename ExpStorage<floatX>::type floatE;
 typedef Pack<floatE> PackE;  // as many values as PackX: floatE is as wide as floatX
 static_assert(PackE::N == PackX::N, "e is stored as wide as the logits");
