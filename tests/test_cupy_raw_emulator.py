@@ -492,6 +492,23 @@ def test_the_emulator_runs_blocks_threads_shuffles_and_shared_memory(tmp_path, m
     np.testing.assert_allclose(out.reshape(2, 128), expected, rtol=1e-5)
 
 
+def _check_onepass(logits, targets, dlosses, n_valid, dtype):
+    """cupy_raw's crossentropy_onepass in the emulator, dlogits poisoned first: losses and dlogits
+    against float64 naive, the padded columns exactly 0."""
+    from backends.cupy_raw import crossentropy_onepass as onepass
+    from backends.naive import crossentropy as naive
+    with rt.emulation():
+        losses, saved = onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
+        dlogits = np.full(logits.shape, np.nan, dtype=logits.dtype)
+        onepass.backward(saved, dlosses, {"logits": dlogits})
+    z = logits.astype(np.float64)
+    ref_losses, ref_saved = naive.forward({"logits": z, "targets": targets}, {"n_valid": n_valid})
+    ref_dlogits = naive.backward(ref_saved, dlosses.astype(np.float64), {})["logits"]
+    _check("losses", losses, ref_losses, dtype, "forward")
+    _check("dlogits", dlogits, ref_dlogits, dtype, "gradient")
+    assert (dlogits.astype(np.float64)[..., n_valid:] == 0).all(), "padded columns of dlogits not 0"
+
+
 @pytest.mark.parametrize("staged", [True, False], ids=["row-in-shared-memory", "row-read-again"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_crossentropy_onepass_staged_and_unstaged_match_float64(dtype, staged, monkeypatch):
@@ -499,7 +516,6 @@ def test_crossentropy_onepass_staged_and_unstaged_match_float64(dtype, staged, m
     large for it: here the limit is lowered) from the logits again, 16-byte packs with the pack that
     straddles n_valid, an ignored row; losses and dlogits against float64 naive, dlogits poisoned."""
     from backends.cupy_raw import crossentropy_onepass as onepass
-    from backends.naive import crossentropy as naive
     if not staged:
         monkeypatch.setattr(rt, "MAX_SHARED_PER_BLOCK", 256)
     rng = np.random.default_rng(3)
@@ -512,15 +528,7 @@ def test_crossentropy_onepass_staged_and_unstaged_match_float64(dtype, staged, m
         onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
     # staged: the exps (as wide as the logits), then one group max a thread (96 logits: one group)
     assert rec[0].shared_mem == (V * logits.itemsize + 4 * onepass.THREADS if staged else 0)
-    with rt.emulation():
-        losses, saved = onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
-        dlogits = np.full(logits.shape, np.nan, dtype=logits.dtype)
-        onepass.backward(saved, dlosses, {"logits": dlogits})
-    z = logits.astype(np.float64)
-    ref_losses, ref_saved = naive.forward({"logits": z, "targets": targets}, {"n_valid": n_valid})
-    ref_dlogits = naive.backward(ref_saved, dlosses.astype(np.float64), {})["logits"]
-    _check("losses", losses, ref_losses, dtype, "forward")
-    _check("dlogits", dlogits, ref_dlogits, dtype, "gradient")
+    _check_onepass(logits, targets, dlosses, n_valid, dtype)
 
 
 @pytest.mark.parametrize("n_valid", [2090, 700], ids=["pad-in-last-group", "groups-all-padding"])
@@ -531,7 +539,6 @@ def test_crossentropy_onepass_groups_of_kept_exps_match_float64(dtype, n_valid, 
     (their max never set), the tail past the last pack (V = 2100 is not a multiple of 8); logits
     spread widely, so that groups' maxima lie far apart and far below the row's."""
     from backends.cupy_raw import crossentropy_onepass as onepass
-    from backends.naive import crossentropy as naive
     monkeypatch.setattr(onepass, "THREADS", 32)
     rng = np.random.default_rng(4)
     B, T, V = 2, 2, 2100
@@ -539,13 +546,4 @@ def test_crossentropy_onepass_groups_of_kept_exps_match_float64(dtype, n_valid, 
     targets = rng.integers(0, n_valid, (B, T))
     targets[0, 1] = n_valid - 1
     dlosses = rng.standard_normal((B, T)).astype(np.float32)
-    with rt.emulation():
-        losses, saved = onepass.forward({"logits": logits, "targets": targets, "dlosses": dlosses}, {"n_valid": n_valid})
-        dlogits = np.full(logits.shape, np.nan, dtype=logits.dtype)
-        onepass.backward(saved, dlosses, {"logits": dlogits})
-    z = logits.astype(np.float64)
-    ref_losses, ref_saved = naive.forward({"logits": z, "targets": targets}, {"n_valid": n_valid})
-    ref_dlogits = naive.backward(ref_saved, dlosses.astype(np.float64), {})["logits"]
-    _check("losses", losses, ref_losses, dtype, "forward")
-    _check("dlogits", dlogits, ref_dlogits, dtype, "gradient")
-    assert (dlogits.astype(np.float64)[..., n_valid:] == 0).all()
+    _check_onepass(logits, targets, dlosses, n_valid, dtype)
