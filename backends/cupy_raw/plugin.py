@@ -20,7 +20,7 @@ variant listed for an op is the backend's default for it.
     crossentropy  online     one block per row, online logsumexp; no probabilities kept
     adamw         fused      the whole update in one pass; bf16 weight copy, clipping, device scalars
     sumsq         ordered    the gradient's sum of squares in a fixed order (two launches)
-    crossentropy_onepass staged  (fused) the loss and dlogits from one read of each row, kept in shared memory
+    crossentropy_onepass staged  (fused) the loss and dlogits from one read of each row, its exps kept in shared memory
     matmul_gelu   epilogue   (fused, opt-in) the GEMM's TMA epilogue writes pre and gelu(pre); the backward composed
 """
 
@@ -43,7 +43,7 @@ _VARIANTS = [
     ("residual", "fused", "residual", "a + b in one pass"),
     ("crossentropy", "online", "crossentropy", "block per row, online logsumexp; no probabilities kept"),
     ("crossentropy_onepass", "staged", "crossentropy_onepass",
-     "the loss and dlogits from one read of each row, held in shared memory between the two walks"),
+     "the loss and dlogits from one read of each row (in by cp.async), its exps held in shared memory between the two walks"),
     ("adamw", "fused", "adamw", "the whole AdamW update in one pass, bf16 copy and clipping fused"),
     ("sumsq", "ordered", "sumsq", "sum of squares in a fixed order: per-block partials, then one block"),
     ("matmul_gelu", "epilogue", "matmul_gelu",
