@@ -369,20 +369,24 @@ def test_wgmma_kernel_in_the_emulator(monkeypatch):
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
-@pytest.mark.parametrize("bn, store_cols, stages", [(256, 256, 3), (256, 128, 4), (128, 64, 4)],
-                         ids=["256-in-one-pass", "256-in-two-passes", "128-in-two-passes"])
-def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, stages):
+@pytest.mark.parametrize("bn, store_cols, stages, buffers", [(256, 256, 3, 1), (256, 128, 4, 1), (128, 64, 4, 1),
+                                                        (256, 128, 4, 2), (256, 256, 3, 2)],
+                         ids=["256-in-one-pass", "256-in-two-passes", "128-in-two-passes",
+                              "256-two-buffers-of-64", "256-two-buffers-of-128"])
+def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, stages, buffers):
     """The TMA-store epilogues: forward and dx (16-bit: the accumulators rounded into the swizzled
     image, the boxes stored through C's tensor map and clipped at its edges: 520 and 130 rows, 264
     columns, a ragged last tile both ways; several passes of one tile waiting on the last one's
     reads; the bias and GELU), and dW's float32 ones (split-K's slices stored as planes of one map,
     N = 1024 over one tile; the whole product added to the float32 gradient by the reduce-add), and
     the forward with pre (each pass's image filled twice: pre through its own map, then gelu(pre)).
-    130 columns (not a multiple of 8) keep the staged epilogue."""
+    130 columns (not a multiple of 8) keep the staged epilogue. With two buffers (store_buffers 2,
+    dW's too) the passes fill the image's halves in turn: each box must land at its own columns."""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     for product in ("forward", "dx"):
-        cfg = dict(mm.CONFIGS[("wgmma", product)], bn=bn, store_cols=store_cols, stages=stages)
+        cfg = dict(mm.CONFIGS[("wgmma", product)], bn=bn, store_cols=store_cols, stages=stages, store_buffers=buffers)
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), cfg)
+    monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dW"), dict(mm.CONFIGS[("wgmma", "dW")], store_buffers=buffers))
     monkeypatch.setitem(mm.SHAPE_CONFIGS, ("wgmma", "forward", 50304, 768), mm.CONFIGS[("wgmma", "forward")])
     taken = []
     real_kind = mm._tma_store_kind

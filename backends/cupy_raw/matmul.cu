@@ -373,7 +373,9 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
 // schedule, below), WG_STORE_COLS (0, or the columns of C a warpgroup stages per TMA store pass:
 // 64, 128 or 256; 32 too for float32; below), WG_STORE_F32 (1: those stores are float32, dW's),
-// WG_STORE_PRE (1: they are matmul_gelu's forward, pre and gelu(pre), with the bias).
+// WG_STORE_PRE (1: they are matmul_gelu's forward, pre and gelu(pre), with the bias), WG_STORE_BUFFERS
+// (1, or 2: the image cut into two buffers of WG_STORE_COLS / 2 columns filled in turn, so that a
+// pass need not wait for the copy engine to have read the pass before it; below).
 // Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
@@ -431,7 +433,10 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // copy engine writes this one out. Before a warpgroup writes its image again, that thread waits
 // until the copy engine has read it (tma_store_wait_read), then a barrier. WG_STORE_COLS < WG_BN
 // stages the tile in several passes, the later ones waiting for the earlier ones' reads: less
-// shared memory (room for a deeper ring), less overlap. Such a module has this epilogue alone: with
+// shared memory (room for a deeper ring), less overlap. WG_STORE_BUFFERS 2 cuts the same shared
+// memory into two buffers of half as many columns, filled in turn: a pass waits only for the pass
+// before the last (wait_group.read 1), so that one buffer is filled while the copy engine reads the
+// other (not yet timed on the H200; bench/tune/cupy_raw_wgmma_probe.py's `store_double`). Such a module has this epilogue alone: with
 // the staged one beside it (for the flag sets it cannot take) ptxas spilled at WG_BN 256.
 // WG_STORE_F32 (dW, its float32 results): the image holds floats (boxes of 32 columns) and goes out
 // either as the item's k slice of the split-K buffer (a plane of C's 3-D map) or, for a whole
@@ -462,7 +467,7 @@ constexpr int WG_STORE_BYTES = 64 * WG_STORE_COLS * (WG_STORE_F32 ? 4 : 2);  // 
 constexpr int WG_STAGE_BYTES = WG_STORE_BYTES > WG_EPI_BYTES ? WG_STORE_BYTES : WG_EPI_BYTES;
 #if WG_STORE_COLS > 0
 constexpr int WG_BOX_BYTES = 64 * 128;                // one box of the image: 64 rows of 128 bytes
-static_assert(WG_BN % WG_STORE_COLS == 0 && WG_STORE_COLS % (WG_STORE_F32 ? 32 : 64) == 0,
+static_assert(WG_BN % WG_STORE_COLS == 0 && (WG_STORE_COLS / WG_STORE_BUFFERS) % (WG_STORE_F32 ? 32 : 64) == 0,
               "TMA-store passes of whole boxes (64 16-bit or 32 float32 columns) that divide the tile");
 #endif
 static_assert(WG_BN % WG_EPI_COLS == 0 && WG_EPI_COLS % 8 == 0, "whole 8-column groups per pass");
@@ -729,19 +734,27 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
     wgmma_acc_coords(t, 0, r, cc);
     constexpr int BOX_COLS = 128 / sizeof(OutT);   // columns of a 128-byte box row: 64 (16-bit), 32 (float)
     constexpr int BOX_GROUPS = BOX_COLS / 8;       // 8-column groups a box row holds
-    constexpr int GROUPS = WG_STORE_COLS / 8;      // 8-column groups a pass
+    constexpr int FILL_COLS = WG_STORE_COLS / WG_STORE_BUFFERS;   // columns a pass fills into one buffer
+    constexpr int FILL_BYTES = 64 * FILL_COLS * (int)sizeof(OutT);
+    constexpr int GROUPS = FILL_COLS / 8;          // 8-column groups a pass
+    constexpr int IMAGES = (F & FLAG_PRE) ? 2 : 1;
+    static_assert(WG_STORE_BUFFERS == 1 || (WG_BN / FILL_COLS * IMAGES) % 2 == 0,
+                  "two buffers: an even number of fills a tile, so that the next tile's first takes the other one");
 #pragma unroll
-    for (int pass = 0; pass < WG_BN / WG_STORE_COLS; ++pass)
+    for (int pass = 0; pass < WG_BN / FILL_COLS; ++pass)
 #pragma unroll
-    for (int image_of = (F & FLAG_PRE) ? 0 : 1; image_of < 2; ++image_of) {  // 0: pre, 1: C
+    for (int image_of = 2 - IMAGES; image_of < 2; ++image_of) {  // 0: pre, 1: C
         const bool activate = (F & FLAG_GELU) && image_of == 1;
-        if (t == 0) tma_store_wait_read();  // the copy engine has read the image's last stores
+        unsigned char* const image_at = image + ((pass * IMAGES + image_of - (2 - IMAGES)) % WG_STORE_BUFFERS) * FILL_BYTES;
+        // the copy engine has read this buffer's last stores (with two buffers, the other's newest
+        // group may still be reading)
+        if (t == 0) tma_store_wait_read<WG_STORE_BUFFERS - 1>();
         named_barrier(bar, 128);
-        const int j_pass = j_tile + pass * WG_STORE_COLS;
+        const int j_pass = j_tile + pass * FILL_COLS;
         // (this thread's row of the image through a zero the compiler cannot see through: else it
         // computes every pass's addresses ahead while the accumulators are live, and spills)
         const int zero = opaque_zero();
-        unsigned char* const row_at = image + r * 128 + zero;
+        unsigned char* const row_at = image_at + r * 128 + zero;
         const floatX* const bias_at = bias + j_pass + cc + zero;
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) {
@@ -772,8 +785,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
         named_barrier(bar, 128);  // everyone's
         if (t == 0) {
 #pragma unroll
-            for (int b = 0; b < WG_STORE_COLS / BOX_COLS; ++b) {
-                const unsigned src = smem_u32(image + b * WG_BOX_BYTES);
+            for (int b = 0; b < FILL_COLS / BOX_COLS; ++b) {
+                const unsigned src = smem_u32(image_at + b * WG_BOX_BYTES);
                 if (reduce) tma_reduce_add_3d(map, src, j_pass + BOX_COLS * b, i_wg, plane);
                 else tma_store_3d(image_of == 0 ? pre_map : map, src, j_pass + BOX_COLS * b, i_wg, plane);
             }

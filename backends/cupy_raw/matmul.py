@@ -93,9 +93,9 @@ def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, spli
 
 
 def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8, pingpong=False, bm=128,
-        store_cols=0):
+        store_cols=0, store_buffers=1):
     return dict(engine="wgmma", bn=bn, bm=bm, stages=stages, ctas=ctas, persistent=persistent, pingpong=pingpong,
-                group_m=group_m, split_k=split_k, busy=busy, store_cols=store_cols)
+                group_m=group_m, split_k=split_k, busy=busy, store_cols=store_cols, store_buffers=store_buffers)
 
 
 #: (engine, product) -> launch configuration. bm x bn: the tile of C (wgmma cooperative: bm 128;
@@ -106,7 +106,8 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: schedule of matmul.cu's gemm_wgmma (False: cooperative); group_m: tile rows
 #: walked together (L2 reuse); split_k: the most k slices; busy: the wave occupancy that is enough
 #: (see _split); store_cols (wgmma): 0, or the columns a consumer warpgroup stages per pass of the
-#: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_kind).
+#: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_kind); store_buffers (wgmma): 1, or
+#: 2 (those columns' shared memory as two buffers of half as many, filled in turn; not yet timed).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -377,17 +378,23 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                          "leaves one consumer warpgroup idle)")
     if bm not in ((64, 128) if pingpong else (128,)):
         raise ValueError(f"matmul wgmma: tile rows bm={bm}: 128 (cooperative) or 64 / 128 (pingpong)")
-    store_cols = cfg.get("store_cols", 0)
+    store_cols, buffers = cfg.get("store_cols", 0), cfg.get("store_buffers", 1)
     if store_cols and (store_cols % 32 or cfg["bn"] % store_cols):
         raise ValueError(f"matmul wgmma: store_cols={store_cols} must be whole boxes (32 columns) dividing bn={cfg['bn']}")
+    if buffers not in (1, 2):
+        raise ValueError(f"matmul wgmma: store_buffers={buffers}: 1 or 2")
     xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
     k_split = _k_split(cfg, tiles, depth, gelu, xp)
     slices = rt.cdiv(depth, k_split)
     # the TMA-store epilogue where C allows it (a module with that epilogue alone), else the staged one
     store = _tma_store_kind(c, bias, pre, accumulate, gelu, rows, cols, slices, str(a.array.dtype)) if store_cols else None
-    if store == "16bit" and store_cols % 64:
-        raise ValueError(f"matmul wgmma: store_cols={store_cols}: 16-bit C is stored in boxes of 64 columns")
+    if store == "16bit" and (store_cols // buffers) % 64:
+        raise ValueError(f"matmul wgmma: store_cols={store_cols} in {buffers} buffer(s): 16-bit C is stored in "
+                         "boxes of 64 columns")
+    if store == "float32" and (store_cols // buffers) % 32:
+        raise ValueError(f"matmul wgmma: store_cols={store_cols} in {buffers} buffers: float32 C is stored in "
+                         "boxes of 32 columns")
     if store == "float32" and wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, True) > rt.MAX_SHARED_PER_BLOCK:
         store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
     if store is None:
@@ -396,7 +403,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
                "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
                "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong), "WG_STORE_COLS": store_cols,
-               "WG_STORE_F32": int(f32), "WG_STORE_PRE": int(store == "16bit" and pre is not None)}
+               "WG_STORE_F32": int(f32), "WG_STORE_PRE": int(store == "16bit" and pre is not None),
+               "WG_STORE_BUFFERS": buffers if store_cols else 1}
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
     sums = xp.empty((slices, rows), dtype=np.float32) if rowsum is not None else None

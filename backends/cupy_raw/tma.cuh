@@ -23,7 +23,7 @@
 //                              (float32 maps: one rounded addition per element, old + box, as a
 //                              thread's own += would do it). Asynchronous: the issuing thread closes
 //                              its stores into a group (tma_store_commit), and waits with
-//                              tma_store_wait_read until the groups have read their shared memory (it
+//                              tma_store_wait_read<N> until all but the N newest groups have read their shared memory (it
 //                              may then be overwritten) or with tma_store_wait_all until they are
 //                              done. Shared-memory writes of the generic proxy must be fenced first
 //                              (WG_FENCE_PROXY_ASYNC, wgmma.cuh) by the threads that made them.
@@ -139,7 +139,7 @@ __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsi
     emu_tma_box(EMU_BOX_ADD, src, map, c0, c1, c2);
 }
 __device__ __forceinline__ void tma_store_commit() {}
-__device__ __forceinline__ void tma_store_wait_read() {}
+template <int N = 0> __device__ __forceinline__ void tma_store_wait_read() {}
 __device__ __forceinline__ void tma_store_wait_all() {}
 #else
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
@@ -181,6 +181,8 @@ __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsi
                  ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(src) : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+template <int N = 0> __device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif  // CUPY_RAW_EMULATOR

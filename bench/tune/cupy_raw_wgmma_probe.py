@@ -51,6 +51,10 @@ Variants (all through matmul.gemm, the launcher the product uses):
     pingpong_128x128  the same with 128 x 128 tiles per warpgroup (two m64n128 per k step, 6 stages):
                     fewer operand bytes per result than 64 x 256; forward and dx only (at dW's
                     MN-major operands and row sums ptxas spills 44 bytes there)
+    store_double    the TMA store's image as two buffers of half the columns, filled in turn, so that a
+                    pass waits only for the pass before the last to have been read (store_buffers 2;
+                    forward / dx: two 64-column buffers, dW: two of 32 float32 columns)
+    store256_double the same at store_cols 256 with a 3-deep ring: two 128-column buffers
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
 
 Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
@@ -124,11 +128,13 @@ VARIANTS = {
     "group_m16": ({"group_m": 16}, None, None),
     "pingpong": ({"pingpong": True}, None, None),
     "pingpong_128x128": ({"pingpong": True, "bm": 128, "bn": 128, "stages": 6}, None, None),
+    "store_double": ({"store_buffers": 2}, None, None),
+    "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
 }
 #: the variants also run at the dW products
-DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off")
+DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
-ISOLATED = ("pingpong", "pingpong_128x128")
+ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
@@ -270,7 +276,7 @@ def _emulate() -> int:
     real_sms, _common.num_sms = _common.num_sms, lambda xp: 2
     try:
         for variant in ("tree", "runtime_flags", "no_store", "no_bias", "store_off", "store256_s3", "store64",
-                        "pingpong", "pingpong_128x128"):
+                        "pingpong", "pingpong_128x128", "store_double", "store256_double"):
             change, edit, bias_override = VARIANTS[variant]
             with_bias = True if bias_override is None else bias_override
             out = np.full((rows, M), np.nan, dtype=bf16)
