@@ -447,8 +447,10 @@ def test_tma_store_configurations_are_checked(model):
     # store_cols: whole boxes that divide the tile; 16-bit C goes out in boxes of 64 columns
     x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 128, "bfloat16", bias=False)
     y = np.empty((64, 128), dtype=x.dtype)
-    for store_cols, match in ((48, "whole boxes"), (96, "whole boxes"), (32, "boxes of 64 columns")):
-        cfg = {**mm.CONFIGS[("wgmma", "forward")], "store_cols": store_cols, "bn": 128}
+    # (store_buffers: 1 or 2, each buffer of whole boxes)
+    for store_cols, buffers, match in ((48, 1, "whole boxes"), (96, 1, "whole boxes"), (32, 1, "boxes of 64 columns"),
+                                       (128, 3, "store_buffers=3: 1 or 2"), (64, 2, "in 2 buffer.*boxes of 64 columns")):
+        cfg = {**mm.CONFIGS[("wgmma", "forward")], "store_cols": store_cols, "bn": 128, "store_buffers": buffers}
         with pytest.raises(ValueError, match=match):
             mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), y, 64, 128, 64, config=cfg)
     # a forward split along k writes float32 slices, whose image would not fit beside its 4-deep

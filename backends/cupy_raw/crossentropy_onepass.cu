@@ -25,9 +25,10 @@
 // waiting on memory with too few bytes in flight, not on the SFU); with the whole row in flight by
 // cp.async, 88% (3,522 us at GPT-2 124M's 65536 x 50304 logits, B=64; reports/cupy_raw-h200/
 // onepass-a06107a). The logits cross the memory bus once and dlogits once: crossentropy.cu's forward
-// and backward read the row twice. With staged = 0 (a row too large for shared memory) walk 1 keeps (m, s) a pack at a time (pack_update)
-// and walk 2 reads the row from memory again and takes exp(z - lse). Values past the packs (V not a
-// multiple of the pack, or vec = 0) take online_update and are read again in walk 2 either way.
+// and backward read the row twice. With staged = 0 (a row too large for shared memory) walk 1 keeps
+// (m, s) a pack at a time (pack_update) and walk 2 reads the row from memory again and takes
+// exp(z - lse). Values past the packs (V not a multiple of the pack, or vec = 0) take online_update
+// and are read again in walk 2 either way.
 // A target outside [-1, n_valid) gives NaN (loss and gradient row), as in crossentropy.cu.
 #include "common.cuh"
 

@@ -3,11 +3,12 @@ one block per row, the row's exps held in shared memory between the two walks (c
 has the kernel and the math).
 
 crossentropy's forward and backward (crossentropy.cu) read the (N, Vp) logits twice and write dlogits
-once: 3 x 6.6 GB at GPT-2 124M's B=64. Here the first walk keeps each logit's exp (relative to its
-group's max) in shared memory as it computes the logsumexp, and the second scales those into
-dlogits: the logits are read once, and each takes one exp where the pair took two. The row's exps must fit
-in a block's shared memory (227 KB on sm_90: 50304 logits in bf16 or float32); a longer row is read
-from memory again (`staged` = 0), its exps taken twice. Without dlosses (evaluation) this is
+once: 3 x 6.6 GB at GPT-2 124M's B=64. Here the first walk copies the row into shared memory by
+cp.async and turns it there into each logit's exp (relative to its group's max) as it computes the
+logsumexp, and the second scales those into dlogits: the logits are read once, and each takes one exp
+where the pair took two. The row's exps must fit in a block's shared memory (227 KB on sm_90: 50304
+logits in bf16 or float32); a longer row is read from memory again (`staged` = 0), its exps taken
+twice. Without dlosses (evaluation) this is
 crossentropy's forward alone.
 """
 

@@ -436,8 +436,9 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // shared memory (room for a deeper ring), less overlap. WG_STORE_BUFFERS 2 cuts the same shared
 // memory into two buffers of half as many columns, filled in turn: a pass waits only for the pass
 // before the last (wait_group.read 1), so that one buffer is filled while the copy engine reads the
-// other (not yet timed on the H200; bench/tune/cupy_raw_wgmma_probe.py's `store_double`). Such a module has this epilogue alone: with
-// the staged one beside it (for the flag sets it cannot take) ptxas spilled at WG_BN 256.
+// other (not yet timed on the H200; bench/tune/cupy_raw_wgmma_probe.py's `store_double`). Such a
+// module has this epilogue alone: with the staged one beside it (for the flag sets it cannot take)
+// ptxas spilled at WG_BN 256.
 // WG_STORE_F32 (dW, its float32 results): the image holds floats (boxes of 32 columns) and goes out
 // either as the item's k slice of the split-K buffer (a plane of C's 3-D map) or, for a whole
 // product, added to the float32 gradient by the copy engine's reduce-add (cp.reduce.async.bulk:

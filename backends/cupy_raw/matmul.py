@@ -389,12 +389,10 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     slices = rt.cdiv(depth, k_split)
     # the TMA-store epilogue where C allows it (a module with that epilogue alone), else the staged one
     store = _tma_store_kind(c, bias, pre, accumulate, gelu, rows, cols, slices, str(a.array.dtype)) if store_cols else None
-    if store == "16bit" and (store_cols // buffers) % 64:
-        raise ValueError(f"matmul wgmma: store_cols={store_cols} in {buffers} buffer(s): 16-bit C is stored in "
-                         "boxes of 64 columns")
-    if store == "float32" and (store_cols // buffers) % 32:
-        raise ValueError(f"matmul wgmma: store_cols={store_cols} in {buffers} buffers: float32 C is stored in "
-                         "boxes of 32 columns")
+    box_cols = {"16bit": 64, "float32": 32}.get(store)  # a TMA box row: 128 bytes
+    if box_cols and (store_cols // buffers) % box_cols:
+        raise ValueError(f"matmul wgmma: store_cols={store_cols} in {buffers} buffer(s): {store} C is stored in "
+                         f"boxes of {box_cols} columns")
     if store == "float32" and wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, True) > rt.MAX_SHARED_PER_BLOCK:
         store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
     if store is None:

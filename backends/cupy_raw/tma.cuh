@@ -23,9 +23,9 @@
 //                              (float32 maps: one rounded addition per element, old + box, as a
 //                              thread's own += would do it). Asynchronous: the issuing thread closes
 //                              its stores into a group (tma_store_commit), and waits with
-//                              tma_store_wait_read<N> until all but the N newest groups have read their shared memory (it
-//                              may then be overwritten) or with tma_store_wait_all until they are
-//                              done. Shared-memory writes of the generic proxy must be fenced first
+//                              tma_store_wait_read<N> until all but the N newest groups have read
+//                              their shared memory (it may then be overwritten) or with
+//                              tma_store_wait_all until they are done. Shared-memory writes of the generic proxy must be fenced first
 //                              (WG_FENCE_PROXY_ASYNC, wgmma.cuh) by the threads that made them.
 //
 // The pattern both users follow: a ring of slots, each with a "full" barrier (one expect_tx arrival

@@ -94,22 +94,24 @@ def replayed(step, data, steps: int, torch, out: Path, tag: str, pipelined: bool
     is queued (walls: queue to read), or with `pipelined` as euler train's loop runs them, step k+1
     queued before step k is read (walls: read to read; the first step's from its queueing)."""
     import cupy
-    walls = []
+    walls, queued = [], []
+    last = 0.0  # set as the profiler starts
+
+    def read(result):
+        nonlocal last
+        result.loss  # waits for that step
+        now = time.perf_counter()
+        walls.append(now - last)
+        last = now
+
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         last = time.perf_counter()
-        queued = []
         for d in data[:steps]:
             queued.append(step.run(d, 3e-4))
             if len(queued) > pipelined:
-                queued.pop(0).loss
-                now = time.perf_counter()
-                walls.append(now - last)
-                last = now
+                read(queued.pop(0))
         for result in queued:
-            result.loss
-            now = time.perf_counter()
-            walls.append(now - last)
-            last = now
+            read(result)
         cupy.cuda.Device().synchronize()
     path = out / f"trace-{tag}.json"
     prof.export_chrome_trace(str(path))
