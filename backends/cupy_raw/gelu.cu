@@ -26,9 +26,7 @@
 // n % 8 (or % 4) elements after the packs are done one per thread by the first threads.
 #include "common.cuh"
 
-// sigmoid(2u) = 1 / (1 + exp(-2u)) = 1 / (1 + 2^(x (A + B x^2)))
-#define GELU_A -2.302208198f              // -2 sqrt(2/pi) log2(e)
-#define GELU_B -0.1029432396f             // 0.044715 GELU_A
+// sigmoid(2u) = 1 / (1 + exp(-2u)) = 1 / (1 + 2^(x (GELU_A + GELU_B x^2))) (common.cuh's constants)
 #define GELU_DU_1 0.7978845608028654f     // du/dx = GELU_DU_1 + GELU_DU_3 x^2
 #define GELU_DU_3 0.1070322243f           // 3 * 0.044715 * sqrt(2/pi)
 
@@ -38,10 +36,6 @@ typedef Pack<floatX> PackX;
 template <int W> struct Items {
     float v[ITEMS][W];
 };
-
-__device__ __forceinline__ float gelu_forward_one(float x) {
-    return __fdividef(x, 1.0f + exp2f(x * (GELU_A + GELU_B * x * x)));
-}
 
 __device__ __forceinline__ float gelu_backward_one(float x, float dout) {
     const float x2 = x * x;
@@ -95,7 +89,7 @@ template <int W> __device__ __forceinline__ void forward_items(const floatX* __r
 #pragma unroll
     for (int k = 0; k < ITEMS; k++)
 #pragma unroll
-        for (int e = 0; e < W; e++) r.v[k][e] = gelu_forward_one(r.v[k][e]);
+        for (int e = 0; e < W; e++) r.v[k][e] = gelu_tanh(r.v[k][e]);
     store_items<W>(out, items, r);
 }
 
@@ -117,7 +111,7 @@ extern "C" __global__ void gelu_forward(const floatX* __restrict__ x, floatX* __
     if (vec) {
         forward_items<PackX::N>(x, out, n / PackX::N);
         const long long i = n / PackX::N * PackX::N + (long long)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < n) out[i] = from_f32<floatX>(gelu_forward_one(to_f32(x[i])));  // the tail after the packs
+        if (i < n) out[i] = from_f32<floatX>(gelu_tanh(to_f32(x[i])));  // the tail after the packs
     } else {
         forward_items<1>(x, out, n);
     }

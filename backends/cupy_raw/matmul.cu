@@ -75,12 +75,6 @@ struct Out {
     int rows, cols, flags;
 };
 
-// GPT-2's GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
-__device__ __forceinline__ float gelu_tanh(float x) {
-    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
-
 // The flags an epilogue function obeys: o.flags, read at run time (F = FLAGS_RUNTIME, the default),
 // or a set F fixed at compile time, so that the branches of every other flag fold away. gemm_wgmma's
 // epilogue is unrolled (its accumulators are registers, indexed by constants only): with the flags
