@@ -64,6 +64,11 @@ kernel, CUDA events, two input sets). The variants of ISOLATED (a new schedule, 
 before it was added) run in a child process of this script under --child-timeout seconds: a kernel
 that hangs is killed with its process, recorded as an error, and the probe goes on (that variant
 is not tried again at the later products).
+With --sustained S, each checked variant is also run for S seconds back to back (a CUDA graph of
+SUSTAINED_CALLS calls, replayed), nvidia-smi sampling the SM clock and the power every 100 ms: the
+card holds its 700 W cap by lowering the clock under sustained tensor-core work, so a kernel's rate at
+the cap (and its TFLOP per joule) is what a training step gets, which the short timed batches above
+do not show (reports/train-h200/, da47edb: GEMM benches at 1,500-1,900 MHz, reason "SW power cap").
 The modules of the source-edited variants are compiled first in parallel processes (CuPy's disk
 cache), so that compiling does not eat the time budget. Records go to --out as JSON after each
 measurement; a table is printed. Each record's us_per_tile_wave is p50 / ceil(tiles / SMs).
@@ -92,6 +97,7 @@ from backends.cupy_raw import matmul as mm  # noqa: E402
 from euler_core.measure.timing import CudaTimer, TimingConfig, measure  # noqa: E402
 
 ROWS = 16384
+SUSTAIN_S = 0.0   # --sustained
 #: name -> (product, K (x's width), M (W's rows), bias)
 PRODUCTS = {"fc_fwd": ("forward", 768, 3072, True), "fc_proj_fwd": ("forward", 3072, 768, True),
             "lm_head_dx": ("dx", 768, 50304, False), "qkv_dW": ("dW", 768, 2304, True),
@@ -400,9 +406,49 @@ def _measure(cp, data: _Product, variant: str, base: float, meta: dict, timer, t
                            vs_cublaslt=base / t.p50)
                 if "tile_waves" in rec:
                     rec["us_per_tile_wave"] = t.p50 / rec["tile_waves"] * 1e6
+                if SUSTAIN_S > 0:
+                    rec.update(_sustained(cp, run, SUSTAIN_S, data.flops))
     except Exception as e:
         rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
     return rec
+
+
+SUSTAINED_CALLS = 20
+
+
+def _sustained(cp, run, seconds: float, flops: float) -> dict:
+    """run (alternating the two input sets) for `seconds` as replays of one captured graph, with
+    nvidia-smi sampling meanwhile; the rate and the clock and power over the second half."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for i in range(SUSTAINED_CALLS):
+            run(i % 2)
+        graph = stream.end_capture()
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                            "-lms", "100"], stdout=subprocess.PIPE, text=True)
+    t0 = time.perf_counter()
+    marks = []   # (host time, event) after each replay
+    with stream:
+        while time.perf_counter() - t0 < seconds:
+            graph.launch(stream)
+            ev = cp.cuda.Event()
+            ev.record(stream)
+            marks.append((time.perf_counter() - t0, ev))
+            if len(marks) > 4:
+                marks[-5][1].synchronize()   # at most a few replays queued ahead
+        stream.synchronize()
+    smi.terminate()
+    samples = [tuple(float(v) for v in line.split(",")) for line in smi.communicate()[0].splitlines()
+               if line.count(",") == 1]
+    half = [m for m in marks if m[0] >= seconds / 2]
+    gpu_s = cp.cuda.get_elapsed_time(half[0][1], half[-1][1]) / 1e3
+    late = samples[len(samples) // 2:]
+    mhz = float(np.median([m for m, _ in late])) if late else float("nan")
+    watts = float(np.median([w for _, w in late])) if late else float("nan")
+    tflops = flops * SUSTAINED_CALLS * (len(half) - 1) / gpu_s / 1e12
+    return dict(sustained_s=seconds, sustained_tflops=tflops, sustained_mhz=mhz, sustained_w=watts,
+                sustained_tflop_per_j=tflops / watts if watts == watts else float("nan"))
 
 
 def _timing():
@@ -420,7 +466,7 @@ def _isolated(pname: str, variant: str, base: float, limit: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", pname, variant, "--base", repr(base),
-               "--out", str(out)]
+               "--out", str(out), "--sustained", repr(SUSTAIN_S)]
         t = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
@@ -476,6 +522,8 @@ def run(out_path: str, variants: list[str], products: list[str], limit: float) -
                 json.dump(records, f, indent=1)
             what = (f"{rec['tflops']:6.0f} TFLOP/s {rec['vs_cublaslt']:5.2f}x"
                     + (f" {rec['us_per_tile_wave']:7.1f} us/tile-wave" if "us_per_tile_wave" in rec else "")
+                    + (f" | sustained {rec['sustained_tflops']:4.0f} TFLOP/s at {rec['sustained_mhz']:4.0f} MHz"
+                       f" {rec['sustained_w']:3.0f} W" if "sustained_tflops" in rec else "")
                     if "tflops" in rec else rec.get("error", f"WRONG ({rec.get('check')})"))
             print(f"{pname:12s} {variant:16s} {what}", flush=True)
         del data
@@ -493,6 +541,8 @@ def main(argv=None) -> int:
     parser.add_argument("--products", default=",".join(PRODUCTS), help="comma-separated, from: " + ", ".join(PRODUCTS))
     parser.add_argument("--child-timeout", type=float, default=90.0,
                         help="seconds an ISOLATED variant's child process may take (compiled modules cached)")
+    parser.add_argument("--sustained", type=float, default=0.0, metavar="S",
+                        help="also run each checked variant S seconds back to back: its rate, clock and power at the cap")
     parser.add_argument("--child", nargs=2, metavar=("PRODUCT", "VARIANT"), help=argparse.SUPPRESS)
     parser.add_argument("--base", type=float, help=argparse.SUPPRESS)  # the child's cuBLASLt time
     args = parser.parse_args(argv)
@@ -500,6 +550,10 @@ def main(argv=None) -> int:
     unknown = [v for v in variants if v not in VARIANTS] + [p for p in products if p not in PRODUCTS]
     if unknown:
         parser.error(f"unknown variants / products: {', '.join(unknown)}")
+    if args.sustained < 0:
+        parser.error(f"--sustained takes seconds >= 0, got {args.sustained}")
+    global SUSTAIN_S
+    SUSTAIN_S = args.sustained
     if args.child:
         return child(*args.child, args.base, args.out)
     return dry(variants) if args.dry else run(args.out, variants, products, args.child_timeout)
