@@ -414,6 +414,37 @@ def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True, bias: b
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("store_cols, stages", [(256, 3), (128, 4)], ids=["all-deferred", "last-pass-deferred"])
+def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages):
+    """matmul_gelu's forward through the TMA store (WG_STORE_PRE): the last pass's GELU deferred into
+    the next tile's main loop, a step a k-block. Two blocks (two SMs) walk 3 x 2 and 2 x 2 tiles of
+    128 x 256, ragged at both edges: main loops longer than the steps (K = 576: 9 k-blocks) and shorter (K = 64:
+    the steps finished after the loop), and each block's last tile finished after its items. pre must
+    match float64, and gelu(pre) must be bitwise gelu's kernel applied to the stored pre (the
+    composition's arithmetic)."""
+    from backends.cupy_raw import gelu
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_pre"),
+                        dict(mm.CONFIGS[("wgmma", "forward_pre")], store_cols=store_cols, stages=stages))
+    taken = []
+    real_kind = mm._tma_store_kind
+    monkeypatch.setattr(mm, "_tma_store_kind", lambda *args: taken.append(real_kind(*args)) or taken[-1])
+    rng = np.random.default_rng(18)
+    with rt.emulation():
+        for rows, K, M in [(330, 576, 392), (200, 64, 312)]:
+            x, w, b = _inputs(rng, rows, K, M, "bfloat16")
+            pre = np.full((rows, M), np.nan, dtype=x.dtype)
+            y = mm.wgmma.forward_gelu(x, w, b, out=np.full((rows, M), np.nan, dtype=x.dtype), pre=pre)
+            ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+            _close(pre, ref, "bfloat16", "forward", f"deferred GELU {store_cols}/{stages} pre {rows}x{K}x{M}")
+            composed, _ = gelu.forward({"x": pre}, {})
+            bad = np.flatnonzero(y.view(np.uint16) != composed.view(np.uint16))
+            assert bad.size == 0, (f"{store_cols}/{stages} {rows}x{K}x{M}: gelu(pre) differs from gelu's kernel at "
+                                   f"{bad.size} elements, first {np.unravel_index(bad[0], y.shape)}")
+    assert taken and set(taken) == {"16bit"}, taken
+
+
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
 @pytest.mark.parametrize("bm, bn, stages", [(64, 256, 3), (128, 128, 5)], ids=["64x256", "128x128"])
 def test_wgmma_pingpong_in_the_emulator(monkeypatch, bm, bn, stages):
     """The pingpong schedule (each consumer warpgroup its own items, turns at the tensor cores by
@@ -427,6 +458,8 @@ def test_wgmma_pingpong_in_the_emulator(monkeypatch, bm, bn, stages):
         cfg = dict(base, pingpong=True, bm=bm if product != "dW" else 64, bn=bn if product != "dW" else 128,
                    stages=stages)
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), cfg)
+    # matmul_gelu's forward too: pre's TMA-store epilogue is the cooperative one, so the staged one here
+    monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_pre"), mm.CONFIGS[("wgmma", "forward")])
     with rt.emulation():
         _check_against_naive(mm.wgmma, f"wgmma pingpong {bm}x{bn} (emulated)", "bfloat16",
                              [(16, 64, 128), (520, 64, 520), (1024, 128, 128), (130, 192, 264)],

@@ -89,7 +89,10 @@ template <int F = FLAGS_RUNTIME>
 __device__ __forceinline__ float finish_value(const Out& o, size_t at, int j, float v) {
     const int flags = epilogue_flags<F>(o);
     if (flags & FLAG_BIAS) v += to_f32(o.bias[j]);
-    if (flags & FLAG_PRE) o.pre[at] = from_f32<floatX>(v);
+    if (flags & FLAG_PRE) {  // stored, and activated as stored (the composition's arithmetic)
+        o.pre[at] = from_f32<floatX>(v);
+        v = to_f32(o.pre[at]);
+    }
     if (flags & FLAG_GELU) v = gelu_tanh(v);
     return v;
 }
@@ -130,6 +133,7 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
     for (int e = 0; e < 4; ++e) {
         w[e] = v[e] + ((o.flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f);
         pre.v[e] = from_f32<floatX>(w[e]);
+        if (o.flags & FLAG_PRE) w[e] = to_f32(pre.v[e]);  // activated as stored
         if (o.flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
     }
     if (o.flags & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
@@ -623,6 +627,7 @@ __device__ __forceinline__ void finish_quad(const Out& o, int i, int j, int spli
     for (int e = 0; e < 4; ++e) {
         w[e] = v.v[e] + ((F & FLAG_BIAS) ? b[e] : 0.0f);
         pre.v[e] = from_f32<floatX>(w[e]);
+        if (F & FLAG_PRE) w[e] = to_f32(pre.v[e]);  // activated as stored
         if (F & FLAG_GELU) w[e] = gelu_tanh(w[e]);
     }
     if (F & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
@@ -709,6 +714,52 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
     }
 }
 
+// matmul_gelu's forward (WG_STORE_PRE): the GELU of a tile's last TMA-store pass, left by the epilogue
+// to the warpgroup's next main loop. There the tensor cores multiply the next tile while the threads
+// turn the image (pre, its store issued) into gelu(pre) in place, a few 16-byte pieces a k-block
+// (GELU_PIECES a thread each step, after that k-block's multiplies are issued), where the epilogue
+// would have kept the tensor cores idle for the whole GELU (exp2 and a division an element, the SFU's
+// 16 a cycle: ~2.3 us a 128 x 256 tile). Step 0 first waits for the copy engine to have read pre out
+// of the image; the last step stores gelu(pre) through C's map at (column j, row i). A main loop
+// shorter than GELU_STEPS k-blocks, and the block's last tile, finish the steps after it.
+struct DeferredGelu {
+    int step;  // the next step; GELU_STEPS: nothing deferred
+    int i, j;  // C's first row and column of the image
+};
+#if WG_STORE_PRE
+static_assert(WG_STORE_COLS > 0 && !WG_PINGPONG, "pre and gelu(pre): the cooperative TMA-store epilogue");
+constexpr int GELU_PIECES = 2;                                           // 16-byte pieces a thread a step
+constexpr int GELU_STEPS = 64 * WG_STORE_COLS * 2 / 16 / 128 / GELU_PIECES;  // 4 (128 columns) or 8 (256)
+
+__device__ __forceinline__ void deferred_gelu_step(DeferredGelu& d, unsigned char* image, const TmaDescriptor* map,
+                                                   int bar, int t) {
+    if (d.step == 0) {  // pre's store has read the image
+        if (t == 0) tma_store_wait_read<0>();
+        named_barrier(bar, 128);
+    }
+    Pack<floatX>* const pieces = reinterpret_cast<Pack<floatX>*>(image);
+#pragma unroll
+    for (int p = 0; p < GELU_PIECES; ++p) {
+        Pack<floatX>& piece = pieces[(d.step * GELU_PIECES + p) * 128 + t];
+        Pack<floatX> v = piece;
+#pragma unroll
+        for (int e = 0; e < Pack<floatX>::N; ++e) v.v[e] = from_f32<floatX>(gelu_tanh(to_f32(v.v[e])));
+        piece = v;
+    }
+    if (++d.step == GELU_STEPS) {
+        WG_FENCE_PROXY_ASYNC();   // this thread's writes, visible to the copy engine
+        named_barrier(bar, 128);  // everyone's
+        if (t == 0) {
+#pragma unroll
+            for (int b = 0; b < WG_STORE_COLS / 64; ++b) tma_store_3d(map, smem_u32(image + b * WG_BOX_BYTES), d.j + 64 * b, d.i, 0);
+            tma_store_commit();
+        }
+    }
+}
+#else
+constexpr int GELU_STEPS = 0;
+#endif
+
 #if WG_STORE_COLS > 0
 // The TMA-store epilogue of one warpgroup's 64 rows (see the section's header): per pass, WG_STORE_COLS
 // columns rounded to OutT (floatX, or float with WG_STORE_F32) into the image at `image` (shared
@@ -716,15 +767,18 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
 // tensor map at (column j_tile + the pass's first, row i_wg, plane): stored, or added to C
 // (`reduce`: dW's float32 accumulation, old + sum, one rounding as finish_quad's). F: FLAG_BIAS,
 // FLAG_GELU, FLAG_PRE with both (float32 images take none). With FLAG_PRE each pass fills the image
-// twice: first with pre = sum + bias, stored through pre's map, then (once the copy engine has read
-// that) with gelu(pre), through C's: the one image, as there is no room for a second beside the ring.
+// with pre = sum + bias, stored through pre's map, then (once the copy engine has read that) with
+// gelu(pre) of pre rounded to floatX (the composition's arithmetic: bitwise what gelu.cu makes of the
+// stored pre), through C's; the last pass leaves its gelu(pre) to the next main loop (`deferred`,
+// DeferredGelu below), so that the tile's last image waits for nothing.
 // Thread t holds, of every 8-column group g, columns 8 g + cc, + 1 of rows r and r + 8
 // (wgmma_acc_coords: registers 4 g + 2 h, + 1 for row r + 8 h).
 template <int F, typename OutT>
 __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* bias,
                                                      const TmaDescriptor* map, const TmaDescriptor* pre_map,
                                                      unsigned char* image, int bar, int t,
-                                                     int i_wg, int j_tile, int cols, int plane, bool reduce) {
+                                                     int i_wg, int j_tile, int cols, int plane, bool reduce,
+                                                     DeferredGelu& deferred) {
     int r, cc;
     wgmma_acc_coords(t, 0, r, cc);
     constexpr int BOX_COLS = 128 / sizeof(OutT);   // columns of a 128-byte box row: 64 (16-bit), 32 (float)
@@ -733,19 +787,25 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
     constexpr int FILL_BYTES = 64 * FILL_COLS * (int)sizeof(OutT);
     constexpr int GROUPS = FILL_COLS / 8;          // 8-column groups a pass
     constexpr int IMAGES = (F & FLAG_PRE) ? 2 : 1;
-    static_assert(WG_STORE_BUFFERS == 1 || (WG_BN / FILL_COLS * IMAGES) % 2 == 0,
+    constexpr int PASSES = WG_BN / FILL_COLS;
+    static_assert(WG_STORE_BUFFERS == 1 || (PASSES * IMAGES) % 2 == 0,
                   "two buffers: an even number of fills a tile, so that the next tile's first takes the other one");
+    static_assert(!(F & FLAG_PRE) || WG_STORE_BUFFERS == 1, "pre and gelu(pre): one buffer (the deferred GELU's)");
 #pragma unroll
-    for (int pass = 0; pass < WG_BN / FILL_COLS; ++pass)
+    for (int pass = 0; pass < PASSES; ++pass)
 #pragma unroll
     for (int image_of = 2 - IMAGES; image_of < 2; ++image_of) {  // 0: pre, 1: C
         const bool activate = (F & FLAG_GELU) && image_of == 1;
         unsigned char* const image_at = image + ((pass * IMAGES + image_of - (2 - IMAGES)) % WG_STORE_BUFFERS) * FILL_BYTES;
+        const int j_pass = j_tile + pass * FILL_COLS;
+        if ((F & FLAG_PRE) && activate && pass == PASSES - 1) {  // the image holds pre: gelu(pre) later
+            deferred = DeferredGelu{0, i_wg, j_pass};
+            break;
+        }
         // the copy engine has read this buffer's last stores (with two buffers, the other's newest
         // group may still be reading)
         if (t == 0) tma_store_wait_read<WG_STORE_BUFFERS - 1>();
         named_barrier(bar, 128);
-        const int j_pass = j_tile + pass * FILL_COLS;
         // (this thread's row of the image through a zero the compiler cannot see through: else it
         // computes every pass's addresses ahead while the accumulators are live, and spills)
         const int zero = opaque_zero();
@@ -768,6 +828,10 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
             for (int h = 0; h < 2; ++h) {
                 const int y = r + 8 * h;
                 float v0 = acc[4 * q + 2 * h] + b0, v1 = acc[4 * q + 2 * h + 1] + b1;
+                if ((F & FLAG_PRE) && activate) {  // of pre as stored
+                    v0 = to_f32(from_f32<floatX>(v0));
+                    v1 = to_f32(from_f32<floatX>(v1));
+                }
                 if (activate) {
                     v0 = gelu_tanh(v0);
                     v1 = gelu_tanh(v1);
@@ -795,14 +859,17 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
 // WG_MH m64 blocks h (rows a_row0 + 64 h of the slot's A tile), acc[h] += A @ B and, with SUMS,
 // sums[h] += A @ ones (the row sums). hand_on (pingpong; 0: none): the named barrier to arrive at
 // once the item's last multiplies are issued, so that the other warpgroup's queue behind them at the
-// tensor cores while these drain. SUMS is a template parameter, not a test inside the
+// tensor cores while these drain. deferred (WG_STORE_PRE): the previous tile's GELU, a step after each
+// k-block's multiplies are issued (image: this warpgroup's; map: C's; bar: its named barrier; t: its
+// thread). SUMS is a template parameter, not a test inside the
 // loop: a run-time branch around wgmma_rowsum between wgmma_fence and wgmma_commit put a wgmma in a
 // divergent path, and ptxas then serialised every wgmma of the kernel ("WG.AR in divergent path").
 template <bool SUMS>
 __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], float (&sums)[WG_MH][4], int nk, int& it,
                                              int a_row0, int hand_on,
                                              unsigned a_ring, unsigned b_ring, unsigned ones, unsigned full_bar,
-                                             unsigned empty_bar) {
+                                             unsigned empty_bar, DeferredGelu& deferred, unsigned char* image,
+                                             const TmaDescriptor* map, int bar, int t) {
     for (int kb = 0; kb < nk; ++kb, ++it) {
         const int s = it % WG_STAGES;
         mbar_wait(full_bar + 8 * s, (it / WG_STAGES) & 1);
@@ -823,6 +890,9 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], flo
         wgmma_commit();
         fence_accumulators(acc);
         fence_accumulators(sums);
+#if WG_STORE_PRE
+        if (deferred.step < GELU_STEPS) deferred_gelu_step(deferred, image, map, bar, t);  // under the multiplies
+#endif
         if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
             wgmma_wait<1>();
             fence_accumulators(acc);
@@ -907,6 +977,8 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     const int a_row0 = WG_PINGPONG ? 0 : 64 * wg;  // its first row of each tile (and of the slot's A tile)
     float* const stage = reinterpret_cast<float*>(smem_raw + (epi + wg * WG_STAGE_BYTES - smem_u32(smem_raw)));
     float acc[WG_MH][WG_BN / 2], sums[WG_MH][4];
+    unsigned char* const image = reinterpret_cast<unsigned char*>(stage);
+    DeferredGelu deferred{GELU_STEPS, 0, 0};
     // pingpong: warpgroup 0 has the first turn (the block's item 0): warpgroup 1 arrives for it
     if (WG_PINGPONG && wg == 1 && (int)blockIdx.x < items) named_arrive(WG_TURN_BAR, 256);
     for (int work = blockIdx.x, n = 0; work < items; work += gridDim.x, ++n) {
@@ -928,9 +1000,14 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         // pingpong: the block's next item (the other warpgroup's) multiplies while this one writes out
         const int hand_on = WG_PINGPONG && work + (int)gridDim.x < items ? WG_TURN_BAR + 1 - wg : 0;
         if (with_sums)
-            consume_item<true>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar);
+            consume_item<true>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar,
+                               deferred, image, &tma_c, 1 + wg, t);
         else
-            consume_item<false>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar);
+            consume_item<false>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar,
+                                deferred, image, &tma_c, 1 + wg, t);
+#if WG_STORE_PRE
+        while (deferred.step < GELU_STEPS) deferred_gelu_step(deferred, image, &tma_c, 1 + wg, t);  // (a short loop)
+#endif
 
         // the epilogue, per m64 block h: rows i_wg .. i_wg + 63 of C, the tile's columns from j_tile
         const int j_tile = w.tn * WG_BN;
@@ -953,8 +1030,8 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
 #if WG_STORE_COLS > 0
 #define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
-    wgmma_store_epilogue<F, OutT>(acc[h], bias + zero, &tma_c, &tma_pre, reinterpret_cast<unsigned char*>(stage), 1 + wg, t, \
-                                  i_wg, j_tile, cols, plane, reduce)
+    wgmma_store_epilogue<F, OutT>(acc[h], bias + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
+                                  reduce, deferred)
 #if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
             else WG_STORE_EPILOGUE(0, float, 0, (flags & FLAG_ACCUMULATE) != 0);
@@ -986,6 +1063,9 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 #endif
         }
     }
+#if WG_STORE_PRE
+    while (deferred.step < GELU_STEPS) deferred_gelu_step(deferred, image, &tma_c, 1 + wg, t);  // the last tile's
+#endif
 #if WG_STORE_COLS > 0
     // the copy engine may still read this warpgroup's image (its last tile): the block's shared memory
     // must outlive that

@@ -127,6 +127,10 @@ CONFIGS = {
     # float32 results in four passes of 64 columns, all the ring leaves): 0.97-1.22x cuBLASLt at the
     # five linears' dW against 0.85-1.07x for 128 x 128 tiles (gemm-43345c6, probe.txt: dw256)
     ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.9, store_cols=64),
+    # matmul_gelu's forward (pre and gelu(pre)): the whole 64 x 256 share in one pass, so that its
+    # GELU is all deferred to the next tile's main loop (matmul.cu, DeferredGelu), beside a 3-deep ring
+    ("wgmma", "forward_pre"): _wg(bn=256, store_cols=256, stages=3),
+    ("mma", "forward_pre"): _mma(),
 }
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
@@ -395,6 +399,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                          f"boxes of {box_cols} columns")
     if store == "float32" and wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, True) > rt.MAX_SHARED_PER_BLOCK:
         store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
+    if store == "16bit" and pre is not None and (pingpong or buffers != 1):
+        store = None  # (pre's TMA-store epilogue is the cooperative one with one buffer: the staged one here)
     if store is None:
         store_cols = 0
     f32 = store == "float32"
@@ -483,7 +489,7 @@ class Matmul:
         if pre is not None:
             _common.output("matmul", xp, pre, (N, M), str(x.dtype), name="pre")
         gemm(self.engine, Operand(x, K, True), Operand(weight, K, True), y, N, M, K, bias=bias, gelu=True,
-             pre=pre, weight_shape=(M, K))
+             pre=pre, weight_shape=(M, K), product="forward" if pre is None else "forward_pre")
         return y
 
     def backward(self, saved, dout, grads):

@@ -2,11 +2,12 @@
 GELU in the GEMM's epilogue (matmul.py's forward_gelu; no kernel of its own).
 
 Forward: one wgmma GEMM whose TMA-store epilogue writes both pre = x @ W.T + b (kept for the
-backward, in x's dtype) and out = gelu(pre) (matmul.cu's WG_STORE_PRE modules: each pass of a tile
-fills the shared-memory image with pre, hands it to the copy engine, then fills it with gelu(pre)).
-Against the composition (matmul writes pre, gelu's kernel reads it back and writes out) it saves the
-GELU's pass over pre for a second store from the epilogue. out is the GELU of the float32 pre; the
-composition activates pre rounded to x's dtype first.
+backward, in x's dtype) and out = gelu(pre) (matmul.cu's WG_STORE_PRE modules: the tile's 64 x 256
+share of a consumer warpgroup fills the shared-memory image with pre, hands it to the copy engine and
+goes on to the next tile, whose main loop turns the image into gelu(pre) between its multiplies and
+stores it: DeferredGelu). Against the composition (matmul writes pre, gelu's kernel reads it back and
+writes out) it saves the GELU's pass over pre, and the GELU runs while the tensor cores multiply.
+out is gelu of pre as stored (rounded to x's dtype): bitwise what gelu.cu's kernel makes of it.
 
 Backward, composed: gelu's kernel forms dpre = dout * gelu'(pre) (a scratch (N, M) array of the
 call), then matmul's wgmma backward (dx, dW += and db += with the bias gradient fused into dW's GEMM).

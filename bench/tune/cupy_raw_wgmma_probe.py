@@ -15,6 +15,8 @@ and, for the variants of DW_VARIANTS only (the others probe the forward's epilog
 gradients, float32 as mixed precision keeps them, with db's fused row sums:
     qkv_dW        dW (2304, 768) += dy^T x, db += sum dy     depth N = 16384 (split-K)
     fc_dW         dW (3072, 768) += dy^T x, db += sum dy
+and matmul_gelu's forward at c_fc (fc_fwd_pre: pre and gelu(pre), the tree's deferred GELU against
+`pre128`; its ratio is against cuBLASLt's plain forward, what the fused GELU costs).
 Measured at b51b176 (reports/cupy_raw-h200/bench-b51b176/matmul_bench.txt): ~150 TFLOP/s at K = 768,
 ~270 at 3072, 674 at 50304, i.e. ~12 ns per unit of K per tile but ~35-60 us more per tile.
 
@@ -55,6 +57,9 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     pass waits only for the pass before the last to have been read (store_buffers 2;
                     forward / dx: two 64-column buffers, dW: two of 32 float32 columns)
     store256_double the same at store_cols 256 with a 3-deep ring: two 128-column buffers
+    pre128          (fc_fwd_pre only) pre and gelu(pre) in two passes of 128 columns beside a 4-deep
+                    ring, the first pass's GELU in the epilogue, the second's deferred (the tree: one
+                    pass of 256, all of it deferred, a 3-deep ring)
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
 
 Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
@@ -108,7 +113,9 @@ PRODUCTS = {"fc_fwd": ("forward", 768, 3072, True), "fc_proj_fwd": ("forward", 3
             "fc_proj_dx": ("dx", 3072, 768, False),
             # the two dW products short of 0.9x cuBLASLt at gemm-253b27c, and attn_proj's
             "fc_proj_dW": ("dW", 3072, 768, True), "lm_head_dW": ("dW", 768, 50304, False),
-            "attn_proj_dW": ("dW", 768, 768, True)}
+            "attn_proj_dW": ("dW", 768, 768, True),
+            # matmul_gelu's forward at c_fc: pre and gelu(pre) (its ratio: against cuBLASLt's plain forward)
+            "fc_fwd_pre": ("forward_pre", 768, 3072, True)}
 
 _DISPATCH = "switch (flags & ~FLAG_ROWSUM) {"
 #: variant -> source edits of matmul.cu's gemm_wgmma ((old, new), old found exactly once)
@@ -136,9 +143,12 @@ VARIANTS = {
     "pingpong_128x128": ({"pingpong": True, "bm": 128, "bn": 128, "stages": 6}, None, None),
     "store_double": ({"store_buffers": 2}, None, None),
     "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
+    "pre128": ({"store_cols": 128, "stages": 4}, None, None),
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
+#: the variants run at matmul_gelu's forward (and only there: pre128)
+PRE_VARIANTS = ("tree", "pre128")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double")
 
@@ -185,16 +195,24 @@ def _config(product: str, M: int, K: int, change: dict) -> dict:
 
 
 def _runs_at(variant: str, pname: str) -> bool:
-    return PRODUCTS[pname][0] != "dW" or variant in DW_VARIANTS + ("cublaslt",)
+    direction = PRODUCTS[pname][0]
+    if direction == "forward_pre" or variant in PRE_VARIANTS[1:]:
+        return direction == "forward_pre" and variant in PRE_VARIANTS + ("cublaslt",)
+    return direction != "dW" or variant in DW_VARIANTS + ("cublaslt",)
 
 
 def _output_shape(product: str, rows: int, K: int, M: int) -> tuple:
-    return {"forward": (rows, M), "dx": (rows, K), "dW": (M, K)}[product]
+    return {"forward": (rows, M), "forward_pre": (rows, M), "dx": (rows, K), "dW": (M, K)}[product]
 
 
 def _call(engine, cfg, product, x, w, b, dy, out, rows, K, M):
-    """The product on `engine`; dW accumulates into out (M, K) and, given b (M), db into b."""
-    if product == "forward":
+    """The product on `engine`; dW accumulates into out (M, K) and, given b (M), db into b; forward_pre
+    also writes pre (cuBLASLt, which has no such epilogue: the plain forward)."""
+    if product == "forward_pre" and engine != "cublaslt":
+        mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out[0], rows, M, K, bias=b, gelu=True,
+                pre=out[1], product="forward_pre", weight_shape=(M, K), config=cfg)
+    elif product in ("forward", "forward_pre"):
+        out = out[0] if product == "forward_pre" else out
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out, rows, M, K, bias=b,
                 product="forward", weight_shape=(M, K), config=cfg)
     elif product == "dx":
@@ -217,6 +235,8 @@ def plan(rows: int = 256) -> list[tuple[str, str, dict]]:
             gdt = np.float32 if product == "dW" else bf16   # dW, db: mixed precision's float32
             b = np.zeros(M, gdt) if (with_bias if bias_override is None else bias_override) else None
             c = np.zeros(_output_shape(product, rows, K, M), gdt)
+            if product == "forward_pre":
+                c = (c, np.zeros_like(c))
             with rt.recording() as rec, source_edit(edit):
                 _call("wgmma", _config(product, M, K, change), product, x, w, b, dy, c, rows, K, M)
             for launch in rec:
@@ -301,6 +321,16 @@ def _emulate() -> int:
             ok_b, err_b = _verdict(np, variant, db, dy.astype(np.float64).sum(axis=0))
             print(f"emulated {variant:16s} dW      {'ok' if ok and ok_b else 'FAIL'} (dW {err}, db {err_b})")
             bad += not (ok and ok_b)
+        pre_ref = ref + b.astype(np.float64)
+        gelu_ref = 0.5 * pre_ref * (1.0 + np.tanh(0.7978845608028654 * (pre_ref + 0.044715 * pre_ref ** 3)))
+        for variant in PRE_VARIANTS:
+            out = (np.full((rows, M), np.nan, dtype=bf16), np.full((rows, M), np.nan, dtype=bf16))
+            with rt.emulation():
+                _call("wgmma", _config("forward_pre", M, K, VARIANTS[variant][0]), "forward_pre", x, w, b, None,
+                      out, rows, K, M)
+            (ok, err), (ok_g, err_g) = _verdict(np, variant, out[1], pre_ref), _verdict(np, variant, out[0], gelu_ref)
+            print(f"emulated {variant:16s} pre     {'ok' if ok and ok_g else 'FAIL'} (pre {err}, gelu {err_g})")
+            bad += not (ok and ok_g)
     finally:
         _common.num_sms = real_sms
     return bad
@@ -343,12 +373,12 @@ class _Product:
 
         K, M, product = self.K, self.M, self.product
         self.sets = [(normal((ROWS, K)), normal((M, K), K ** -0.5), normal((M,)),
-                      normal((ROWS, M)) if product != "forward" else None) for _ in range(2)]
+                      normal((ROWS, M)) if product not in ("forward", "forward_pre") else None) for _ in range(2)]
         x, w, b, dy = self.sets[0]
         self.shape = _output_shape(product, ROWS, K, M)
-        self.depth = {"forward": K, "dx": M, "dW": ROWS}[product]
+        self.depth = {"forward": K, "forward_pre": K, "dx": M, "dW": ROWS}[product]
         self.flops = 2.0 * self.shape[0] * self.shape[1] * self.depth
-        if product == "forward":
+        if product in ("forward", "forward_pre"):
             self.ref = x.astype(cp.float64) @ w.astype(cp.float64).T
         elif product == "dx":
             self.ref = dy.astype(cp.float64) @ w.astype(cp.float64)
@@ -358,6 +388,8 @@ class _Product:
         self.b64 = b.astype(cp.float64)
         dt = cp.float32 if product == "dW" else bf16   # dW, db: mixed precision's float32
         self.out = cp.empty(self.shape, dtype=dt)
+        if product == "forward_pre":   # (out, pre)
+            self.out = (self.out, cp.empty(self.shape, dtype=dt))
         self.db = cp.zeros((M,), dtype=cp.float32) if product == "dW" else None
 
     def call(self, engine, cfg, bias: bool):
@@ -372,9 +404,20 @@ class _Product:
         if self.product == "dW":
             self.out.fill(0)
             self.db.fill(0)
+        elif self.product == "forward_pre":
+            for a in self.out:
+                a.fill(cp.nan)
         else:
             self.out.fill(cp.nan)
         run(0)
+        if self.product == "forward_pre":
+            pre = self.ref + self.b64
+            if variant == "cublaslt":   # the plain forward
+                return _verdict(cp, variant, self.out[0], pre)
+            ok, why = _verdict(cp, variant, self.out[1], pre)
+            u = 0.7978845608028654 * (pre + 0.044715 * pre ** 3)
+            ok_g, why_g = _verdict(cp, variant, self.out[0], 0.5 * pre * (1.0 + cp.tanh(u)))
+            return ok and ok_g, f"pre {why}; gelu {why_g}"
         if self.product == "dW":
             ok, why = _verdict(cp, variant, self.out, self.ref)
             if bias:
