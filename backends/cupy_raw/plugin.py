@@ -21,7 +21,7 @@ variant listed for an op is the backend's default for it.
     adamw         fused      the whole update in one pass; bf16 weight copy, clipping, device scalars
     sumsq         ordered    the gradient's sum of squares in a fixed order (two launches)
     crossentropy_onepass staged  (fused) the loss and dlogits from one read of each row, its exps kept in shared memory
-    matmul_gelu   epilogue   (fused, opt-in) the GEMM's TMA epilogue writes pre and gelu(pre); the backward composed
+    matmul_gelu   epilogue   (fused) the GEMM's TMA epilogue writes pre, gelu(pre) made under the next tile's multiplies; the backward composed
 """
 
 from euler_core.ops import OPS
@@ -47,13 +47,9 @@ _VARIANTS = [
     ("adamw", "fused", "adamw", "the whole AdamW update in one pass, bf16 copy and clipping fused"),
     ("sumsq", "ordered", "sumsq", "sum of squares in a fixed order: per-block partials, then one block"),
     ("matmul_gelu", "epilogue", "matmul_gelu",
-     "wgmma GEMM writing pre and gelu(pre) from its TMA-store epilogue; the backward composed (gelu, matmul)"),
+     "wgmma GEMM writing pre from its TMA-store epilogue and gelu(pre) under the next tile's multiplies; "
+     "the backward composed (gelu, matmul)"),
 ]
-
-
-#: fused ops used only when named (--backend cupy_raw,matmul_gelu=cupy_raw): not yet measured faster
-#: in the whole step than the composition they replace
-OPT_IN = ("matmul_gelu",)
 
 
 @hookimpl
@@ -64,7 +60,7 @@ def nanoeuler_backends():
     variants = [Variant(op, name, impl=f"backends.cupy_raw.{impl}", device="cuda", dtypes=DTYPES,
                         requires=("cupy",), contiguous=op not in ("embedding", "crossentropy", "crossentropy_onepass",
                                                                "attention_cached"),
-                        description=description + ("; opt-in" if op in OPT_IN else ""), opt_in=op in OPT_IN)
+                        description=description)
                 for op, name, impl, description in _VARIANTS
                 if op in OPS]  # a core without an op (sumsq is younger than the rest) gets the others
     return [Backend("cupy_raw", "hand-written CUDA C kernels compiled at run time through CuPy (NVRTC)",
