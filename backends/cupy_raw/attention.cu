@@ -29,7 +29,8 @@
 // dqkv like qkv. Defines: floatX (the storage type), HEAD_DIM (flash: HS rounded up to a multiple of
 // 16, at most 128; the padded columns are zeros in shared memory and never stored), VEC (flash: 1
 // when HS and C are multiples of 8 and the pointers 16-byte aligned: cp.async tile loads and
-// 16-byte stores; 0: element by element), FWD_M_TILES (flash: 1 or 2, above), MMA_FP16 (fp16).
+// 16-byte stores; 0: element by element), DELTA_LANES (flash with VEC: the delta pass's lanes a
+// row and head), FWD_M_TILES (flash: 1 or 2, above), MMA_FP16 (fp16).
 //
 // mma.sync.m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), for lane l,
 // g = l / 4, c = l % 4 (each 32-bit register holds two 16-bit elements, the lower column first):
@@ -538,14 +539,36 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forw
     store_tile<FWD_ROWS>(res + out0, C, sres, q0, T, HS);
 }
 
-// delta = rowsum(dy * o), o = y + res (the unrounded output). grid cdiv(B*T*NH, 4), block 128:
-// one warp per (row, head).
+// delta = rowsum(dy * o), o = y + res (the unrounded output), into delta[(b NH + h) L_STRIDE(T) + t].
+// VEC: DELTA_LANES lanes a (row, head) (attention.py: HEAD_DIM / 8 rounded up to a power of two, 8 at
+// heads of 64), each reading 16-byte pieces of the three rows, then a butterfly over the lane group;
+// the items ordered t fastest, (b NH + h) T + t, so that a warp's stores of delta are consecutive
+// floats. grid cdiv(B NH T DELTA_LANES, 128), block 128. Else one warp per item, element by element:
+// grid cdiv(B T NH, 4), block 128.
 extern "C" __global__ void attention_flash_delta(const floatX* __restrict__ y, const floatX* __restrict__ res,
                                                  const floatX* __restrict__ dy, float* __restrict__ delta,
                                                  int B, int T, int C, int NH) {
+    const int HS = C / NH;
+#if VEC
+    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / DELTA_LANES;
+    const int part = threadIdx.x % DELTA_LANES;
+    const bool live = item < (long long)B * NH * T;  // every lane goes on to the butterfly
+    const long long bh = item / T;
+    const int t = (int)(item % T), h = (int)(bh % NH);
+    const long long at = (bh / NH * T + t) * C + h * HS;
+    float acc = 0.0f;
+    for (int d = 8 * part; live && d < HS; d += 8 * DELTA_LANES) {
+        const Pack<floatX> g = load_pack(dy + at + d), o = load_pack(y + at + d), r = load_pack(res + at + d);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc += to_f32(g.v[e]) * (to_f32(o.v[e]) + to_f32(r.v[e]));
+    }
+#pragma unroll
+    for (int offset = DELTA_LANES / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (live && part == 0) delta[bh * L_STRIDE(T) + t] = acc;
+#else
     const long long item = (long long)blockIdx.x * 4 + threadIdx.x / 32;  // (b*T + t)*NH + h
     if (item >= (long long)B * T * NH) return;
-    const int lane = threadIdx.x % 32, HS = C / NH, h = (int)(item % NH);
+    const int lane = threadIdx.x % 32, h = (int)(item % NH);
     const long long bt = item / NH;
     const long long at = bt * C + h * HS;
     float acc = 0.0f;
@@ -553,6 +576,7 @@ extern "C" __global__ void attention_flash_delta(const floatX* __restrict__ y, c
     acc = warp_sum(acc);
     const long long b = bt / T, t = bt % T;
     if (lane == 0) delta[(b * NH + h) * L_STRIDE(T) + t] = acc;
+#endif
 }
 
 // dK, dV of one 64-key tile. grid (cdiv(T, 64), NH, B), the heaviest (the first) first; block 128

@@ -121,6 +121,8 @@ def _flash_defines(qkv, HS: int, *arrays) -> dict:
     head_dim = -(-HS // 16) * 16
     defines = {"floatX": _common.ctype(qkv), "HEAD_DIM": head_dim, "VEC": int(vec),
                "FWD_M_TILES": 2 if head_dim <= 64 else 1}
+    if vec:  # the delta pass's lanes a (row, head): 16 bytes each across the head, a power of two
+        defines["DELTA_LANES"] = 1 << (head_dim // 8 - 1).bit_length()
     if str(qkv.dtype) == "float16":
         defines["MMA_FP16"] = 1
     return defines
@@ -193,11 +195,12 @@ class Flash:
         xp = _common.xp_of(qkv)
         dqkv = _common.grad_buffer("attention", grads, "qkv", qkv, xp)
         delta = xp.empty((B, n_head, l_stride(T)), dtype=np.float32)
-        defines = self._defines(qkv, HS, dout, dqkv, backward=True)
+        defines = self._defines(qkv, HS, dout, dqkv, saved.y, saved.res, backward=True)
         arch = self._arch(defines)
         dims = (_common.i32(T), _common.i32(C), _common.i32(n_head))
-        rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch), rt.cdiv(B * T * n_head, 4), 128,
-                  (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
+        lanes = defines.get("DELTA_LANES", 32)  # a (row, head)'s lanes in the delta pass: a warp without VEC
+        rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch), rt.cdiv(B * T * n_head * lanes, 128),
+                  128, (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
         for kernel, rows, threads, shared in self._backward_kernels(defines):
             rt.launch(rt.function("attention", kernel, defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
