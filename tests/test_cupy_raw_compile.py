@@ -31,6 +31,7 @@ SM90_MAX_SHARED = rt.MAX_SHARED_PER_BLOCK
 SHAPES = {
     "embedding": [{"B": 2, "T": 64, "C": 768, "V": 50304}, {"B": 2, "T": 17, "C": 36, "V": 50, "maxT": 24}],
     "layernorm": [{"N": 64, "C": 768}, {"N": 17, "C": 36}, {"N": 8, "C": 1600}],
+    "layernorm_residual": [{"N": 64, "C": 768}, {"N": 17, "C": 36}, {"N": 8, "C": 1600}],
     "attention": [{"B": 1, "T": 128, "C": 768, "NH": 12}, {"B": 1, "T": 128, "C": 768, "NH": 6},
                   {"B": 2, "T": 17, "C": 36, "NH": 3}],
     "attention_cached": [{"B": 1, "Tn": 1, "Tk": 1024, "C": 768, "NH": 12}, {"B": 2, "Tn": 7, "Tk": 20, "C": 20, "NH": 4}],
@@ -81,7 +82,8 @@ def test_every_op_and_kernel_is_recorded():
     assert ops == set(SHAPES) & set(OPS), f"ops recorded {sorted(ops)}"
     kernels = {launch.kernel for _, _, _, launch in LAUNCHES}
     assert {"embedding_forward", "embedding_dwpe", "embedding_count", "embedding_plan", "embedding_bucket",
-            "embedding_dwte", "embedding_order", "embedding_dwte_heavy", "layernorm_forward", "layernorm_backward", "layernorm_finish", "gelu_forward",
+            "embedding_dwte", "embedding_order", "embedding_dwte_heavy", "layernorm_forward", "layernorm_backward", "layernorm_finish",
+            "layernorm_residual_forward", "layernorm_residual_backward", "gelu_forward",
             "gelu_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
             "crossentropy_onepass", "adamw_update",
             "attention_simple_forward", "attention_simple_backward_query", "attention_simple_backward_key",

@@ -412,6 +412,35 @@ def test_attention_rescales_when_a_later_tile_holds_far_larger_scores(variant):
     _check("attention dqkv", grads["qkv"], ref["qkv"], "float16", "gradient")
 
 
+@pytest.mark.parametrize("C,NH,aligned,lanes", [(16, 2, True, 2), (48, 2, True, 4), (96, 2, True, 8),
+                                                (256, 2, True, 16), (24, 2, True, None), (128, 2, False, None)],
+                         ids=["HS8-2-lanes", "HS24-4-lanes-one-idle", "HS48-8-lanes-two-idle", "HS128-16-lanes",
+                              "HS12-a-warp", "HS64-unaligned-a-warp"])
+def test_flash_delta_pass_at_every_lane_count(C, NH, aligned, lanes):
+    """The backward's delta pass (rowsum(dy * (y + res)) of every row and head) takes HEAD_DIM / 8
+    lanes a row rounded up to a power of two with 16-byte loads, or a warp a row element by element
+    where vector loads are refused: every lane count, lanes left idle where the head is narrower
+    than the group, and the warp path; T=9 leaves the L_STRIDE padding of each row (12 floats). The
+    gradient it feeds against float64 naive, dqkv poisoned first."""
+    from backends.cupy_raw import attention
+    from backends.naive import attention as naive
+    B, T, dtype = 2, 9, "bfloat16"
+    rng = np.random.default_rng(7)
+    qkv = _as(dtype, rng.standard_normal((B, T, 3 * C)))
+    dy = _as(dtype, rng.standard_normal((B, T, C)), aligned=aligned)
+    with rt.recording() as rec:
+        attention.flash.backward(attention.flash.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
+    delta = next(k for k in rec if k.kernel == "attention_flash_delta")
+    assert delta.defines.get("DELTA_LANES") == lanes
+    grads = {"qkv": _poisoned((B, T, 3 * C), dtype)}
+    with rt.emulation():
+        y, saved = attention.flash.forward({"qkv": qkv}, {"n_head": NH})
+        attention.flash.backward(saved, dy, grads)
+    ref_y, ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})
+    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
+    _check("attention dqkv", grads["qkv"], ref["qkv"], dtype, "gradient")
+
+
 # ---- attention_cached: the KV cache's views, read in place ------------------------------------------
 def test_attention_cached_reads_the_caches_views_in_place():
     from backends.cupy_raw import attention_cached

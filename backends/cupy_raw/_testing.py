@@ -42,8 +42,14 @@ def recorded_launches(op: str, variant: str, dims: dict, dtype: str, param_grad_
     with rt.recording() as rec:
         out, saved = impl.forward(inputs, full_attrs, None)
         if spec.output is not None and spec.differentiable and not getattr(spec, "inference_only", False):
-            # an op with the gradient given ahead takes that very array back (or None)
-            dout = inputs[spec.grad_input] if spec.grad_input else np.ones(out.shape, dtype=out.dtype)
+            # an op with the gradient given ahead takes that very array back (or None); an op of two
+            # outputs (layernorm_residual) a gradient for each
+            if spec.grad_input:
+                dout = inputs[spec.grad_input]
+            elif isinstance(out, tuple):
+                dout = tuple(np.ones(o.shape, dtype=o.dtype) for o in out)
+            else:
+                dout = np.ones(out.shape, dtype=out.dtype)
             gdt = _common.np_dtype(param_grad_dtype or dtype)
             impl.backward(saved, dout, {p: np.zeros(inputs[p].shape, dtype=gdt) for p in spec.params if p in inputs})
     return rec

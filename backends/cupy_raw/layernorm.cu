@@ -1,8 +1,15 @@
-// layernorm.cu: layernorm forward and backward, one warp per row (one variant, "rows").
+// layernorm.cu: layernorm forward and backward, one warp per row (one variant, "rows"), and the same
+// kernels with the residual add fused in (layernorm_residual's, the `residual` template switch).
 //
 //   mean = sum_c x / C,  rstd = 1 / sqrt(sum_c (x - mean)^2 / C + eps),  xhat = (x - mean) rstd
 //   y = xhat * w + b
 //   g = dout * w:  dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)),  dw += sum_n dout xhat,  db += sum_n dout
+//
+// Fused with the residual add before it (layernorm_residual_forward / _backward): the forward stages
+// the rows of a and b where it staged x's, makes x = a + b (rounded to floatX, as residual.cu rounds
+// it), writes x and normalizes it from shared memory: one read of a and b, one write of x and y. The
+// backward stages the stream's gradient dres with each row too and writes da = dres + dx (one
+// rounding, where the composed ops round dx first): one pass where the composition takes two.
 //
 // Compile-time defines: floatX (x, w, b, y, dout, dx), gradT (dweight, dbias: float for 16-bit
 // inputs under mixed precision, else floatX), ELEMS (elements per load: 16 bytes' worth, or 1 where
@@ -34,7 +41,7 @@
 // - backward: a fixed grid of G blocks (registers cap it at 2 blocks of 8 warps an SM: the lane's
 //   dweight/dbias sums, 2 floats a column it owns, are 48 of its 128 registers), so rows in flight
 //   cannot come from more warps; they come from shared memory instead: each warp keeps a ring of
-//   BACKWARD_STAGES row slots (x, dout, mean, rstd of one row, 3 KB in bf16) filled by cp.async, which
+//   BACKWARD_STAGES row slots (x, dout, mean, rstd of one row, 3 KB in bf16; dres too, fused) filled by cp.async, which
 //   costs no registers, and issues the copies of row i + STAGES - 1 before it computes on row i:
 //   (STAGES - 1) x 3 KB in flight per warp all the time (48 KB an SM at the launcher's 2 stages, 16
 //   warps; 3 and 4 stages measured slower), where
@@ -118,21 +125,34 @@ __device__ __forceinline__ void stage_elems(floatX* dst, const floatX* __restric
 
 static_assert(FORWARD_ROWS >= 1 && FORWARD_ROWS <= 8, "cp_async_wait_upto counts up to 7 younger groups");
 
-// grid cdiv(N, FORWARD_ROWS * WARPS), block 32*WARPS, dynamic shared memory (2 + WARPS FORWARD_ROWS)
-// ROW_PAD elements: weight, bias, then each warp's FORWARD_ROWS row slots. Warp w of block b
-// normalizes rows (b*WARPS + w)*FORWARD_ROWS + i, i < FORWARD_ROWS: it issues the copies of all of
-// them at once (a cp.async group each), then takes them in order as they land, reading each row
-// from shared memory in its three passes (sum, squares, output).
-extern "C" __global__ void layernorm_forward(const floatX* __restrict__ x, const floatX* __restrict__ weight,
-                                             const floatX* __restrict__ bias, floatX* __restrict__ y,
-                                             float* __restrict__ mean_out, float* __restrict__ rstd_out,
-                                             int N, int C, float eps) {
-    constexpr int R = FORWARD_ROWS;
+// e to this lane's columns c.. of a row staged in shared memory (nothing past the row's end)
+__device__ __forceinline__ void put_shared_elems(floatX* dst, int c, int C, const Elems& e) {
+    if (c >= C) return;
+    if constexpr (ELEMS == PackX::N) *reinterpret_cast<Elems*>(dst + c) = e;
+    else
+#pragma unroll
+        for (int k = 0; k < ELEMS; k++) dst[c + k] = e.v[k];
+}
+
+// grid cdiv(N, FORWARD_ROWS * WARPS), block 32*WARPS, dynamic shared memory (2 + WARPS FORWARD_ROWS
+// (1 + residual)) ROW_PAD elements: weight, bias, then each warp's FORWARD_ROWS row slots (x's, or
+// a's and b's). Warp w of block b normalizes rows (b*WARPS + w)*FORWARD_ROWS + i, i < FORWARD_ROWS:
+// it issues the copies of all of them at once (a cp.async group each), then takes them in order as
+// they land, reading each row from shared memory in its three passes (sum, squares, output); with
+// the residual, the first pass makes x = a + b, writes it out and leaves it in a's slot (a lane
+// reads and writes only its own columns there: no barrier).
+template <bool residual>
+__device__ __forceinline__ void normalize_rows(const floatX* __restrict__ x, const floatX* __restrict__ b_rows,
+                                               floatX* __restrict__ x_out, const floatX* __restrict__ weight,
+                                               const floatX* __restrict__ bias, floatX* __restrict__ y,
+                                               float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                               int N, int C, float eps) {
+    constexpr int R = FORWARD_ROWS, SLOT = (1 + residual) * ROW_PAD;
     extern __shared__ float shared[];
     floatX* const sw = reinterpret_cast<floatX*>(shared);
     floatX* const sb = sw + ROW_PAD;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    floatX* const rows = sb + ROW_PAD + warp * R * ROW_PAD;
+    floatX* const rows = sb + ROW_PAD + warp * R * SLOT;
     const long long row0 = ((long long)blockIdx.x * (blockDim.x / 32) + warp) * R;
     if (warp == 0) {  // weight and bias, for the block: one group, older than every row's
 #pragma unroll
@@ -146,7 +166,10 @@ extern "C" __global__ void layernorm_forward(const floatX* __restrict__ x, const
     for (int i = 0; i < R; i++) {
         if (row0 + i < N)
 #pragma unroll
-            for (int p = 0; p < PACKS; p++) stage_elems(rows + i * ROW_PAD, x + (row0 + i) * C, column(p, lane), C);
+            for (int p = 0; p < PACKS; p++) {
+                stage_elems(rows + i * SLOT, x + (row0 + i) * C, column(p, lane), C);
+                if constexpr (residual) stage_elems(rows + i * SLOT + ROW_PAD, b_rows + (row0 + i) * C, column(p, lane), C);
+            }
         cp_async_commit();  // a group per row, empty past N
     }
     cp_async_wait<R>();  // weight and bias (warp 0's copies) landed
@@ -156,11 +179,18 @@ extern "C" __global__ void layernorm_forward(const floatX* __restrict__ x, const
         cp_async_wait_upto(R - 1 - i);  // row i landed (this lane's columns, which it alone reads)
         const long long row = row0 + i;
         if (row >= N) break;
-        const floatX* const sx = rows + i * ROW_PAD;
+        floatX* const sx = rows + i * SLOT;
         float sum = 0.0f;
 #pragma unroll
         for (int p = 0; p < PACKS; p++) {
-            const Elems e = shared_elems(sx, column(p, lane), C);  // zeros past C
+            Elems e = shared_elems(sx, column(p, lane), C);  // zeros past C
+            if constexpr (residual) {
+                const Elems e_b = shared_elems(sx + ROW_PAD, column(p, lane), C);
+#pragma unroll
+                for (int k = 0; k < ELEMS; k++) e.v[k] = from_f32<floatX>(to_f32(e.v[k]) + to_f32(e_b.v[k]));
+                put_shared_elems(sx, column(p, lane), C, e);
+                store_elems<false>(x_out + row * C, column(p, lane), C, e);
+            }
 #pragma unroll
             for (int k = 0; k < ELEMS; k++) sum += to_f32(e.v[k]);
         }
@@ -195,46 +225,71 @@ extern "C" __global__ void layernorm_forward(const floatX* __restrict__ x, const
     }
 }
 
-// One slot of a backward warp's ring: x and dout of one row as stored (ROW_PAD each), then its mean
-// and rstd (16 bytes, so that every slot starts 16-byte aligned).
-constexpr int STAGE_BYTES = 2 * ROW_PAD * (int)sizeof(floatX) + 16;
+extern "C" __global__ void layernorm_forward(const floatX* __restrict__ x, const floatX* __restrict__ weight,
+                                             const floatX* __restrict__ bias, floatX* __restrict__ y,
+                                             float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                             int N, int C, float eps) {
+    normalize_rows<false>(x, nullptr, nullptr, weight, bias, y, mean_out, rstd_out, N, C, eps);
+}
+
+// x = a + b, y = layernorm(x)
+extern "C" __global__ void layernorm_residual_forward(const floatX* __restrict__ a, const floatX* __restrict__ b,
+                                                      floatX* __restrict__ x, const floatX* __restrict__ weight,
+                                                      const floatX* __restrict__ bias, floatX* __restrict__ y,
+                                                      float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                                      int N, int C, float eps) {
+    normalize_rows<true>(a, b, x, weight, bias, y, mean_out, rstd_out, N, C, eps);
+}
+
+// One slot of a backward warp's ring: x and dout of one row as stored (ROW_PAD each), with the
+// residual the stream's gradient dres too, then its mean and rstd (16 bytes, so that every slot
+// starts 16-byte aligned).
+template <bool residual> __host__ __device__ constexpr int stage_bytes() { return (2 + residual) * ROW_PAD * (int)sizeof(floatX) + 16; }
 // A warp's share of the backward's dynamic shared memory: its ring while it walks its rows, then its
 // dweight/dbias sums (2 ROW_PAD float32, lane-major) for the block's column sums.
-constexpr int WARP_BYTES = BACKWARD_STAGES * STAGE_BYTES > 8 * ROW_PAD ? BACKWARD_STAGES * STAGE_BYTES : 8 * ROW_PAD;
+template <bool residual> __host__ __device__ constexpr int warp_bytes() {
+    return BACKWARD_STAGES * stage_bytes<residual>() > 8 * ROW_PAD ? BACKWARD_STAGES * stage_bytes<residual>() : 8 * ROW_PAD;
+}
 
-// Copies row `row` (x, dout: this lane's columns; mean, rstd: lanes 0 and 1) into a ring slot: cp.async
-// where the row is whole 16-byte packs; element by element (synchronous) otherwise. Nothing past N.
+// Copies row `row` (x, dout and dres: this lane's columns; mean, rstd: lanes 0 and 1) into a ring
+// slot: cp.async where the row is whole 16-byte packs; element by element (synchronous) otherwise.
+// Nothing past N.
+template <bool residual>
 __device__ __forceinline__ void stage_row(unsigned char* stage, const floatX* __restrict__ x,
-                                          const floatX* __restrict__ dout, const float* __restrict__ mean,
-                                          const float* __restrict__ rstd, long long row, int N, int C, int lane) {
+                                          const floatX* __restrict__ dout, const floatX* __restrict__ dres,
+                                          const float* __restrict__ mean, const float* __restrict__ rstd,
+                                          long long row, int N, int C, int lane) {
     if (row >= N) return;
     floatX* sx = reinterpret_cast<floatX*>(stage);
     floatX* sd = sx + ROW_PAD;
-    float* st = reinterpret_cast<float*>(sd + ROW_PAD);
+    float* st = reinterpret_cast<float*>(sd + (1 + residual) * ROW_PAD);
 #pragma unroll
     for (int p = 0; p < PACKS; p++) {
         stage_elems(sx, x + row * C, column(p, lane), C);
         stage_elems(sd, dout + row * C, column(p, lane), C);
+        if constexpr (residual) stage_elems(sd + ROW_PAD, dres + row * C, column(p, lane), C);
     }
     if (lane == 0) cp_async4(st, mean + row);
     if (lane == 1) cp_async4(st + 1, rstd + row);
 }
 
-// grid G, block BACKWARD_THREADS, dynamic shared memory 4 ROW_PAD + WARPS x WARP_BYTES bytes;
-// partial (G, 2C) float32
-extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS, BACKWARD_MIN_BLOCKS)
-layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weight, const floatX* __restrict__ dout,
-                   const float* __restrict__ mean, const float* __restrict__ rstd, floatX* __restrict__ dx,
-                   float* __restrict__ partial, int N, int C) {
-    constexpr int S = BACKWARD_STAGES;
+// grid G, block BACKWARD_THREADS, dynamic shared memory 4 ROW_PAD + WARPS x warp_bytes bytes;
+// partial (G, 2C) float32. With the residual, dx = dres + the layernorm's gradient (dres is read
+// into the ring before dx's row is written: dx may be dres itself).
+template <bool residual>
+__device__ __forceinline__ void normalize_backward_rows(const floatX* __restrict__ x, const floatX* __restrict__ weight,
+                                                        const floatX* __restrict__ dout, const floatX* dres,
+                                                        const float* __restrict__ mean, const float* __restrict__ rstd,
+                                                        floatX* dx, float* __restrict__ partial, int N, int C) {
+    constexpr int S = BACKWARD_STAGES, STAGE = stage_bytes<residual>(), WARP = warp_bytes<residual>();
     extern __shared__ float shared[];
     float* w = shared;  // (ROW_PAD): weight in float32, read from here at every row, lane-major
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    unsigned char* const ring = reinterpret_cast<unsigned char*>(shared + ROW_PAD) + warp * WARP_BYTES;
+    unsigned char* const ring = reinterpret_cast<unsigned char*>(shared + ROW_PAD) + warp * WARP;
     const long long first = (long long)blockIdx.x * warps + warp, step = (long long)gridDim.x * warps;
 #pragma unroll
     for (int s = 0; s < S - 1; s++) {  // the first S - 1 rows on their way before anything else
-        stage_row(ring + s * STAGE_BYTES, x, dout, mean, rstd, first + s * step, N, C, lane);
+        stage_row<residual>(ring + s * STAGE, x, dout, dres, mean, rstd, first + s * step, N, C, lane);
         cp_async_commit();
     }
     for (int c = threadIdx.x; c < C; c += blockDim.x) w[weight_slot(c)] = to_f32(weight[c]);
@@ -247,14 +302,15 @@ layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weig
     int at = 0;  // the slot of `row`
     for (long long row = first; row < N; row += step) {
         __syncwarp();  // every lane is done with the slot refilled next (the previous row's, or this one's if S == 1)
-        stage_row(ring + (at + S - 1) % S * STAGE_BYTES, x, dout, mean, rstd, row + (S - 1) * step, N, C, lane);
+        stage_row<residual>(ring + (at + S - 1) % S * STAGE, x, dout, dres, mean, rstd, row + (S - 1) * step, N, C, lane);
         cp_async_commit();  // a group per row, empty past N: the wait below counts rows
         cp_async_wait<S - 1>();
         __syncwarp();       // lanes 0 and 1 copied mean and rstd for all
-        const unsigned char* stage = ring + at * STAGE_BYTES;
+        const unsigned char* stage = ring + at * STAGE;
         const floatX* sx = reinterpret_cast<const floatX*>(stage);
         const floatX* sd = sx + ROW_PAD;
-        const float m = reinterpret_cast<const float*>(sd + ROW_PAD)[0], rs = reinterpret_cast<const float*>(sd + ROW_PAD)[1];
+        const float* st = reinterpret_cast<const float*>(sd + (1 + residual) * ROW_PAD);
+        const float m = st[0], rs = st[1];
         at = at + 1 == S ? 0 : at + 1;
         Elems xr[PACKS], dr[PACKS];
 #pragma unroll
@@ -280,12 +336,15 @@ layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weig
 #pragma unroll
         for (int p = 0; p < PACKS; p++) {
             if (column(p, lane) >= C) continue;
-            Elems out;
+            Elems out, r;
+            if constexpr (residual) r = shared_elems(sd + ROW_PAD, column(p, lane), C);
 #pragma unroll
             for (int k = 0; k < ELEMS; k++) {
                 const float xhat = (to_f32(xr[p].v[k]) - m) * rs;
                 const float g = to_f32(dr[p].v[k]) * w[slot(p, lane, k)];
-                out.v[k] = from_f32<floatX>(rs * (g - mean_g - xhat * mean_gx));
+                float grad = rs * (g - mean_g - xhat * mean_gx);
+                if constexpr (residual) grad += to_f32(r.v[k]);
+                out.v[k] = from_f32<floatX>(grad);
             }
             store_elems<false>(dx + row * C, column(p, lane), C, out);
         }
@@ -309,9 +368,24 @@ layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weig
         const int c = column(ls / 32 % PACKS, ls % 32);
         if (c >= C) continue;
         float total = 0.0f;
-        for (int v = 0; v < warps; v++) total += sums0[v * (WARP_BYTES / 4) + s];
+        for (int v = 0; v < warps; v++) total += sums0[v * (WARP / 4) + s];
         partial[(long long)blockIdx.x * 2 * C + which * C + c + ls / 32 / PACKS] = total;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS, BACKWARD_MIN_BLOCKS)
+layernorm_backward(const floatX* __restrict__ x, const floatX* __restrict__ weight, const floatX* __restrict__ dout,
+                   const float* __restrict__ mean, const float* __restrict__ rstd, floatX* __restrict__ dx,
+                   float* __restrict__ partial, int N, int C) {
+    normalize_backward_rows<false>(x, weight, dout, nullptr, mean, rstd, dx, partial, N, C);
+}
+
+// da = dres + layernorm's dx (dres: the residual stream's gradient from further on)
+extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS, BACKWARD_MIN_BLOCKS)
+layernorm_residual_backward(const floatX* __restrict__ x, const floatX* __restrict__ weight,
+                            const floatX* __restrict__ dout, const floatX* dres, const float* __restrict__ mean,
+                            const float* __restrict__ rstd, floatX* da, float* __restrict__ partial, int N, int C) {
+    normalize_backward_rows<true>(x, weight, dout, dres, mean, rstd, da, partial, N, C);
 }
 
 // grid cdiv(2C, 32), block (32, FINISH_SPLIT): column c = 32 blockIdx.x + threadIdx.x;

@@ -1,4 +1,5 @@
-"""layernorm, cupy_raw: one warp per row, the row held in registers (layernorm.cu has the kernels).
+"""layernorm, cupy_raw: one warp per row, the row held in registers (layernorm.cu has the kernels;
+layernorm_residual.py launches their fused-residual forms through normalize and normalize_backward).
 
 Forward: one read of x and one write of y (16-byte vectors where C allows), mean and rstd (N,)
 float32 saved. Backward: dx in the same one-warp-per-row pattern; dweight and dbias from a fixed
@@ -65,20 +66,20 @@ def _backward_blocks_per_sm(per_lane: int) -> int:
     return 2 if per_lane <= 24 else 1
 
 
-def _backward_shared(packs: int, elems: int, itemsize: int, warps: int, stages: int) -> int:
+def _backward_shared(packs: int, elems: int, itemsize: int, warps: int, stages: int, residual: bool = False) -> int:
     """Dynamic shared memory of a backward block (layernorm.cu: weight, then each warp's ring of
-    STAGE_BYTES slots or its 2 ROW_PAD float32 sums, whichever is larger)."""
+    stage_bytes slots, or its 2 ROW_PAD float32 sums, whichever is larger)."""
     row_pad = 32 * packs * elems
-    return 4 * row_pad + warps * max(stages * (2 * row_pad * itemsize + 16), 8 * row_pad)
+    return 4 * row_pad + warps * max(stages * ((2 + residual) * row_pad * itemsize + 16), 8 * row_pad)
 
 
-def _defines(x, C: int, vec: bool, launch: Launch, grad_dtype=None) -> dict:
+def _defines(x, C: int, vec: bool, launch: Launch, grad_dtype=None, residual: bool = False) -> dict:
     elems = 16 // x.dtype.itemsize if vec and C % (16 // x.dtype.itemsize) == 0 else 1
     packs = -(-C // (32 * elems))
     blocks = max(1, _backward_blocks_per_sm(packs * elems) * 8 // launch.backward_warps)  # the same warps an SM
     fits = min(rt.MAX_SHARED_PER_BLOCK, SM_SHARED // blocks - BLOCK_RESERVED_SHARED)
     stages = launch.backward_stages  # fewer where the rings of `blocks` blocks would not fit an SM
-    while stages > 1 and _backward_shared(packs, elems, x.dtype.itemsize, launch.backward_warps, stages) > fits:
+    while stages > 1 and _backward_shared(packs, elems, x.dtype.itemsize, launch.backward_warps, stages, residual) > fits:
         stages -= 1
     return {"floatX": _common.ctype(x), "gradT": _common.ctype(grad_dtype if grad_dtype is not None else x),
             "ELEMS": elems, "PACKS": packs, "FORWARD_ROWS": launch.forward_rows,
@@ -86,11 +87,11 @@ def _defines(x, C: int, vec: bool, launch: Launch, grad_dtype=None) -> dict:
             "BACKWARD_STAGES": stages, "FINISH_SPLIT": launch.finish_split}
 
 
-def _check(x):
-    _common.check_float("layernorm", "x", x)
+def _check(x, op: str):
+    _common.check_float(op, "x", x)
     N, C = x.shape
     if C > MAX_C:
-        raise ValueError(f"layernorm: the cupy_raw rows variant takes rows of at most {MAX_C} channels "
+        raise ValueError(f"{op}: the cupy_raw rows variant takes rows of at most {MAX_C} channels "
                          f"(a row lives in one warp's registers), got C={C}")
     return N, C
 
@@ -98,39 +99,59 @@ def _check(x):
 def forward(inputs, attrs, out=None, launch: Launch = LAUNCH):
     x, w, b = inputs["x"], inputs["weight"], inputs["bias"]
     _common.check_contiguous("layernorm", x=x, weight=w, bias=b)
-    N, C = _check(x)
+    y = _common.output("layernorm", _common.xp_of(x), out, x.shape, str(x.dtype))
+    return y, normalize(x, w, b, y, attrs["eps"], launch)
+
+
+def normalize(x, w, b, y, eps: float, launch: Launch = LAUNCH, residual=None, op: str = "layernorm") -> Saved:
+    """y = layernorm(x) into y; with residual = (a, b), x = a + b written into x first, in the same
+    pass (layernorm_residual's forward). The caller has checked the arrays' shapes and layout."""
+    N, C = _check(x, op)
     xp = _common.xp_of(x)
-    y = _common.output("layernorm", xp, out, x.shape, str(x.dtype))
     mean = xp.empty((N,), dtype=np.float32)
     rstd = xp.empty((N,), dtype=np.float32)
-    d = _defines(x, C, _common.vector_ok(x, w, b, y), launch)
+    sources = (x,) if residual is None else tuple(residual) + (x,)  # read (x), or read (a, b) and write x
+    d = _defines(x, C, _common.vector_ok(*sources, w, b, y), launch)
     row_pad = 32 * d["PACKS"] * d["ELEMS"]  # shared memory: weight, bias, each warp's rows (layernorm.cu)
-    rt.launch(rt.function("layernorm", "layernorm_forward", d), rt.cdiv(N, launch.forward_rows * launch.forward_warps),
+    rows = launch.forward_warps * launch.forward_rows * (1 if residual is None else 2)
+    kernel = "layernorm_forward" if residual is None else "layernorm_residual_forward"
+    rt.launch(rt.function("layernorm", kernel, d), rt.cdiv(N, launch.forward_rows * launch.forward_warps),
               32 * launch.forward_warps,
-              (x, w, b, y, mean, rstd, _common.i32(N), _common.i32(C), _common.f32(attrs["eps"])),
-              shared_mem=(2 + launch.forward_warps * launch.forward_rows) * row_pad * x.dtype.itemsize)
-    return y, Saved(x, w, mean, rstd)
+              sources + (w, b, y, mean, rstd, _common.i32(N), _common.i32(C), _common.f32(eps)),
+              shared_mem=(2 + rows) * row_pad * x.dtype.itemsize)
+    return Saved(x, w, mean, rstd)
 
 
 def backward(saved, dout, grads, launch: Launch = LAUNCH):
-    x, w = saved.x, saved.weight
     _common.check_contiguous("layernorm", dout=dout)
-    N, C = _check(x)
+    dx = _common.grad_buffer("layernorm", grads, "x", saved.x, _common.xp_of(saved.x))
+    dweight, dbias = normalize_backward(saved, dout, dx, grads, launch=launch)
+    return {"x": dx, "weight": dweight, "bias": dbias}
+
+
+def normalize_backward(saved, dout, dx, grads, launch: Launch = LAUNCH, dresidual=None, op: str = "layernorm"):
+    """dx = layernorm's input gradient (plus dresidual, the fused residual's stream gradient, where
+    given: layernorm_residual's backward) into dx; grads["weight"] and grads["bias"] accumulated and
+    returned."""
+    x, w = saved.x, saved.weight
+    N, C = _check(x, op)
     xp = _common.xp_of(x)
-    dx = _common.grad_buffer("layernorm", grads, "x", x, xp)
     dweight, dbias = grads["weight"], grads["bias"]
-    _common.check_param_grad("layernorm", "weight", dweight, w)
-    _common.check_param_grad("layernorm", "bias", dbias, w)
+    _common.check_param_grad(op, "weight", dweight, w)
+    _common.check_param_grad(op, "bias", dbias, w)
     if str(dweight.dtype) != str(dbias.dtype):
-        raise TypeError(f"layernorm: grads['weight'] and grads['bias'] must share a dtype, got "
+        raise TypeError(f"{op}: grads['weight'] and grads['bias'] must share a dtype, got "
                         f"{dweight.dtype} and {dbias.dtype}")
-    d = _defines(x, C, _common.vector_ok(x, w, dout, dx), launch, dweight.dtype)
+    streams = (dout,) if dresidual is None else (dout, dresidual)
+    d = _defines(x, C, _common.vector_ok(x, w, *streams, dx), launch, dweight.dtype, residual=dresidual is not None)
     warps = launch.backward_warps
     groups = max(1, min(d["BACKWARD_MIN_BLOCKS"] * _common.num_sms(xp), rt.cdiv(N, warps)))
     partial = xp.empty((groups, 2 * C), dtype=np.float32)
-    rt.launch(rt.function("layernorm", "layernorm_backward", d), groups, 32 * warps,
-              (x, w, dout, saved.mean, saved.rstd, dx, partial, _common.i32(N), _common.i32(C)),
-              shared_mem=_backward_shared(d["PACKS"], d["ELEMS"], x.dtype.itemsize, warps, d["BACKWARD_STAGES"]))
+    kernel = "layernorm_backward" if dresidual is None else "layernorm_residual_backward"
+    rt.launch(rt.function("layernorm", kernel, d), groups, 32 * warps,
+              (x, w) + streams + (saved.mean, saved.rstd, dx, partial, _common.i32(N), _common.i32(C)),
+              shared_mem=_backward_shared(d["PACKS"], d["ELEMS"], x.dtype.itemsize, warps, d["BACKWARD_STAGES"],
+                                          dresidual is not None))
     rt.launch(rt.function("layernorm", "layernorm_finish", d), rt.cdiv(2 * C, 32), (32, launch.finish_split),
               (partial, dweight, dbias, _common.i32(groups), _common.i32(C)))
-    return {"x": dx, "weight": dweight, "bias": dbias}
+    return dweight, dbias

@@ -22,6 +22,7 @@ variant listed for an op is the backend's default for it.
     sumsq         ordered    the gradient's sum of squares in a fixed order (two launches)
     crossentropy_onepass staged  (fused) the loss and dlogits from one read of each row, its exps kept in shared memory
     matmul_gelu   epilogue   (fused) the GEMM's TMA epilogue writes pre, gelu(pre) made under the next tile's multiplies; the backward composed
+    layernorm_residual fused (fused) x = a + b written and normalised in one pass (layernorm's kernels); da = dx + dln in one
 """
 
 from euler_core.ops import OPS
@@ -49,6 +50,8 @@ _VARIANTS = [
     ("matmul_gelu", "epilogue", "matmul_gelu",
      "wgmma GEMM writing pre from its TMA-store epilogue and gelu(pre) under the next tile's multiplies; "
      "the backward composed (gelu, matmul)"),
+    ("layernorm_residual", "fused", "layernorm_residual",
+     "residual add and layernorm in one pass each way (layernorm's kernels with the stream staged beside each row)"),
 ]
 
 

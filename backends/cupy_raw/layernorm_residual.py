@@ -1,0 +1,45 @@
+"""layernorm_residual, cupy_raw: the residual add and the layernorm in one pass each way, on
+layernorm.cu's kernels in their fused-residual form (layernorm_residual_forward / _backward).
+
+Forward: each warp copies its row of a and b into shared memory (cp.async), makes x = a + b there
+(rounded to the storage dtype, as the residual op rounds it), writes x and normalises it: one read of
+a and b and one write of x and y, where residual then layernorm take a read of a, b and x and a
+write of x and y (4 passes over (N,C) instead of 5). Saved: x, mean, rstd, as layernorm's.
+
+Backward: layernorm's backward with the stream's gradient dx staged beside each row of dy, writing
+da = dx + layernorm_backward(dy) (rounded once; 4 passes instead of layernorm's 3 plus residual's 3);
+with dx None (the stream after the last block) it is layernorm's backward alone. db is the same
+array as da (without buffers both are returned as one array, like the residual op's backward; with
+buffers for both, the second is a copy). Where grads["a"] is dx itself, each element of dx is read
+into shared memory before da is written over it, so the update in place is safe in this variant
+(the contract does not promise it for others).
+"""
+
+from . import _common, layernorm
+from .residual import copy_into
+
+OP = "layernorm_residual"
+
+
+def forward(inputs, attrs, out=None):
+    a, b, w, bias = inputs["a"], inputs["b"], inputs["weight"], inputs["bias"]
+    _common.check_float(OP, "a", a)
+    _common.check_contiguous(OP, a=a, b=b, weight=w, bias=bias)
+    xp = _common.xp_of(a)
+    x_out, y_out = out if out is not None else (None, None)
+    x = _common.output(OP, xp, x_out, a.shape, str(a.dtype), name="out[0] (x)")
+    y = _common.output(OP, xp, y_out, a.shape, str(a.dtype), name="out[1] (y)")
+    saved = layernorm.normalize(x, w, bias, y, attrs["eps"], residual=(a, b), op=OP)
+    return (x, y), saved
+
+
+def backward(saved, grad_output, grads):
+    dstream, dy = grad_output
+    _common.check_contiguous(OP, dx=dstream, dy=dy)
+    x = saved.x
+    xp = _common.xp_of(x)
+    first, second = ("a", "b") if grads.get("a") is not None or grads.get("b") is None else ("b", "a")
+    d = _common.grad_buffer(OP, grads, first, x, xp)
+    other = None if grads.get(second) is None else _common.grad_buffer(OP, grads, second, x, xp)
+    dw, db = layernorm.normalize_backward(saved, dy, d, grads, dresidual=dstream, op=OP)
+    return {first: d, second: d if other is None else copy_into(d, other), "weight": dw, "bias": db}
