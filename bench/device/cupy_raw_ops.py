@@ -5,7 +5,7 @@
     python3 bench/device/cupy_raw_ops.py --emulate sanitize  # on the CPU: the same plan in the emulator
 
 sanitize (~3 s without a sanitizer; run under compute-sanitizer memcheck and racecheck): one forward
-and one backward of every variant (embedding, layernorm, attention simple, flash and wgmma, attention_cached
+and one backward of every variant (embedding, layernorm and layernorm_residual, attention simple, flash and wgmma, attention_cached
 on the cache's views, gelu, residual, crossentropy (and crossentropy_onepass), adamw with param_copy and clipping, sumsq) in float32, float16 and bfloat16 (16-bit
 inputs with float32 parameter-gradient buffers), at shapes that reach every path: ragged T, C not a
 multiple of 8 (the element-wise paths), GPT-2's C=768 and heads of 64 (the vector paths), a
@@ -33,7 +33,7 @@ import numpy as np
 from backends.cupy_raw import _common
 from backends.cupy_raw import _runtime as rt
 from backends.cupy_raw import (adamw, attention, attention_cached, crossentropy, crossentropy_onepass, embedding, gelu,
-                               layernorm, residual, sumsq)
+                               layernorm, layernorm_residual, residual, sumsq)
 from cupy_raw_matmul import Tally  # beside this script
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -125,6 +125,14 @@ def sanitize(env: Env, tally: Tally) -> None:
                 y, saved = layernorm.forward({"x": xs, "weight": ws, "bias": bs}, {"eps": 1e-5})
                 layernorm.backward(saved, put(rng.standard_normal((N, C)), dtype), grads_of({"weight": C, "bias": C}, dtype))
                 check(f"layernorm N={N} C={C}", y, ref_layernorm(get(xs), get(ws), get(bs)), dtype)
+                # the residual fused in: x = a + b and its layernorm; backward with the stream's gradient
+                bs2 = put(rng.standard_normal((N, C)), dtype)
+                (xr, yr), saved = layernorm_residual.forward({"a": xs, "b": bs2, "weight": ws, "bias": bs}, {"eps": 1e-5})
+                layernorm_residual.backward(saved, (put(rng.standard_normal((N, C)), dtype),
+                                                    put(rng.standard_normal((N, C)), dtype)),
+                                            grads_of({"weight": C, "bias": C}, dtype))
+                check(f"layernorm_residual x N={N} C={C}", xr, get(xs) + get(bs2), dtype)
+                check(f"layernorm_residual y N={N} C={C}", yr, ref_layernorm(get(xr), get(ws), get(bs)), dtype)
             # gelu and residual: a ragged size (element-wise tail) and a vector-friendly one
             for n in (17 * 37, 64 * 96):
                 x = put(rng.uniform(-6, 6, n), dtype)
@@ -225,6 +233,17 @@ def capture(env: Env, tally: Tally) -> None:
 
         yield "layernorm", ln_inputs, ln_run, {"y": ((N, C), bf), "dx": ((N, C), bf), "dw": ((C,), "float32"),
                                                "db": ((C,), "float32")}
+
+        def lnr_inputs():
+            return {**ln_inputs(), "b": put(rng.standard_normal((N, C)), bf), "dstream": put(rng.standard_normal((N, C)), bf)}
+
+        def lnr_run(a, out):
+            _, saved = layernorm_residual.forward({"a": a["x"], "b": a["b"], "weight": a["weight"], "bias": a["bias"]},
+                                                  {"eps": 1e-5}, out=(out["x"], out["y"]))
+            layernorm_residual.backward(saved, (a["dstream"], a["dy"]), {"a": out["da"], "weight": out["dw"], "bias": out["db"]})
+
+        yield "layernorm_residual", lnr_inputs, lnr_run, {"x": ((N, C), bf), "y": ((N, C), bf), "da": ((N, C), bf),
+                                                          "dw": ((C,), "float32"), "db": ((C,), "float32")}
 
         def att_inputs():
             return {"qkv": put(rng.standard_normal((B, T, 3 * C)), bf), "dy": put(rng.standard_normal((B, T, C)), bf)}
