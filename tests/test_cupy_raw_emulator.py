@@ -334,20 +334,23 @@ def test_embedding_backward_sums_frequent_and_rare_tokens_in_position_order(T, C
 
 
 # ---- attention wgmma: the Hopper kernels at heads of 64 ----------------------------------------------
-@pytest.mark.parametrize("groups,rings,producer", [(2, None, False), (1, None, False), (2, ((2, 1), (2, 1)), False),
-                                                   (1, ((4, 3), (4, 3)), False), (2, ((3, 1), (2, 1)), True),
-                                                   (1, None, True)],
+@pytest.mark.parametrize("groups,rings,producer,keys",
+                         [(2, None, False, 64), (1, None, False, 64), (2, ((2, 1), (2, 1)), False, 64),
+                          (1, ((4, 3), (4, 3)), False, 64), (2, ((3, 1), (2, 1)), True, 64), (1, None, True, 64),
+                          (2, ((2, 1), (3, 2)), False, 128), (1, ((3, 1), (3, 2)), True, 128)],
                          ids=["2-warpgroups", "1-warpgroup", "2-warpgroups-ring2-ahead1", "1-warpgroup-ring4-ahead3",
-                              "2-warpgroups-producer-ring3-2", "1-warpgroup-producer"])
+                              "2-warpgroups-producer-ring3-2", "1-warpgroup-producer", "2-warpgroups-128-keys-ring2",
+                              "1-warpgroup-128-keys-producer-ring3"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (2, 64, 1)], ids=["T201-4-tiles-ragged", "T64-one-tile"])
-def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups, rings, producer, monkeypatch):
+def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups, rings, producer, keys, monkeypatch):
     """attention.cu's wgmma kernels (the emulator's wgmma reads the swizzled tiles through their
     descriptors and gathers the register A operand of P V by its fragment layout; its TMA copies the
     boxes, zeros past the arrays' extents, and its mbarriers count arrivals and bytes), with one and
     two warpgroups a block, rings of TMA slots other than the shipped ones (T201 walks 4 tiles, so
-    the slots' parities turn over; its rows of L and delta are padded to 204 floats) and with a
-    producer warp issuing the copies: y and dqkv poisoned, against float64 naive on the same rounded
+    the slots' parities turn over; its rows of L and delta are padded to 204 floats), with a
+    producer warp issuing the copies, and with the forward's stages of 64 and of 128 keys (T201: two
+    stages, the second ragged; T64: one, its second half past T): y and dqkv poisoned, against float64 naive on the same rounded
     inputs; the launches must be the wgmma kernels, and a head of 32 must fall back to flash's. The
     gradient is held to the bound with the benchmark's allowance for bf16 rounding tails (P and dS
     rounded to 16 bits put a rare element just past it, from flash's kernels as well)."""
@@ -361,6 +364,7 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
         monkeypatch.setattr(attention.wgmma, "forward_ring", rings[0])
         monkeypatch.setattr(attention.wgmma, "backward_ring", rings[1])
     monkeypatch.setattr(attention.wgmma, "producer", producer)
+    monkeypatch.setattr(attention.wgmma, "forward_keys", keys)
     C = 64 * NH
     rng = np.random.default_rng(3)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
@@ -383,8 +387,9 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     assert [k.kernel for k in rec] == ["attention_flash_forward"]
 
 
-@pytest.mark.parametrize("variant", ["flash", "wgmma"])
-def test_attention_rescales_when_a_later_tile_holds_far_larger_scores(variant):
+@pytest.mark.parametrize("variant,keys", [("flash", 64), ("wgmma", 64), ("wgmma", 128)],
+                         ids=["flash", "wgmma", "wgmma-128-key-stages"])
+def test_attention_rescales_when_a_later_tile_holds_far_larger_scores(variant, keys, monkeypatch):
     """Keys that grow along the sequence put each tile's scores far above the last's, so every row's
     running max moves by far more than random inputs of unit scale ever make it, and the output is
     rescaled by factors far from 1 at every tile (the path a lazy rescale, one that waits for the
@@ -399,6 +404,8 @@ def test_attention_rescales_when_a_later_tile_holds_far_larger_scores(variant):
     x[:, :, C:2 * C] = (np.abs(x[:, :, C:2 * C]) + 0.5) * np.linspace(0.2, 6.0, T)[None, :, None]  # growing keys
     qkv, dy = _as("float16", x), _as("float16", rng.standard_normal((B, T, C)))
     impl = getattr(attention, variant)
+    if variant == "wgmma":
+        monkeypatch.setattr(impl, "forward_keys", keys)
     grads = {"qkv": _poisoned((B, T, 3 * C), "float16")}
     with rt.emulation():
         y, saved = impl.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "float16"))

@@ -319,13 +319,13 @@ __device__ __forceinline__ const floatX* kv_step(floatX* skv, const floatX* base
 // turned into P = exp2(s scale_log2 - m), one FMA and one exp2 a score; corr gets exp2(m_old - m_new),
 // the factor the output accumulator must be scaled by before P V is added to it. The
 // max is taken over the raw scores and scaled once a row (scale_log2 > 0 keeps the order).
-template <bool MASKED>
+template <bool MASKED, int NT>
 __device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
                                              int row_a, int k0, int T, float scale_log2) {
     const int c = threadIdx.x % 4, row_b = row_a + 8;
     float mx[2] = {-POS_INF_F, -POS_INF_F};
 #pragma unroll
-    for (int n = 0; n < KEYS / 8; n++)
+    for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             if constexpr (MASKED) {
@@ -346,7 +346,7 @@ __device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], f
         neg_m[r] = -m_new;
     }
 #pragma unroll
-    for (int n = 0; n < KEYS / 8; n++)
+    for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const float p = exp2f(fmaf(s[n][e], scale_log2, neg_m[e >> 1]));
@@ -363,12 +363,14 @@ __device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], f
 
 // softmax_tile with the mask where edge (a tile that holds a key after one of the rows, or at or
 // past T; two copies of the code, so that the tiles wholly before the diagonal, nearly all of them,
-// spend no instruction on a mask), then the output accumulator o rescaled by corr
+// spend no instruction on a mask), then the output accumulator o rescaled by corr. NT: the tile's
+// keys / 8 (KEYS / 8 but in the wgmma forward's wider tiles).
+template <int NT = KEYS / 8>
 __device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (*o)[4],
                                                int row_a, int k0, int T, bool edge, float scale_log2) {
     float corr[2];
-    if (edge) softmax_tile<true>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
-    else softmax_tile<false>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
+    if (edge) softmax_tile<true, NT>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
+    else softmax_tile<false, NT>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
 #pragma unroll
     for (int n = 0; n < DN; n++) {
         o[n][0] *= corr[0];
@@ -787,14 +789,27 @@ static_assert(WG_GROUPS == 1 || WG_GROUPS == 2, "one or two warpgroups a block")
                     WG_ACC4(a, 6), WG_ACC4(a, 7)
 #define WG_REGS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
                    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+// the forward's scores over FWD_KEYS keys (64 or 128: attention.py's forward_keys): n8 tiles and k-steps
+#ifndef FWD_KEYS
+#define FWD_KEYS KEYS
+#endif
+static_assert(FWD_KEYS == 64 || FWD_KEYS == 128, "the forward's key tiles: 64 or 128 keys");
+#define FWD_NT (FWD_KEYS / 8)
+#define WG_ACC64(a) WG_ACC32(a), WG_ACC4(a, 8), WG_ACC4(a, 9), WG_ACC4(a, 10), WG_ACC4(a, 11), WG_ACC4(a, 12), \
+                    WG_ACC4(a, 13), WG_ACC4(a, 14), WG_ACC4(a, 15)
+#define WG_REGS_64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+                   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+                   "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+                   "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
 #ifdef CUPY_RAW_EMULATOR
-// acc (64 x 64) = A (64 x 16) B (16 x 64) (+ acc where accumulate), A K-major at descriptor da, B
+// acc (64 x 8 NT) = A (64 x 16) B (16 x 8 NT) (+ acc where accumulate), A K-major at descriptor da, B
 // K-major (B^T's rows) at db
-__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db,
+template <int NT>
+__device__ __forceinline__ void wgmma_ss(float (&acc)[NT][4], unsigned long long da, unsigned long long db,
                                          int accumulate) {
     const int t = threadIdx.x & 127;
-    for (int reg = 0; reg < 32; ++reg) {
+    for (int reg = 0; reg < 4 * NT; ++reg) {
         int row, col;
         wgmma_acc_coords(t, reg, row, col);
         float sum = 0.0f;
@@ -838,6 +853,18 @@ __device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long 
     else WGMMA_SS("f16");
 #undef WGMMA_SS
 }
+// the same with N = 128: 64 accumulators a thread
+__device__ __forceinline__ void wgmma_ss(float (&acc)[16][4], unsigned long long da, unsigned long long db,
+                                         int accumulate) {
+#define WGMMA_SS128(AB)                                                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." AB "." AB " " WG_REGS_64 ", %64, %65, " \
+                 "p, 1, 1, 0, 0;\n}\n"                                                                  \
+                 : WG_ACC64(acc) : "l"(da), "l"(db), "r"(accumulate))
+    if constexpr (T_IS_BF16) WGMMA_SS128("bf16");
+    else WGMMA_SS128("f16");
+#undef WGMMA_SS128
+}
 __device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const u32 (&a)[4], unsigned long long db) {
 #define WGMMA_RS(AB)                                                                                    \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                          \
@@ -850,32 +877,35 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const u32 (&a)[4], 
 }
 #endif  // CUPY_RAW_EMULATOR
 
-__device__ __forceinline__ void zero_acc(float (&acc)[8][4]) {
+template <int NT> __device__ __forceinline__ void zero_acc(float (&acc)[NT][4]) {
 #pragma unroll
-    for (int n = 0; n < 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
 // Issue acc = A B^T (overwrite: the first of the four k-steps ignores acc, wgmma's scale-d 0) or acc
-// += A B^T over the 64 of k: A and B 64-row K-major tiles at shared addresses a and b. (The caller
+// += A B^T over the 64 of k: A a 64-row K-major tile at shared address a, B 8 NT such rows at b (64
+// or 128: two 64-row tiles back to back are one 128-row tile, the swizzle repeating every 8 rows). (The caller
 // fences before and commits and waits after.) Measured on the H200 (reports/cupy_raw-h200/wgmma-attention/53103d3,
 // B=32): the backward's kernels overwrite (783 us, against 831 zeroing the 64 registers first, which
 // the compiler moved past wgmma.fence and ptxas then guarded with an injected arrive and wait); the
 // forward zeroes s and accumulates (286 us; overwriting, 398: not understood yet).
-__device__ __forceinline__ void issue_nt(float (&acc)[8][4], unsigned a, unsigned b, bool overwrite) {
+template <int NT>
+__device__ __forceinline__ void issue_nt(float (&acc)[NT][4], unsigned a, unsigned b, bool overwrite) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
         wgmma_ss(acc, wgmma_operand_desc(true, a, 0, kk), wgmma_operand_desc(true, b, 0, kk), kk > 0 || !overwrite);
 }
 
-// Issue acc += P B: P this warp's rows as the 16-bit A fragments of the four k-steps, B the MN-major
-// tile at shared address b (its row k is row k of B).
-__device__ __forceinline__ void issue_pn(float (&acc)[8][4], const u32 (&pa)[4][4], unsigned b) {
+// Issue acc += P B: P this warp's rows as the 16-bit A fragments of its KS k-steps, B the MN-major
+// tile at shared address b (its row k is row k of B; 16 KS rows: 64-row tiles back to back).
+template <int KS>
+__device__ __forceinline__ void issue_pn(float (&acc)[8][4], const u32 (&pa)[KS][4], unsigned b) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_rs(acc, pa[kk], wgmma_operand_desc(false, b, 0, kk));
+    for (int kk = 0; kk < KS; kk++) wgmma_rs(acc, pa[kk], wgmma_operand_desc(false, b, 0, kk));
 }
 
 // Wait for every wgmma issued; the accumulators are the registers' own again.
-__device__ __forceinline__ void finish_wgmma(float (&a)[8][4]) {
+template <int NT> __device__ __forceinline__ void finish_wgmma(float (&a)[NT][4]) {
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(a);
@@ -887,10 +917,11 @@ __device__ __forceinline__ void finish_wgmma(float (&a)[8][4], float (&b)[8][4])
     fence_accumulators(b);
 }
 
-// a 16-bit 64 x 64 accumulator (this thread's 32 floats) as the A fragments of its four k-steps
-__device__ __forceinline__ void acc_to_a(u32 (&pa)[4][4], const float (&acc)[8][4]) {
+// a 64 x 8 NT accumulator (this thread's 4 NT floats) as the 16-bit A fragments of its NT / 2 k-steps
+template <int NT>
+__device__ __forceinline__ void acc_to_a(u32 (&pa)[NT / 2][4], const float (&acc)[NT][4]) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) c_to_a(pa[kk], acc, kk);
+    for (int kk = 0; kk < NT / 2; kk++) c_to_a(pa[kk], acc, kk);
 }
 
 // The tiles stream through a ring of WG_RING slots filled by TMA (tma.cuh), with no block-wide
@@ -944,14 +975,20 @@ __device__ __forceinline__ int await_slot(unsigned bars, int t) {
 // Every thread, once done with tile t (its wgmma waited for).
 __device__ __forceinline__ void release_slot(unsigned bars, int t) { mbar_arrive(empty_bar(bars, t % WG_RING)); }
 
-// The issuing thread: the K and V tiles of keys t KEYS.. of head column hc (batch b) into tile t's
-// slot of a ring of (K, V) stages at skv.
+// The issuing thread: the K and V tiles of keys t 64 TILES.. of head column hc (batch b) into tile
+// t's slot of a ring of (K, V) stages at skv: TILES 64-row boxes of K back to back (one tile of
+// 64 TILES rows), then as many of V.
+template <int TILES = 1>
 __device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int C,
                                          int hc, int b) {
-    const int slot = claim_slot(bars, t, 2 * WG_TILE_BYTES);
-    const unsigned dst = skv + slot * 2 * WG_TILE_BYTES;
-    tma_load_3d(dst, qkv_map, C + hc, t * KEYS, b, full_bar(bars, slot));
-    tma_load_3d(dst + WG_TILE_BYTES, qkv_map, 2 * C + hc, t * KEYS, b, full_bar(bars, slot));
+    const int slot = claim_slot(bars, t, 2 * TILES * WG_TILE_BYTES);
+    const unsigned dst = skv + slot * 2 * TILES * WG_TILE_BYTES;
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        const int row = (t * TILES + i) * KEYS;
+        tma_load_3d(dst + i * WG_TILE_BYTES, qkv_map, C + hc, row, b, full_bar(bars, slot));
+        tma_load_3d(dst + (TILES + i) * WG_TILE_BYTES, qkv_map, 2 * C + hc, row, b, full_bar(bars, slot));
+    }
 }
 
 // The block's copies begin (after init_ring's __syncthreads): the issuing thread runs `once` (the
@@ -998,19 +1035,22 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
 
 // Forward. grid (cdiv(T, WG_ROWS), NH, B), the heaviest query tiles (the last) first; block
 // WG_THREADS. Dynamic shared (1 KB of alignment slack, then swizzled tiles): WG_GROUPS Q tiles, the
-// ring of (K, V) stages, its mbarriers.
+// ring of (K, V) stages (FWD_KEYS keys each), its mbarriers. With 128-key stages the scores are one
+// m64n128k16 product a k-step (half the products, and the softmax's row reductions, a key) and P V
+// eight k-steps; the diagonal stage of a warpgroup whose rows end in its first half wastes the rest.
 extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_forward(
         const __grid_constant__ TmaDescriptor qkv_map, floatX* __restrict__ y, floatX* __restrict__ res,
         float* __restrict__ lse, int T, int C, int NH, float scale_log2) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
+    constexpr int TILES = FWD_KEYS / KEYS;  // 64-row tiles of K (and of V) a stage
     unsigned char* sq = align_1024(flash_smem);
     unsigned char* skv = sq + WG_GROUPS * WG_TILE_BYTES;
-    const unsigned bars = smem_u32(skv + WG_RING * 2 * WG_TILE_BYTES);
+    const unsigned bars = smem_u32(skv + WG_RING * 2 * TILES * WG_TILE_BYTES);
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int q0 = qt * WG_ROWS, row_a = q0 + warp * 16 + g, wg_last = q0 + 64 * wg + 63;
-    const int n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
-    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
+    const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
+    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {
@@ -1023,21 +1063,21 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
     zero_acc(o);
     mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
-        const int k0 = j * KEYS;
+        const int k0 = j * FWD_KEYS;
         ring_step(j, n_tiles, issue);
-        unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
+        unsigned char* sk = skv + await_slot(bars, j) * 2 * TILES * WG_TILE_BYTES;
         if (k0 <= wg_last) {
-            float s[8][4];
+            float s[FWD_NT][4];
             zero_acc(s);
             wgmma_fence();
             issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), false);
             finish_wgmma(s);
-            const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
-            online_softmax(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
-            u32 pa[4][4];
+            const bool edge = k0 + FWD_KEYS - 1 > q0 + warp * 16 || k0 + FWD_KEYS > T;
+            online_softmax<FWD_NT>(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
+            u32 pa[FWD_NT / 2][4];
             acc_to_a(pa, s);
             wgmma_fence();
-            issue_pn(o, pa, smem_u32(sk + WG_TILE_BYTES));
+            issue_pn(o, pa, smem_u32(sk + TILES * WG_TILE_BYTES));
             finish_wgmma(o);
         }
         release_slot(bars, j);

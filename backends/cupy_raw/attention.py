@@ -231,10 +231,14 @@ class Wgmma(Flash):
     #: by named barriers, was slower (wgmma-attention/a886f81: forward 236 against 222 us).
     forward_groups, backward_groups = 2, 1
     #: the ring of streamed tiles (attention.cu's WG_RING slots, WG_AHEAD tiles issued ahead of the
-    #: one multiplied), forward and backward
-    forward_ring, backward_ring = (4, 2), (3, 2)
+    #: one multiplied), forward and backward (a forward slot of 128 keys is 32 KB: two slots keep two
+    #: blocks an SM; with 64 keys it was (4, 2))
+    forward_ring, backward_ring = (2, 1), (3, 2)
     #: a producer warp issues the copies (attention.cu's WG_PRODUCER), else thread 0 between its tiles
     producer = False
+    #: keys a forward stage (attention.cu's FWD_KEYS): 64, or 128 (the scores one m64n128k16 product
+    #: a k-step, half the products and row reductions a key, as cuDNN's forward tiles them)
+    forward_keys = 128
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
@@ -242,6 +246,8 @@ class Wgmma(Flash):
             ring, ahead = self.backward_ring if backward else self.forward_ring
             defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups,
                            WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer))
+            if not backward and self.forward_keys != FLASH_KEYS:
+                defines["FWD_KEYS"] = self.forward_keys
         return defines
 
     def _arch(self, defines: dict) -> str:
@@ -266,7 +272,8 @@ class Wgmma(Flash):
         if "FLASH_WGMMA" not in defines:
             return super()._forward_kernel(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]  # a Q tile a warpgroup; the ring of (K, V)
-        return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * ring, ring)
+        tiles = defines.get("FWD_KEYS", FLASH_KEYS) // FLASH_KEYS  # 64-row tiles of K (and of V) a stage
+        return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * tiles * ring, ring)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:

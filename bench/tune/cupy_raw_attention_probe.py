@@ -4,7 +4,7 @@ GPU, in one process: the wgmma kernels' block shapes and rings of TMA slots, and
     python3 bench/tune/cupy_raw_attention_probe.py --out DIR      # the H200, ~1 min
 
 1. Check: each variant of ours (cupy_raw wgmma as shipped, with two and with one warpgroup a block
-   in both directions, and with other rings of TMA slots, "rings F/f, B/b": WG_RING / WG_AHEAD of
+   in both directions (--sweeps groups), the forward's 128-key stages (keys), and with other rings of TMA slots (rings), "rings F/f, B/b": WG_RING / WG_AHEAD of
    the forward, then of the backward, or with a producer warp issuing the copies (WG_PRODUCER); cupy_raw flash with 128-query forward blocks, the default at
    heads of up to 64 other than 64; triton's attention) on fresh random inputs with NaN-poisoned
    outputs and gradient buffers, forward and backward, against SDPA's math backend in float64 on the
@@ -68,17 +68,28 @@ class _FlashWithMTiles:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--sweeps", default="groups,rings,keys",
+                    help="which variants of wgmma beside the shipped one, comma-separated: groups (one and two "
+                         "warpgroups a block), rings (rings of TMA slots, a producer warp), keys (the forward's "
+                         "128-key stages with one and two warpgroups and rings of 2 and 3)")
     args = ap.parse_args()
+    sweeps = set(args.sweeps.split(","))
     os.makedirs(args.out, exist_ok=True)
     from backends.triton import attention as tri
     from backends.cupy_raw import attention as raw
     ours = {"cupy_raw wgmma (as shipped)": raw.wgmma}
-    for groups in (2, 1):
+    for groups in (2, 1) if "groups" in sweeps else ():
         v = raw.Wgmma()
         v.forward_groups = v.backward_groups = groups
         ours[f"cupy_raw wgmma ({groups} warpgroup{'s' * (groups > 1)} a block)"] = v
+    for keys, groups, ring in (((128, 2, (2, 1)), (128, 1, (2, 1)), (128, 1, (3, 1)), (128, 2, (3, 1)), (64, 2, (4, 2)))
+                               if "keys" in sweeps else ()):
+        v = raw.Wgmma()
+        v.forward_keys, v.forward_groups, v.forward_ring = keys, groups, ring
+        ours[f"cupy_raw wgmma (forward: {keys} keys a stage, {groups} warpgroup{'s' * (groups > 1)}, ring {ring[0]}/{ring[1]})"] = v
     for forward_ring, backward_ring, producer in (((2, 1), (2, 1), False), ((3, 1), (3, 1), False),
-                                                  ((4, 3), (4, 3), False), ((4, 3), (3, 2), True), ((4, 3), (4, 3), True)):
+                                                  ((4, 3), (4, 3), False), ((4, 3), (3, 2), True), ((4, 3), (4, 3), True))
+                                                  if "rings" in sweeps else ():
         v = raw.Wgmma()
         v.forward_ring, v.backward_ring, v.producer = forward_ring, backward_ring, producer
         rings = (f"rings {forward_ring[0]}, {backward_ring[0]}, a producer warp" if producer else
