@@ -349,8 +349,8 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     boxes, zeros past the arrays' extents, and its mbarriers count arrivals and bytes), with one and
     two warpgroups a block, rings of TMA slots other than the shipped ones (T201 walks 4 tiles, so
     the slots' parities turn over; its rows of L and delta are padded to 204 floats), with a
-    producer warp issuing the copies, and with the forward's and dQ's stages of 64 and of 128 keys
-    (T201: two stages, the second ragged; T64: one, its second half past T): y and dqkv poisoned, against float64 naive on the same rounded
+    producer warp issuing the copies, and with the forward's stages of 64 and of 128 keys (T201: two
+    stages, the second ragged; T64: one, its second half past T): y and dqkv poisoned, against float64 naive on the same rounded
     inputs; the launches must be the wgmma kernels, and a head of 32 must fall back to flash's. The
     gradient is held to the bound with the benchmark's allowance for bf16 rounding tails (P and dS
     rounded to 16 bits put a rare element just past it, from flash's kernels as well)."""
@@ -365,9 +365,6 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
         monkeypatch.setattr(attention.wgmma, "backward_ring", rings[1])
     monkeypatch.setattr(attention.wgmma, "producer", producer)
     monkeypatch.setattr(attention.wgmma, "forward_keys", keys)
-    monkeypatch.setattr(attention.wgmma, "dq_keys", keys)
-    if rings:
-        monkeypatch.setattr(attention.wgmma, "dq_ring", rings[1])
     C = 64 * NH
     rng = np.random.default_rng(3)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))

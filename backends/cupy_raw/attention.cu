@@ -415,12 +415,12 @@ __device__ __forceinline__ void dkdv_probabilities(float (*st)[4], float (*dpt)[
 // dQ's tile, in place: s (S, rows row_a and row_a + 8, keys k0 + 8n + 2c + (e & 1)) becomes
 // dS = P (dP - delta), P = exp2(S scale_log2 - L) (0 past a row or past T where MASKED); l_row, d_row:
 // the two rows' L and delta.
-template <bool MASKED, int NT>
+template <bool MASKED>
 __device__ __forceinline__ void dq_tile(float (*s)[4], const float (*dp)[4], const float (&l_row)[2],
                                         const float (&d_row)[2], int row_a, int k0, int T, float scale_log2) {
     const int c = threadIdx.x % 4;
 #pragma unroll
-    for (int n = 0; n < NT; n++)
+    for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             float p = exp2f(fmaf(s[n][e], scale_log2, -l_row[e >> 1]));
@@ -431,13 +431,11 @@ __device__ __forceinline__ void dq_tile(float (*s)[4], const float (*dp)[4], con
             s[n][e] = p * (dp[n][e] - d_row[e >> 1]);
         }
 }
-// (NT: the tile's keys / 8, as online_softmax's)
-template <int NT = KEYS / 8>
 __device__ __forceinline__ void dq_probabilities(float (*s)[4], const float (*dp)[4], const float (&l_row)[2],
                                                  const float (&d_row)[2], int row_a, int k0, int T, bool edge,
                                                  float scale_log2) {
-    if (edge) dq_tile<true, NT>(s, dp, l_row, d_row, row_a, k0, T, scale_log2);
-    else dq_tile<false, NT>(s, dp, l_row, d_row, row_a, k0, T, scale_log2);
+    if (edge) dq_tile<true>(s, dp, l_row, d_row, row_a, k0, T, scale_log2);
+    else dq_tile<false>(s, dp, l_row, d_row, row_a, k0, T, scale_log2);
 }
 
 // Forward. grid (cdiv(T, FWD_ROWS), NH, B), the heaviest query tiles (the last) first; block 128:
@@ -791,17 +789,12 @@ static_assert(WG_GROUPS == 1 || WG_GROUPS == 2, "one or two warpgroups a block")
                     WG_ACC4(a, 6), WG_ACC4(a, 7)
 #define WG_REGS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
                    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-// the forward's and dQ's stages of FWD_KEYS and DQ_KEYS keys (64 or 128: attention.py's forward_keys
-// and dq_keys), their n8 tiles
+// the forward's scores over FWD_KEYS keys (64 or 128: attention.py's forward_keys): n8 tiles and k-steps
 #ifndef FWD_KEYS
 #define FWD_KEYS KEYS
 #endif
-#ifndef DQ_KEYS
-#define DQ_KEYS KEYS
-#endif
-static_assert((FWD_KEYS == 64 || FWD_KEYS == 128) && (DQ_KEYS == 64 || DQ_KEYS == 128), "key stages: 64 or 128 keys");
+static_assert(FWD_KEYS == 64 || FWD_KEYS == 128, "the forward's key tiles: 64 or 128 keys");
 #define FWD_NT (FWD_KEYS / 8)
-#define DQ_NT (DQ_KEYS / 8)
 #define WG_ACC64(a) WG_ACC32(a), WG_ACC4(a, 8), WG_ACC4(a, 9), WG_ACC4(a, 10), WG_ACC4(a, 11), WG_ACC4(a, 12), \
                     WG_ACC4(a, 13), WG_ACC4(a, 14), WG_ACC4(a, 15)
 #define WG_REGS_64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
@@ -917,7 +910,7 @@ template <int NT> __device__ __forceinline__ void finish_wgmma(float (&a)[NT][4]
     wgmma_wait<0>();
     fence_accumulators(a);
 }
-template <int NT> __device__ __forceinline__ void finish_wgmma(float (&a)[NT][4], float (&b)[NT][4]) {
+__device__ __forceinline__ void finish_wgmma(float (&a)[8][4], float (&b)[8][4]) {
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(a);
@@ -1188,15 +1181,14 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         const float* __restrict__ lse, const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C,
         int NH, float scale_log2, float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
-    constexpr int TILES = DQ_KEYS / KEYS;  // 64-row tiles of K (and of V) a stage
     unsigned char* sq = align_1024(flash_smem);
     unsigned char* sg = sq + WG_GROUPS * WG_TILE_BYTES;
     unsigned char* skv = sg + WG_GROUPS * WG_TILE_BYTES;
-    const unsigned bars = smem_u32(skv + WG_RING * 2 * TILES * WG_TILE_BYTES);
+    const unsigned bars = smem_u32(skv + WG_RING * 2 * WG_TILE_BYTES);
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
-    const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + DQ_KEYS - 1) / DQ_KEYS;
-    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
+    const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
+    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {
@@ -1216,18 +1208,18 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     zero_acc(dq);
     mbar_wait(bars, 0);
     for (int j = 0; j < n_tiles; j++) {
-        const int k0 = j * DQ_KEYS;
+        const int k0 = j * KEYS;
         ring_step(j, n_tiles, issue);
-        unsigned char* sk = skv + await_slot(bars, j) * 2 * TILES * WG_TILE_BYTES;
+        unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
         if (WG_GROUPS == 1 || k0 <= wg_last) {  // (one warpgroup: every tile has a key at or before a row)
-            float s[DQ_NT][4], dp[DQ_NT][4];
+            float s[8][4], dp[8][4];
             wgmma_fence();
-            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), true);                           // S = Q K^T
-            issue_nt(dp, smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk + TILES * WG_TILE_BYTES), true);  // dP = dY V^T
+            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), true);                   // S = Q K^T
+            issue_nt(dp, smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk + WG_TILE_BYTES), true);  // dP = dY V^T
             finish_wgmma(s, dp);
-            const bool edge = k0 + DQ_KEYS - 1 > q0 + warp * 16 || k0 + DQ_KEYS > T;
-            dq_probabilities<DQ_NT>(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
-            u32 sa[DQ_NT / 2][4];
+            const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
+            dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
+            u32 sa[4][4];
             acc_to_a(sa, s);
             wgmma_fence();
             issue_pn(dq, sa, smem_u32(sk));  // dQ += dS K

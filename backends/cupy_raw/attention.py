@@ -163,11 +163,10 @@ class Flash:
         return (qkv,) if dout is None else (qkv, dout, lse, delta)
 
     def _backward_kernels(self, defines: dict):
-        """The dK/dV and the dQ kernel: (kernel, its module's defines, keys or queries a block, threads,
-        shared bytes) each."""
-        return (("attention_flash_backward_dkdv", defines, FLASH_KEYS, FLASH_THREADS,
+        """The dK/dV and the dQ kernel: (kernel, keys or queries a block, threads, shared bytes) each."""
+        return (("attention_flash_backward_dkdv", FLASH_KEYS, FLASH_THREADS,
                  _flash_shared(defines, 6, 4 * FLASH_KEYS)),  # K, V; 2 x (Q, dY); 2 x (L, delta)
-                ("attention_flash_backward_dq", defines, FLASH_KEYS, FLASH_THREADS, _flash_shared(defines, 6)))  # Q, dY; 2 x (K, V)
+                ("attention_flash_backward_dq", FLASH_KEYS, FLASH_THREADS, _flash_shared(defines, 6)))  # Q, dY; 2 x (K, V)
 
     def forward(self, inputs, attrs, out=None):
         qkv, n_head = inputs["qkv"], attrs["n_head"]
@@ -203,9 +202,9 @@ class Flash:
         rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch), rt.cdiv(B * T * n_head * lanes, 128),
                   128, (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
-        for kernel, kernel_defines, rows, threads, shared in self._backward_kernels(defines):
-            rt.launch(rt.function("attention", kernel, kernel_defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
-                      self._operands(kernel, kernel_defines, qkv, dout, saved.lse, delta) + (dqkv,) + dims + scales,
+        for kernel, rows, threads, shared in self._backward_kernels(defines):
+            rt.launch(rt.function("attention", kernel, defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
+                      self._operands(kernel, defines, qkv, dout, saved.lse, delta) + (dqkv,) + dims + scales,
                       shared_mem=shared)
         return {"qkv": dqkv}
 
@@ -240,9 +239,6 @@ class Wgmma(Flash):
     #: keys a forward stage (attention.cu's FWD_KEYS): 64, or 128 (the scores one m64n128k16 product
     #: a k-step, half the products and row reductions a key, as cuDNN's forward tiles them)
     forward_keys = 128
-    #: keys a dQ stage (attention.cu's DQ_KEYS) and dQ's ring (its own module: dK/dV keeps
-    #: backward_ring): 128-key stages make S and dP one m64n128k16 product a k-step each
-    dq_keys, dq_ring = 128, (2, 1)
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
@@ -284,14 +280,10 @@ class Wgmma(Flash):
             return super()._backward_kernels(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]
         threads = _wgmma_threads(defines)
-        dq_defines = dict(defines, WG_RING=self.dq_ring[0], WG_AHEAD=self.dq_ring[1])
-        if self.dq_keys != FLASH_KEYS:
-            dq_defines["DQ_KEYS"] = self.dq_keys
-        dq_tiles = self.dq_keys // FLASH_KEYS  # 64-row tiles of K (and of V) a dQ stage
-        return (("attention_wgmma_backward_dkdv", defines, 64 * g, threads,  # K, V a warpgroup; the ring of (Q, dY, L, delta)
+        return (("attention_wgmma_backward_dkdv", 64 * g, threads,  # K, V a warpgroup; the ring of (Q, dY, L, delta)
                  _wgmma_shared(2 * g + 2 * ring, ring, 2 * FLASH_KEYS * ring)),
-                ("attention_wgmma_backward_dq", dq_defines, 64 * g, threads,  # Q, dY a warpgroup; the ring of (K, V)
-                 _wgmma_shared(2 * g + 2 * dq_tiles * self.dq_ring[0], self.dq_ring[0])))
+                ("attention_wgmma_backward_dq", 64 * g, threads,    # Q, dY a warpgroup; the ring of (K, V)
+                 _wgmma_shared(2 * g + 2 * ring, ring)))
 
 
 def _wgmma_threads(defines: dict) -> int:
