@@ -762,7 +762,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
 
 // ---- the wgmma variant ---------------------------------------------------------------------------
 // What Hopper adds to flash, for 16-bit heads of 64 (HEAD_DIM 64, VEC; attention.py falls back to the
-// flash kernels otherwise): the products are wgmma.mma_async m64n64k16, issued by the block's one
+// flash kernels otherwise): the products are wgmma.mma_async m64n64k16 (the forward's scores
+// m64n128k16: its stages are FWD_KEYS = 128 keys), issued by the block's one
 // warpgroup (4 warps, 64 rows: warp w holds rows 16w..16w+15 of every accumulator, in exactly the
 // C layout the flash kernels' math already reads) with the operands read by the tensor cores from
 // shared memory, not by each warp into registers: the tiles are 64 rows of 128 bytes in the 128-byte
