@@ -843,29 +843,25 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const u32 (&a)[4], 
     }
 }
 #else
+// One m64nNk16 product with both operands in shared memory: the accumulators (REGS, their operands
+// the variadic ACCS), the descriptors at operands %DA and %DB, scale-d from the predicate at %PRED.
+#define WGMMA_SS(AB, N, REGS, DA, DB, PRED, ...)                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" PRED ", 0;\n"                                    \
+                 "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." AB "." AB " " REGS ", %" DA ", %" DB ", " \
+                 "p, 1, 1, 0, 0;\n}\n"                                                                  \
+                 : __VA_ARGS__ : "l"(da), "l"(db), "r"(accumulate))
 __device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], unsigned long long da, unsigned long long db,
                                          int accumulate) {
-#define WGMMA_SS(AB)                                                                                    \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " " WG_REGS_32 ", %32, %33, "  \
-                 "p, 1, 1, 0, 0;\n}\n"                                                                  \
-                 : WG_ACC32(acc) : "l"(da), "l"(db), "r"(accumulate))
-    if constexpr (T_IS_BF16) WGMMA_SS("bf16");
-    else WGMMA_SS("f16");
-#undef WGMMA_SS
+    if constexpr (T_IS_BF16) WGMMA_SS("bf16", "64", WG_REGS_32, "32", "33", "34", WG_ACC32(acc));
+    else WGMMA_SS("f16", "64", WG_REGS_32, "32", "33", "34", WG_ACC32(acc));
 }
 // the same with N = 128: 64 accumulators a thread
 __device__ __forceinline__ void wgmma_ss(float (&acc)[16][4], unsigned long long da, unsigned long long db,
                                          int accumulate) {
-#define WGMMA_SS128(AB)                                                                                 \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                          \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." AB "." AB " " WG_REGS_64 ", %64, %65, " \
-                 "p, 1, 1, 0, 0;\n}\n"                                                                  \
-                 : WG_ACC64(acc) : "l"(da), "l"(db), "r"(accumulate))
-    if constexpr (T_IS_BF16) WGMMA_SS128("bf16");
-    else WGMMA_SS128("f16");
-#undef WGMMA_SS128
+    if constexpr (T_IS_BF16) WGMMA_SS("bf16", "128", WG_REGS_64, "64", "65", "66", WG_ACC64(acc));
+    else WGMMA_SS("f16", "128", WG_REGS_64, "64", "65", "66", WG_ACC64(acc));
 }
+#undef WGMMA_SS
 __device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const u32 (&a)[4], unsigned long long db) {
 #define WGMMA_RS(AB)                                                                                    \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                          \
