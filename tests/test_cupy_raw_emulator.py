@@ -257,6 +257,38 @@ def test_layernorm_vector_and_scalar_paths_match_float64(N, C, dtype, aligned):
     _check("layernorm dbias", grads["bias"], ref["bias"], dtype, "gradient")
 
 
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("N,C", [pytest.param(20, 768, id="N20-C768"), pytest.param(9, 37, id="N9-C37")])
+def test_layernorm_residual_backward_in_place_over_the_stream_gradient(N, C, dtype):
+    """cupy_raw's layernorm_residual (layernorm.cu's fused-residual kernels) with da written over the
+    stream's gradient dx itself, as its docstring allows: each row of dx is staged before its da row
+    is stored, so the result is the out-of-place one bit for bit, and both match float64 naive."""
+    from backends.cupy_raw import layernorm_residual
+    from backends.naive import layernorm_residual as naive
+    rng = np.random.default_rng(4)
+    a, b = _as(dtype, rng.standard_normal((N, C)) * 2), _as(dtype, rng.standard_normal((N, C)))
+    w, bias = _as(dtype, 1 + 0.1 * rng.standard_normal(C)), _as(dtype, rng.standard_normal(C))
+    dx, dy = _as(dtype, rng.standard_normal((N, C))), _as(dtype, rng.standard_normal((N, C)))
+    inputs = {"a": a, "b": b, "weight": w, "bias": bias}
+
+    def grads(da):
+        return {"a": da, "weight": np.zeros(C, np.float32), "bias": np.zeros(C, np.float32)}
+
+    with rt.emulation():
+        (x, y), saved = layernorm_residual.forward(inputs, {"eps": 1e-5})
+        apart = layernorm_residual.backward(saved, (dx, dy), grads(_poisoned((N, C), dtype)))["a"]
+        stream = dx.copy()
+        in_place = layernorm_residual.backward(saved, (stream, dy), grads(stream))["a"]
+    assert in_place is stream
+    np.testing.assert_array_equal(in_place.astype(np.float64), apart.astype(np.float64))
+    (ref_x, ref_y), ref_saved = naive.forward({k: v.astype(np.float64) for k, v in inputs.items()}, {"eps": 1e-5})
+    ref = naive.backward(ref_saved, (dx.astype(np.float64), dy.astype(np.float64)),
+                         {"weight": np.zeros(C), "bias": np.zeros(C)})
+    _check("layernorm_residual x", x, ref_x, dtype, "forward")
+    _check("layernorm_residual y", y, ref_y, dtype, "forward")
+    _check("layernorm_residual da", apart, ref["a"], dtype, "gradient")
+
 @pytest.mark.parametrize("n", [4099, 1001], ids=["N4099-3-blocks", "N1001-tail"])
 @pytest.mark.parametrize("aligned", [True, False], ids=["vector", "scalar-unaligned"])
 def test_adamw_vector_and_scalar_paths_in_mixed_precision(n, aligned):
