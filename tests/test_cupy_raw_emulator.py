@@ -497,10 +497,14 @@ def test_attention_cached_reads_the_caches_views_in_place():
 
 # ---- errors before launch ------------------------------------------------------------------------
 def test_wide_rows_and_heads_are_refused_before_launch():
-    from backends.cupy_raw import attention, layernorm
+    from backends.cupy_raw import attention, layernorm, layernorm_residual
     with rt.recording() as rec, pytest.raises(ValueError, match="layernorm: .*at most 2048 channels"):
         layernorm.forward({"x": np.ones((2, 4096), np.float32), "weight": np.ones(4096, np.float32),
                            "bias": np.ones(4096, np.float32)}, {"eps": 1e-5})
+    with pytest.raises(ValueError, match="layernorm_residual: .*at most 2048 channels"):
+        wide = np.ones((2, 4096), np.float32)
+        layernorm_residual.forward({"a": wide, "b": wide, "weight": np.ones(4096, np.float32),
+                                    "bias": np.ones(4096, np.float32)}, {"eps": 1e-5})
     with pytest.raises(ValueError, match="attention: .*flash variant takes head sizes up to 128"):
         attention.flash.forward({"qkv": np.ones((1, 4, 3 * 256), np.float16)}, {"n_head": 1})
     with pytest.raises(ValueError, match="attention: .*wgmma variant takes head sizes up to 128"):
