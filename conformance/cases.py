@@ -71,6 +71,7 @@ def _with_sumsq(factor):
 
 def _gelu_tails(inputs, rng):
     return {**inputs, "x": inputs["x"] * 4.0}       # pre = x @ W.T + b reaches |pre| ~ 10: GELU's flat ends
+                                                    # (matmul_gelu's weight, mlp's fc_weight)
 
 
 def _gelu_input_tails(inputs, rng):
@@ -210,6 +211,16 @@ CASES: dict[str, list[Case]] = {
         C("gelu-tails", {"N": 16, "K": 40, "M": 36}, transform=_gelu_input_tails, note="|x| up to ~10"),
         C("K3072-M768", {"N": 16, "K": 3072, "M": 768}, note="GPT-2 124M's MLP projection"),
     ],
+    # M != C in most cases, so that a kernel confusing the two widths is caught
+    "mlp": [
+        C("small", {"N": 4, "C": 8, "H": 12, "M": 6}),
+        C("T1", {"N": 1, "C": 20, "H": 36, "M": 20}),
+        C("T17-C36-H40-M20", {"N": 17, "C": 36, "H": 40, "M": 20}),
+        C("prime-nobias", {"N": 13, "C": 37, "H": 41, "M": 11, "bias": False}),
+        C("N128-C65-H96-M33", {"N": 128, "C": 65, "H": 96, "M": 33}),
+        C("gelu-tails", {"N": 16, "C": 36, "H": 40, "M": 36}, transform=_gelu_tails, note="|pre| up to ~10"),
+        C("C768-H3072-M768", {"N": 16, "C": 768, "H": 3072, "M": 768}, note="GPT-2 124M's MLP"),
+    ],
     "classifier_crossentropy": [
         C("small", {"N": 8, "C": 8, "V": 10}),
         C("T1", {"N": 1, "C": 20, "V": 7}),
@@ -247,6 +258,7 @@ GRADCHECK_DIMS: dict[str, dict] = {
     "layernorm_residual": {"N": 3, "C": 5},
     "matmul_gelu": {"N": 3, "K": 4, "M": 5},
     "gelu_matmul": {"N": 3, "K": 4, "M": 5},
+    "mlp": {"N": 3, "C": 4, "H": 5, "M": 3},
     "classifier_crossentropy": {"N": 4, "C": 3, "V": 6, "n_valid": 5},
 }
 GRADCHECK_DIMS["crossentropy_onepass"] = GRADCHECK_DIMS["crossentropy"]
@@ -413,6 +425,20 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
     ],
 }
 BAD_INPUTS["gelu_matmul"] = BAD_INPUTS["matmul_gelu"]  # matmul's inputs and checks, as matmul_gelu
+BAD_INPUTS["mlp"] = [
+    ("C-mismatch", _set("fc_weight", lambda i: i["fc_weight"][:, :-1].copy())),
+    ("H-mismatch", _set("proj_weight", lambda i: i["proj_weight"][:, :-1].copy())),
+    ("fc_bias-shape", _set("fc_bias", lambda i: i["fc_bias"][:-1].copy())),
+    ("proj_bias-shape", _set("proj_bias", lambda i: i["proj_bias"][:-1].copy())),
+    ("fc_weight-rank-3", _set("fc_weight", lambda i: i["fc_weight"][None])),
+    ("proj_weight-rank-1", _set("proj_weight", lambda i: i["proj_weight"][0].copy())),
+    ("fc_bias-rank-2", _set("fc_bias", lambda i: i["fc_bias"][None])),
+    ("x-rank-3", _set("x", lambda i: i["x"][None])),
+    ("x-int", _set("x", lambda i: i["x"].astype(np.int32))),
+    ("fc_weight-dtype", _float64("fc_weight")),
+    ("proj_bias-dtype", _float64("proj_bias")),
+    ("missing-input", _drop("proj_weight")),
+]
 BAD_INPUTS["crossentropy_onepass"] = BAD_INPUTS["crossentropy"] + [
     ("dlosses-shape", _set("dlosses", lambda i: i["dlosses"][:, :-1].copy())),
     ("dlosses-dtype", _float64("dlosses")),
@@ -433,6 +459,7 @@ BAD_INPUT_DIMS: dict[str, dict] = {
     "layernorm_residual": {"N": 3, "C": 4},
     "matmul_gelu": {"N": 3, "K": 4, "M": 5},
     "gelu_matmul": {"N": 3, "K": 4, "M": 5},
+    "mlp": {"N": 3, "C": 4, "H": 5, "M": 6},
     "classifier_crossentropy": {"N": 4, "C": 3, "V": 6},
 }
 

@@ -14,13 +14,14 @@ from .layernorm import SPEC as LAYERNORM
 from .layernorm_residual import SPEC as LAYERNORM_RESIDUAL
 from .matmul import SPEC as MATMUL
 from .matmul_gelu import SPEC as MATMUL_GELU
+from .mlp import SPEC as MLP
 from .residual import SPEC as RESIDUAL
 from .sumsq import SPEC as SUMSQ
 
 # the primitives, then the fused ops (each `replaces` some of the primitives: see base.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in (EMBEDDING, LAYERNORM, MATMUL, ATTENTION, GELU, RESIDUAL,
                                               CROSSENTROPY, ADAMW, SUMSQ, ATTENTION_CACHED,
-                                              LAYERNORM_RESIDUAL, MATMUL_GELU, GELU_MATMUL,
+                                              LAYERNORM_RESIDUAL, MATMUL_GELU, GELU_MATMUL, MLP,
                                               CLASSIFIER_CROSSENTROPY, CROSSENTROPY_ONEPASS)}
 
 __all__ = ["OPS", "OpSpec"]
