@@ -14,10 +14,10 @@ Kept for the backward (one slice per layer, in the activation dtype):
     res2      (L, N, C)    the residual stream after attention (ln_2's input)
     ln2       (L, N, C)    ln_2's output, c_fc's input
     fch       (L, N, 4C)   c_fc's output, the GELU's input (not kept when matmul_gelu is fused:
-                           the fused op keeps gelu'(pre) instead)
+                           the fused op keeps gelu'(pre) instead; nor when mlp is: it keeps pre)
     fch_gelu  (L, N, 4C)   the GELU's output, the MLP projection's input (with the plan's
                            recompute_gelu, one (N, 4C) buffer among the scratch instead; none
-                           when gelu_matmul is fused: the op keeps it)
+                           when gelu_matmul or mlp is fused: the op keeps it)
     res3      (L, N, C)    the residual stream after the MLP (layer l+1's input)
     encoded   (N, C)       the embedding's output, the stream entering layer 0
     lnf       (N, C)       ln_f's output, the classifier's input
@@ -37,8 +37,9 @@ backward's activation gradients flow through one layer at a time):
     dlnin     (N, C)       a layernorm backward's dx
     datt      (N, C)       c_proj backward's dx
     dqkv      (N, 3C)      attention backward's dqkv
-    dfch_gelu (N, 4C)      the MLP projection backward's dx (none with gelu_matmul: it is never written)
-    dfch      (N, 4C)      the GELU backward's dx (gelu_matmul's dx, when fused)
+    dfch_gelu (N, 4C)      the MLP projection backward's dx (none with gelu_matmul or mlp: it is never written)
+    dfch      (N, 4C)      the GELU backward's dx (gelu_matmul's dx, when fused; none with mlp, whose
+                           backward goes from the MLP's output gradient to its input's, into dnorm)
     dlogits   (N, Vp)      the loss backward's dlogits (only when neither the classifier nor the loss
                            is fused: crossentropy_onepass keeps its own)
 
@@ -66,29 +67,32 @@ class MemoryPlan:
     recompute_gelu: bool = False    # one fch_gelu for all layers, remade in the backward
     fused_loss: bool = False        # crossentropy_onepass (unfused classifier): the op keeps dlogits
     gelu_in_proj: bool = False      # gelu_matmul: no fch_gelu (the op keeps it) and no dfch_gelu
+    fused_mlp: bool = False         # mlp: none of fch, fch_gelu, dfch_gelu, dfch (the op keeps pre and h)
 
     def __post_init__(self):
-        for fused, op in ((self.fused_gelu, "matmul_gelu"), (self.gelu_in_proj, "gelu_matmul")):
-            if self.recompute_gelu and fused:
-                raise ValueError(f"recompute: the GELU is recomputed from the unfused c_fc output, but the selection "
-                                 f"fuses {op}, which keeps its own output for the backward (use one or the other: "
-                                 f"leave out --recompute, or select {op}=none)")
-        if self.fused_gelu and self.gelu_in_proj:
-            raise ValueError("the GELU can be fused into c_fc (matmul_gelu) or into the MLP projection "
-                             "(gelu_matmul), not both")
+        fusions = [op for fused, op in ((self.fused_mlp, "mlp"), (self.fused_gelu, "matmul_gelu"),
+                                        (self.gelu_in_proj, "gelu_matmul")) if fused]
+        if self.recompute_gelu and fusions:
+            op = fusions[0]
+            raise ValueError(f"recompute: the GELU is recomputed from the unfused c_fc output, but the selection "
+                             f"fuses {op}, which keeps its own output for the backward (use one or the other: "
+                             f"leave out --recompute, or select {op}=none)")
+        if len(fusions) > 1:
+            raise ValueError("the GELU is fused into one op at most: the whole MLP (mlp), c_fc (matmul_gelu) or "
+                             f"the MLP projection (gelu_matmul); this plan fuses {' and '.join(fusions)}")
 
 
 def layout(L: int, N: int, C: int, Vp: int, plan: MemoryPlan) -> list[tuple[str, tuple]]:
     """(name, shape) of every buffer in the activation dtype, in arena order."""
-    fch = [] if plan.fused_gelu else [("fch", (L, N, 4 * C))]
-    kept_gelu = [] if plan.recompute_gelu or plan.gelu_in_proj else [("fch_gelu", (L, N, 4 * C))]
+    fch = [] if plan.fused_gelu or plan.fused_mlp else [("fch", (L, N, 4 * C))]
+    kept_gelu = [] if plan.recompute_gelu or plan.gelu_in_proj or plan.fused_mlp else [("fch_gelu", (L, N, 4 * C))]
     per_layer = [("ln1", (L, N, C)), ("qkv", (L, N, 3 * C)), ("atty", (L, N, C)), ("res2", (L, N, C)),
                  ("ln2", (L, N, C))] + fch + kept_gelu + [("res3", (L, N, C))]
     once = [("encoded", (N, C)), ("lnf", (N, C))] + ([] if plan.fused_classifier else [("logits", (N, Vp))])
     scratch = ([("fch_gelu", (N, 4 * C))] if plan.recompute_gelu else []) + \
               [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
-               ("dqkv", (N, 3 * C))] + ([] if plan.gelu_in_proj else [("dfch_gelu", (N, 4 * C))]) + \
-              [("dfch", (N, 4 * C))] + \
+               ("dqkv", (N, 3 * C))] + ([] if plan.gelu_in_proj or plan.fused_mlp else [("dfch_gelu", (N, 4 * C))]) + \
+              ([] if plan.fused_mlp else [("dfch", (N, 4 * C))]) + \
               ([] if plan.fused_classifier or plan.fused_loss else [("dlogits", (N, Vp))])
     return per_layer + once + scratch
 
@@ -105,8 +109,9 @@ def step_bytes(config, B: int, T: int, dtype: str, plan: MemoryPlan) -> dict:
     """About how many bytes a training step of `config` at (B, T) needs on the device: the weights'
     state (master, working copy, gradients, AdamW's m and v), the arena, and the kernels' own saved
     values (attention keeps a (N,C) rounding residual and a logsumexp per head in 16-bit dtypes, a
-    layernorm its mean and rstd; the fused MLP gelu'(pre), the fused classifier its chunk buffer),
-    with 10% for the kernels' scratch. Used to say which batch fits."""
+    layernorm its mean and rstd; matmul_gelu gelu'(pre), gelu_matmul the GELU output, mlp pre and
+    the GELU output, the fused classifier its chunk buffer), with 10% for the kernels' scratch. Used
+    to say which batch fits."""
     n = sum(int(np.prod(s)) for _, s in parameter_layout(config))
     master = 8 if dtype == "float64" else 4
     weights = n * (master * 4 + (np.dtype(storage_dtype(dtype)).itemsize if dtype in MIXED else 0))
@@ -116,6 +121,8 @@ def step_bytes(config, B: int, T: int, dtype: str, plan: MemoryPlan) -> dict:
     saved = L * N * (C * item + config.n_head * 4) + (2 * L + 1) * N * 8
     if plan.fused_gelu or plan.gelu_in_proj:  # matmul_gelu keeps gelu'(pre) (N,4C) a layer where the arena
         saved += L * N * 4 * C * item          # would keep pre; gelu_matmul the GELU output, where it would
+    if plan.fused_mlp:  # mlp keeps pre and the GELU output, two (N,4C) a layer, where the arena would
+        saved += 2 * L * N * 4 * C * item
     if plan.fused_loss:  # crossentropy_onepass keeps dlogits (N, Vp) where the arena would
         saved += N * config.padded_vocab_size * item
     if plan.fused_classifier:  # its chunk of logits in x's dtype (<= 1 GiB), float32 dW and its dx (N,C)

@@ -33,6 +33,10 @@ its normalisation h = ln_1(x), and hands the next layer its stream and the next 
     for each layer:  qkv = c_attn(h);  x, h2 = add_norm(x, c_proj(attention(qkv)), ln_2)
                      x, h = add_norm(x, mlp_c_proj(gelu(mlp_c_fc(h2))), next layernorm)
     logits = h @ wte.T          (the next layernorm after the last layer is ln_f)
+
+The MLP, mlp_c_proj(gelu(mlp_c_fc(h2))), is one fused op (`mlp`) where the backend has it; otherwise
+the GELU is fused into c_fc (`matmul_gelu`) or into the projection (`gelu_matmul`), or the three
+primitives are composed.
 """
 
 from __future__ import annotations
@@ -56,6 +60,11 @@ def _views(flat, layout) -> dict:
     return views
 
 
+def _mlp_params(pre: str) -> dict:
+    """The mlp op's parameter inputs -> layer `pre`'s parameter names (fc_weight: h.{i}.mlp.c_fc.weight)."""
+    return {f"{part}_{kind}": f"{pre}mlp.c_{part}.{kind}" for part in ("fc", "proj") for kind in ("weight", "bias")}
+
+
 @dataclass
 class Layer:
     """What one transformer layer's forward keeps for its backward (each op's opaque `saved`)."""
@@ -64,9 +73,9 @@ class Layer:
     attn: object
     attn_proj: object
     add_norm_2: tuple      # ("fused", saved) or ("composed", layernorm's saved)
-    c_fc: object           # matmul's saved, or matmul_gelu's when fused
-    gelu: object           # None when fused into c_fc (matmul_gelu) or into the MLP projection (gelu_matmul)
-    mlp_proj: object       # matmul's saved, or gelu_matmul's when fused
+    c_fc: object           # matmul's saved, or matmul_gelu's when fused; None when mlp is fused
+    gelu: object           # None when fused into c_fc (matmul_gelu), the MLP projection (gelu_matmul) or mlp
+    mlp_proj: object       # matmul's saved, or gelu_matmul's when fused, or mlp's (the whole MLP) when fused
     add_norm_next: tuple   # the residual add after the MLP and the next layer's ln_1 (ln_f for the last)
 
 
@@ -108,20 +117,28 @@ class GPT:
         self.master = _views(self.flat_master, self.layout)   # what AdamW updates
         self.params = _views(self.flat_params, self.layout)   # what the kernels read
         self.grads = _views(self.flat_grads, self.layout)
-        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_gelu", "gelu_matmul",
+        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "mlp", "matmul_gelu", "gelu_matmul",
                                                           "classifier_crossentropy", "crossentropy_onepass")}
-        # the GELU goes into one fused op at most: into c_fc (matmul_gelu) where both are offered
-        self.fused["gelu_matmul"] = self.fused["gelu_matmul"] and not self.fused["matmul_gelu"]
-        # recompute: the training arena keeps one GELU output, remade layer by layer in the backward
-        # from c_fc's output; the fused ops keep the GELU's output a layer: the MLP is then composed
-        for op in ("matmul_gelu", "gelu_matmul"):
-            if recompute and self.fused[op]:
+        # the GELU goes into one fused op at most, the first of these offered: the whole MLP (mlp), c_fc
+        # (matmul_gelu), the MLP projection (gelu_matmul). recompute: the training arena keeps one GELU
+        # output, remade layer by layer in the backward from c_fc's output; each of these ops keeps its
+        # GELU output a layer, so none is used and the MLP is composed
+        taken = None  # the op the GELU went into
+        for op in ("mlp", "matmul_gelu", "gelu_matmul"):
+            if not self.fused[op]:
+                continue
+            if recompute:
                 self.fused[op] = False
                 self.kernels.notes.append(f"{op}: not used with recompute (the fused op keeps its GELU output "
                                           "a layer); the MLP is composed of matmul and gelu")
+            elif taken:
+                self.fused[op] = False
+                self.kernels.notes.append(f"{op}: not used: the GELU goes into {taken} (the selection offers both)")
+            else:
+                taken = op
         self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute,
                                self.fused["crossentropy_onepass"] and not self.fused["classifier_crossentropy"],
-                               gelu_in_proj=self.fused["gelu_matmul"])
+                               gelu_in_proj=self.fused["gelu_matmul"], fused_mlp=self.fused["mlp"])
         self._acts: Activations | None = None
         self._tape: Tape | None = None
         if seed is not None:
@@ -315,17 +332,21 @@ class GPT:
         x, h2, s_an2 = self._add_norm(x, proj, pre + "ln_2", buf("res2"), buf("ln2"))
         fc_params = {"weight": p[pre + "mlp.c_fc.weight"], "bias": p[pre + "mlp.c_fc.bias"]}
         proj_params = {"weight": p[pre + "mlp.c_proj.weight"], "bias": p[pre + "mlp.c_proj.bias"]}
-        s_gelu = None  # the GELU's own saved, where no fused op took it
-        if self.fused["matmul_gelu"]:
-            act, s_fc = k["matmul_gelu"].forward({"x": h2, **fc_params}, out=buf("fch_gelu"))
+        s_fc = s_gelu = None  # c_fc's and the GELU's own saved, where no fused op took them
+        if self.fused["mlp"]:  # the whole MLP, which keeps c_fc's output and the GELU's itself
+            mlp, s_mlp = k["mlp"].forward({"x": h2, **{n: p[name] for n, name in _mlp_params(pre).items()}},
+                                          out=buf("proj", False))  # (N,C)
         else:
-            fc, s_fc = k["matmul"].forward({"x": h2, **fc_params}, out=buf("fch"))  # (N,4C)
-            if not self.fused["gelu_matmul"]:
-                act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
-        if self.fused["gelu_matmul"]:  # the GELU inside the projection
-            mlp, s_mlp = k["gelu_matmul"].forward({"x": fc, **proj_params}, out=buf("proj", False))  # (N,C)
-        else:
-            mlp, s_mlp = k["matmul"].forward({"x": act, **proj_params}, out=buf("proj", False))  # (N,C)
+            if self.fused["matmul_gelu"]:
+                act, s_fc = k["matmul_gelu"].forward({"x": h2, **fc_params}, out=buf("fch_gelu"))
+            else:
+                fc, s_fc = k["matmul"].forward({"x": h2, **fc_params}, out=buf("fch"))  # (N,4C)
+                if not self.fused["gelu_matmul"]:
+                    act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
+            if self.fused["gelu_matmul"]:  # the GELU inside the projection
+                mlp, s_mlp = k["gelu_matmul"].forward({"x": fc, **proj_params}, out=buf("proj", False))  # (N,C)
+            else:
+                mlp, s_mlp = k["matmul"].forward({"x": act, **proj_params}, out=buf("proj", False))  # (N,C)
         next_out = acts.ln1[i + 1] if acts is not None and i + 1 < cfg.n_layer else (acts.lnf if acts is not None else None)
         x, h, s_next = self._add_norm(x, mlp, nxt, buf("res3"), next_out)
         return x, h, Layer(s_qkv, s_att, s_proj, s_an2, s_fc, s_gelu, s_mlp, s_next)
@@ -374,7 +395,10 @@ class GPT:
             turn ^= 1
             proj_grads = {"weight": g[pre + "mlp.c_proj.weight"], "bias": g[pre + "mlp.c_proj.bias"]}
             fc_grads = {"weight": g[pre + "mlp.c_fc.weight"], "bias": g[pre + "mlp.c_fc.bias"], "x": acts.dnorm}
-            if self.fused["gelu_matmul"]:  # d(c_fc's output) straight from the projection's backward
+            if self.fused["mlp"]:  # d(ln_2's output) straight from the MLP's output gradient
+                dh2 = k["mlp"].backward(s.mlp_proj, dx, {**{n: g[name] for n, name in _mlp_params(pre).items()},
+                                                         "x": acts.dnorm})["x"]
+            elif self.fused["gelu_matmul"]:  # d(c_fc's output) straight from the projection's backward
                 dfc = k["gelu_matmul"].backward(s.mlp_proj, dx, {**proj_grads, "x": acts.dfch})["x"]
                 dh2 = k["matmul"].backward(s.c_fc, dfc, fc_grads)["x"]
             else:

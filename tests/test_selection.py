@@ -59,22 +59,25 @@ def test_named_variant_and_overrides(registry):
     k = Kernels("naive,gelu=extra:second", registry=registry)
     assert k.variants["gelu"].qualname == "extra:second"
     assert all(v.backend == "naive" for op, v in k.variants.items() if op != "gelu")
-    assert not k.has("matmul_gelu")  # its gelu is another backend's: the model composes it
+    assert not k.has("matmul_gelu") and not k.has("mlp")  # their gelu is another backend's: the model composes it
 
 
 def test_fused_ops_only_where_they_cannot_change_the_selection(registry):
     """A fused op is selected when named, or when the one backend all its primitives come from
     offers it; otherwise the model composes the primitives (and never from naive's fused op)."""
-    fused = ("layernorm_residual", "matmul_gelu", "classifier_crossentropy")
+    fused = ("layernorm_residual", "matmul_gelu", "mlp", "classifier_crossentropy")
     k = Kernels("naive", dtype="float32", registry=registry)        # naive offers every fused op
     assert all(k.has(op) and k.variants[op].backend == "naive" for op in fused)
     k = Kernels("numba", dtype="float32", registry=registry)        # numba offers none of them
     assert not any(k.has(op) for op in fused)
     k = Kernels("naive,layernorm=numba", dtype="float32", registry=registry)
-    assert not k.has("layernorm_residual") and k.has("matmul_gelu")
+    assert not k.has("layernorm_residual") and k.has("matmul_gelu") and k.has("mlp")
     assert any(n.startswith("layernorm_residual: not fused") for n in k.notes)
     k = Kernels("numba,matmul_gelu=naive", dtype="float32", registry=registry)
     assert k.variants["matmul_gelu"].qualname == "naive:reference" and not k.has("layernorm_residual")
+    k = Kernels("numba,mlp=naive", dtype="float32", registry=registry)  # naive's MLP on numba's other kernels
+    assert k.variants["mlp"].qualname == "naive:reference" and k.variants["matmul"].backend == "numba"
+    assert not k.has("matmul_gelu") and not k.has("layernorm_residual")
 
 
 def test_opt_in_fused_variants_and_op_none(registry):

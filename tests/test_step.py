@@ -13,7 +13,7 @@ import pytest
 import conformance
 from euler_core.activations import Activations, MemoryPlan, arena_bytes, largest_batch, layout, step_bytes
 from euler_core.config import GPTConfig, preset
-from euler_core.kernels import Kernels
+from euler_core.kernels import Kernel, Kernels
 from euler_core.model import GPT
 from euler_core.optim import AdamW
 from euler_core.registry import Backend, Registry, Variant, hookimpl
@@ -221,38 +221,130 @@ def test_recompute_trains_bit_for_bit_like_keeping_the_gelu():
     kernel: the same losses and weights, bit for bit, over steps; the last layer's is the one the
     forward left in the shared buffer, every other layer's must be remade (a backward that skipped it
     would use the last layer's output in every layer)."""
-    kept = micro(n_layer=3, backend="naive,matmul_gelu=none")
+    kept = micro(n_layer=3, backend="naive,mlp=none,matmul_gelu=none")
     remade = micro(n_layer=3, recompute=True)
-    assert not remade.fused["matmul_gelu"] and any("recompute" in n for n in remade.kernels.notes)
+    for op in ("mlp", "matmul_gelu"):
+        assert not remade.fused[op] and any(f"{op}: not used with recompute" in n for n in remade.kernels.notes)
     assert remade.activations(2, 8).fch_gelu.shape == (16, 64)
     assert_trains_alike(kept, remade)
 
 
 def test_recompute_with_the_fused_gelu_is_refused():
     """The model composes the MLP under recompute (above); a plan asking for both is a bug, and so
-    is one with the GELU fused into both of its neighbours."""
+    is one with the GELU fused into two ops."""
     with pytest.raises(ValueError, match="recompute.*matmul_gelu"):
         MemoryPlan(fused_gelu=True, recompute_gelu=True)
     with pytest.raises(ValueError, match="recompute.*gelu_matmul"):
         MemoryPlan(gelu_in_proj=True, recompute_gelu=True)
-    with pytest.raises(ValueError, match="not both"):
-        MemoryPlan(fused_gelu=True, gelu_in_proj=True)
+    with pytest.raises(ValueError, match="recompute.*fuses mlp.*mlp=none"):
+        MemoryPlan(fused_mlp=True, recompute_gelu=True)
+    for two in ({"fused_gelu": True, "gelu_in_proj": True}, {"fused_mlp": True, "fused_gelu": True},
+                {"fused_mlp": True, "gelu_in_proj": True}):
+        with pytest.raises(ValueError, match="one op at most"):
+            MemoryPlan(**two)
     remade = micro(recompute=True, backend="naive,matmul_gelu=none")
-    assert not remade.fused["gelu_matmul"] and any("gelu_matmul: not used with recompute" in n
-                                                   for n in remade.kernels.notes)
+    assert not remade.fused["gelu_matmul"] and not remade.fused["mlp"] and not remade.plan.fused_mlp
+    for op in ("mlp", "gelu_matmul"):
+        assert any(f"{op}: not used with recompute" in n for n in remade.kernels.notes)
 
 
 def test_the_gelu_fused_into_the_projection_trains_like_the_composition():
     """naive's gelu_matmul is gelu's kernel then matmul's (and back): with matmul_gelu left out the
     model takes it, keeps no GELU output in the arena (the op does), and trains bit for bit like the
     MLP composed of the primitives. Where both GELU fusions are offered, c_fc's (matmul_gelu) wins."""
-    fused = micro(n_layer=3, backend="naive,matmul_gelu=none")
-    composed = micro(n_layer=3, backend="naive,matmul_gelu=none,gelu_matmul=none")
+    fused = micro(n_layer=3, backend="naive,mlp=none,matmul_gelu=none")
+    composed = micro(n_layer=3, backend="naive,mlp=none,matmul_gelu=none,gelu_matmul=none")
     assert fused.fused["gelu_matmul"] and not composed.fused["gelu_matmul"]
     assert not fused.activations(2, 8).has("fch_gelu") and not fused.activations(2, 8).has("dfch_gelu")
     assert_trains_alike(fused, composed)
-    both = micro()
+    both = micro(backend="naive,mlp=none")
     assert both.fused["matmul_gelu"] and not both.fused["gelu_matmul"]
+    assert "gelu_matmul: not used: the GELU goes into matmul_gelu (the selection offers both)" in both.kernels.notes
+
+
+MLP_BUFFERS = ("fch", "fch_gelu", "dfch_gelu", "dfch")  # the arena's (N,4C) buffers, none of them mlp's
+
+
+def op_calls(model, x, y) -> dict:
+    """{(op, direction): calls} of one forward and backward of `model` (its gradients zeroed first)."""
+    calls: dict = {}
+
+    def count(kernel, direction, call):
+        key = (kernel.spec.name, direction)
+        calls[key] = calls.get(key, 0) + 1
+        return call()
+    Kernel.watchers.append(count)
+    try:
+        model.zero_grad()
+        model.forward(x, y)
+        model.backward()
+    finally:
+        Kernel.watchers.remove(count)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_whole_mlp_fused_gives_the_compositions_loss_and_gradients_bit_for_bit(dtype):
+    """naive's mlp calls naive's matmul, gelu and matmul kernels in the order the model calls them
+    unfused (and back): `--backend naive` takes it over both smaller GELU fusions (saying so), runs
+    the MLP as one op a layer each way, keeps none of the MLP's (N,4C) buffers in the arena (the op
+    keeps pre and h), and gives the loss and every gradient of the composition bit for bit: of
+    matmul_gelu's MLP (`naive,mlp=none`) and of the three primitives; over steps too."""
+    L = 3
+    fused = micro(dtype, n_layer=L)
+    assert fused.fused["mlp"] and fused.plan.fused_mlp and not fused.fused["matmul_gelu"] and not fused.fused["gelu_matmul"]
+    for op in ("matmul_gelu", "gelu_matmul"):
+        assert f"{op}: not used: the GELU goes into mlp (the selection offers both)" in fused.kernels.notes
+    assert not any(fused.activations(2, 8).has(name) for name in MLP_BUFFERS)
+    (x, y), = batches(1)
+    calls = op_calls(fused, x, y)
+    assert calls[("mlp", "forward")] == calls[("mlp", "backward")] == L
+    assert calls[("matmul", "forward")] == 2 * L  # c_attn and the attention projection (the classifier is fused)
+    assert not {"gelu", "matmul_gelu", "gelu_matmul"} & {op for op, _ in calls}
+    loss = fused.forward(x, y)[1]
+    fused.zero_grad()
+    fused.backward()
+    assert np.all(fused.grads["h.0.mlp.c_fc.weight"] != 0) and np.all(fused.grads["h.2.mlp.c_proj.bias"] != 0)
+    composed_text = "naive,mlp=none,matmul_gelu=none,gelu_matmul=none"
+    for text in ("naive,mlp=none", composed_text):
+        composed = micro(dtype, n_layer=L, backend=text)
+        assert not composed.fused["mlp"] and not composed.plan.fused_mlp
+        assert composed.fused["matmul_gelu"] == (text == "naive,mlp=none")
+        composed.zero_grad()
+        assert composed.forward(x, y)[1] == loss
+        composed.backward()
+        for name in fused.grads:
+            np.testing.assert_array_equal(fused.grads[name], composed.grads[name], err_msg=f"{text}: {name}")
+    assert_trains_alike(micro(dtype, n_layer=L), micro(dtype, n_layer=L, backend=composed_text))
+
+
+def test_the_model_runs_mlp_where_the_selection_has_it():
+    """numba offers no mlp: the model composes the MLP from numba's matmul and gelu; named, naive's
+    mlp runs beside numba's other kernels (the selection's usual mixing: all on the CPU)."""
+    composed = micro(backend="numba")
+    assert not composed.fused["mlp"] and not composed.plan.fused_mlp
+    mixed = micro(backend="numba,mlp=naive")
+    assert mixed.fused["mlp"] and mixed.plan.fused_mlp
+    assert mixed.kernels.variants["mlp"].qualname == "naive:reference" and mixed.kernels.variants["matmul"].backend == "numba"
+
+
+def test_the_fused_mlp_keeps_pre_and_the_gelu_output_itself():
+    """mlp keeps pre and h itself, two (N,4C) a layer that step_bytes counts among the saved values,
+    and its backward needs no (N,4C) gradient scratch: the arena has no fch, fch_gelu, dfch_gelu or
+    dfch. All that fusing saves of the step's memory is those two scratch buffers."""
+    config = preset("gpt2")
+    N, C, L, Vp = 16 * 1024, 768, 12, config.padded_vocab_size
+    composed, plan = MemoryPlan(fused_classifier=True), MemoryPlan(fused_classifier=True, fused_mlp=True)
+    assert not set(MLP_BUFFERS) & {n for n, _ in layout(L, N, C, Vp, plan)}
+    assert set(MLP_BUFFERS) <= {n for n, _ in layout(L, N, C, Vp, composed)}
+    assert arena_bytes(L, N, C, Vp, "bfloat16", plan) == \
+        arena_bytes(L, N, C, Vp, "bfloat16", composed) - 2 * N * (2 * L + 2) * 4 * C
+    ours, theirs = (step_bytes(config, 16, 1024, "bfloat16", p) for p in (plan, composed))
+    assert ours["saved"] == theirs["saved"] + 2 * L * N * 4 * C * 2
+    assert sum(theirs[k] for k in ("weights", "arena", "saved")) - \
+        sum(ours[k] for k in ("weights", "arena", "saved")) == 2 * N * 4 * C * 2
+    assert largest_batch(config, 1024, "bfloat16", plan, 80 * 2**30) >= \
+        largest_batch(config, 1024, "bfloat16", composed, 80 * 2**30)
 
 
 def test_the_step_says_which_batch_fits():
