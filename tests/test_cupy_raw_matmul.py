@@ -74,6 +74,13 @@ def _gelu(v):
     return 0.5 * v * (1.0 + np.tanh(0.7978845608028654 * (v + 0.044715 * v ** 3)))
 
 
+def _gelu_grad(v):
+    """d gelu / dv in float64: 0.5 (1 + tanh u) + 0.5 v sech^2(u) du/dv, u = sqrt(2/pi) (v + 0.044715 v^3)."""
+    c = 0.7978845608028654
+    t = np.tanh(c * (v + 0.044715 * v ** 3))
+    return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * v * v)
+
+
 class _KernelModel:
     """What each kernel of matmul.cu computes, in float64 NumPy, from its launch arguments (and the
     tensor maps' geometry, which `tiled_2d` is made to remember)."""
@@ -129,6 +136,11 @@ class _KernelModel:
             pre[...] = v.astype(pre.dtype)
         if flags & mm.FLAG_GELU:
             v = _gelu(v)
+        if flags & mm.FLAG_DGELU:  # the GELU's backward, of the product as the plain dx stores it
+            assert not flags & (mm.FLAG_BIAS | mm.FLAG_PRE | mm.FLAG_GELU | mm.FLAG_ACCUMULATE)
+            assert floatx == "float32" or not flags & mm.FLAG_OUT_F32  # (C in the operands' dtype)
+            assert pre.shape == c.shape and pre.dtype == c.dtype
+            v = _gelu_grad(pre.astype(np.float64)) * v.astype(c.dtype).astype(np.float64)
         if flags & mm.FLAG_ACCUMULATE:
             v = v + c.astype(np.float64)
         c[...] = v.astype(c.dtype)
@@ -154,7 +166,7 @@ class _KernelModel:
             else:
                 assert slices == 1
                 self._epilogue(c.reshape(rows, cols), v, bias if flags & mm.FLAG_BIAS else None,
-                               pre.reshape(rows, cols) if flags & mm.FLAG_PRE else None, flags, floatx)
+                               pre.reshape(rows, cols) if flags & (mm.FLAG_PRE | mm.FLAG_DGELU) else None, flags, floatx)
 
     def gemm_simt(self, d, grid, block, args, shared):
         a, b, c, bias, pre, rows, cols, depth, lda, ldb, ak, bk, k_split, group_m, flags = args
@@ -177,7 +189,7 @@ class _KernelModel:
         ta, tb, tc, tpre, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
         assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"], d["WG_STORE_COLS"],
-                                               d["WG_STORE_F32"])
+                                               d["WG_STORE_F32"], d["WG_STORE_DGELU"])
         bm = d["WG_BM"]
         A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, bm)
         B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
@@ -187,6 +199,11 @@ class _KernelModel:
             if flags & mm.FLAG_PRE:  # pre through its own map, shaped as C's; only with the bias and GELU
                 pre_target, *pre_geometry = self.maps[int.from_bytes(tpre.data[:8], "little")]
                 assert pre_target is pre and pre_geometry == geometry and flags & mm.FLAG_BIAS and flags & mm.FLAG_GELU
+            # FLAG_DGELU's pre is loaded through its own map (shaped as C's) into the image: one pass of the whole tile
+            assert bool(d["WG_STORE_DGELU"]) == bool(flags & mm.FLAG_DGELU)
+            if d["WG_STORE_DGELU"]:
+                pre_target, *pre_geometry = self.maps[int.from_bytes(tpre.data[:8], "little")]
+                assert pre_target is pre and pre_geometry == geometry and d["WG_STORE_COLS"] == d["WG_BN"]
             if d["WG_STORE_F32"]:  # float32: the slices as planes, or C accumulated (reduce-add)
                 assert str(c.dtype) == "float32" and not flags & (mm.FLAG_BIAS | mm.FLAG_GELU)
                 planes = c.shape[0] if flags & mm.FLAG_PARTIAL else 1
@@ -312,6 +329,59 @@ def test_forward_gelu_epilogue(model, variant):
         ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
         _close(pre, ref, "float16", "forward", f"{variant} pre N={N}")
         _close(y, _gelu(ref), "float16", "forward", f"{variant} gelu N={N}")
+
+
+def _check_dx_dgelu(impl, label: str, dtype: str, shapes, rng) -> None:
+    """backward with dgelu_at (the MLP projection's: x = gelu(pre)) against float64: dx =
+    (dy @ W) * gelu'(pre), dx poisoned first; dW and db exactly what the plain backward makes of
+    the same inputs (the GELU touches dx alone)."""
+    for N, H, M in shapes:
+        pre = (rng.standard_normal((N, H)) * 2).astype(_common.np_dtype(dtype))
+        h = _gelu(pre.astype(np.float64)).astype(pre.dtype)
+        _, w, b = _inputs(rng, N, H, M, dtype)
+        _, saved = impl.forward({"x": h, "weight": w, "bias": b}, {})
+        dy = rng.standard_normal((N, M)).astype(pre.dtype)
+        gdt = np.float32 if dtype != "float32" else pre.dtype
+        fused = {"x": np.full((N, H), np.nan, dtype=pre.dtype), "weight": np.ones((M, H), gdt), "bias": np.ones(M, gdt)}
+        plain = {"weight": np.ones((M, H), gdt), "bias": np.ones(M, gdt)}
+        got = impl.backward(saved, dy, fused, dgelu_at=pre)
+        want = impl.backward(saved, dy, plain)
+        assert got["x"] is fused["x"]
+        ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(pre.astype(np.float64))
+        _close(got["x"], ref, dtype, "gradient", f"{label} {dtype} dx*gelu' N={N} H={H} M={M}")
+        for name in ("weight", "bias"):
+            assert np.array_equal(got[name], want[name]), f"{label}: d{name} differs from the plain backward's"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("variant", ["tiled", "wgmma"])
+def test_dx_with_the_gelu_backward_matches_float64(model, variant, dtype):
+    """FLAG_DGELU through every epilogue the launchers pick: wgmma's TMA store with pre prefetched
+    (GPT-2's projection, 3072 -> 768, and a ragged 520 x 264), its staged epilogue and gemm_mma where
+    TMA cannot describe C (H = 130), gemm_simt for float32."""
+    _check_dx_dgelu(VARIANTS[variant], variant, dtype, [(256, 3072, 768), (520, 264, 64), (17, 130, 20)],
+                    np.random.default_rng(3))
+    prefetched = [d for name, d in model.kernels if d.get("WG_STORE_DGELU")]
+    assert bool(prefetched) == (variant == "wgmma" and dtype != "float32"), model.kernels
+
+
+def test_dx_with_the_gelu_backward_is_refused_where_it_cannot_run(model):
+    rng = np.random.default_rng(4)
+    x, w, b = _inputs(rng, 16, 64, 32, "bfloat16")
+    _, saved = mm.cublaslt.forward({"x": x, "weight": w, "bias": b}, {})
+    grads = {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)}
+    dy = np.ones((16, 32), x.dtype)
+    with pytest.raises(ValueError, match="cublaslt: no GELU epilogues"):
+        mm.cublaslt.backward(saved, dy, grads, dgelu_at=np.zeros_like(x))
+    _, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
+    launched = len(model.kernels)
+    for bad, match in ((np.zeros((16, 63), x.dtype), "dgelu_at must be"), (np.zeros((16, 64), np.float32), "dgelu_at must be")):
+        with pytest.raises(ValueError, match=match):
+            mm.wgmma.backward(saved, dy, dict(grads), dgelu_at=bad)
+    with pytest.raises(ValueError, match="takes no bias"):
+        mm.gemm("wgmma", mm.Operand(dy, 32, True), mm.Operand(w, 64, False), np.empty_like(x), 16, 64, 32,
+                bias=b, dgelu_at=np.zeros_like(x))
+    assert len(model.kernels) == launched, "a refused call launched a kernel"
 
 
 # ---- 2b. the tiled variant's kernels themselves, in the CPU emulator -----------------------------
@@ -442,6 +512,51 @@ def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages):
             assert bad.size == 0, (f"{store_cols}/{stages} {rows}x{K}x{M}: gelu(pre) differs from gelu's kernel at "
                                    f"{bad.size} elements, first {np.unravel_index(bad[0], y.shape)}")
     assert taken and set(taken) == {"16bit"}, taken
+
+
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("epilogue", ["prefetched", "staged", "mma"])
+def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
+    """FLAG_DGELU's kernels on the CPU, bitwise against the composition they replace (the plain dx
+    GEMM, then gelu's backward kernel on its rounded output): wgmma's TMA store with pre prefetched
+    into the image (WG_STORE_DGELU: two blocks walking 3 x 2 tiles of 128 x 256, so each warpgroup's
+    mbarrier goes through several phases; ragged at both edges; main loops of 9 k-blocks and of one),
+    wgmma's staged epilogue (store_cols 128: not the whole tile, so not prefetched) and gemm_mma."""
+    from backends.cupy_raw import gelu
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    if epilogue == "staged":
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dx_dgelu"), dict(mm.CONFIGS[("wgmma", "dx_dgelu")], store_cols=128))
+    impl = mm.tiled if epilogue == "mma" else mm.wgmma
+    fused = []  # (kernel, defines) of every launch with FLAG_DGELU
+    real_launch = rt.launch
+
+    def launch(k, grid, block, args, shared_mem=0):
+        if k.name.startswith("gemm_") and int(args[-1]) & mm.FLAG_DGELU:
+            fused.append((k.name, dict(k.defines)))
+        return real_launch(k, grid, block, args, shared_mem)
+
+    monkeypatch.setattr(rt, "launch", launch)
+    rng = np.random.default_rng(19)
+    with rt.emulation():
+        for N, H, M in [(330, 392, 576), (200, 312, 64)]:
+            pre = (rng.standard_normal((N, H)) * 2).astype(_common.np_dtype("bfloat16"))
+            h, _ = gelu.forward({"x": pre}, {})
+            _, w, b = _inputs(rng, N, H, M, "bfloat16")
+            _, saved = impl.forward({"x": h, "weight": w, "bias": b}, {})
+            dy = rng.standard_normal((N, M)).astype(pre.dtype)
+            grads = {"x": np.full((N, H), np.nan, dtype=pre.dtype), "weight": np.zeros((M, H), np.float32),
+                     "bias": np.zeros(M, np.float32)}
+            dpre = impl.backward(saved, dy, grads, dgelu_at=pre)["x"]
+            plain = impl.backward(saved, dy, {"weight": np.zeros((M, H), np.float32), "bias": np.zeros(M, np.float32)})
+            composed = gelu.backward(gelu.Saved(pre), plain["x"], {})["x"]
+            bad = np.flatnonzero(dpre.view(np.uint16) != composed.view(np.uint16))
+            assert bad.size == 0, (f"{epilogue} {N}x{H}x{M}: dx * gelu' differs from the composition at {bad.size} "
+                                   f"elements, first {np.unravel_index(bad[0], dpre.shape)}")
+            ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(pre.astype(np.float64))
+            _close(dpre, ref, "bfloat16", "gradient", f"{epilogue} {N}x{H}x{M} against float64")
+    kinds = {(name, d.get("WG_STORE_DGELU"), d.get("WG_STORE_COLS")) for name, d in fused}
+    assert kinds == {"prefetched": {("gemm_wgmma", 1, 256)}, "staged": {("gemm_wgmma", 0, 0)},
+                     "mma": {("gemm_mma", None, None)}}[epilogue], kinds
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
@@ -620,6 +735,11 @@ def _used_modules(model) -> dict:
     # matmul_gelu's forward at c_fc's shape: pre and gelu(pre) through the TMA store (WG_STORE_PRE)
     x, w, b = _inputs(np.random.default_rng(4), 256, 768, 3072, "bfloat16")
     mm.wgmma.forward_gelu(x, w, b, pre=np.empty((256, 3072), x.dtype))
+    # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image (WG_STORE_DGELU)
+    x, w, b = _inputs(np.random.default_rng(4), 256, 3072, 768, "bfloat16")
+    _, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
+    mm.wgmma.backward(saved, np.ones((256, 768), x.dtype), {"weight": np.zeros(w.shape, np.float32),
+                                                           "bias": np.zeros(b.shape, np.float32)}, dgelu_at=x)
     # the pingpong schedule's modules too (the probe's; GPT-2's shapes, bf16)
     with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
         for N, K, M in _COMPILE_SHAPES[:5]:

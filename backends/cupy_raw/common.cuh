@@ -11,6 +11,7 @@
 //   Quad<U>, Duo<U>              4 or 2 values of U aligned as one vector load/store
 //   TmaDescriptor                a TMA tensor map, the kernel parameter (tma.cuh has the copies)
 //   gelu_tanh(x)                 GPT-2's tanh GELU in float32 (one exp2f, one fast division)
+//   gelu_tanh_backward(x, dout)  dout * gelu'(x), the same way
 //   online_update(m, s, z)       a running max m and sum s of exp(x - m) meet one more value z with
 //                                one exp (crossentropy.cu's docstring derives it)
 //   Pack<T>                      16 bytes of T (8 bf16/fp16 or 4 floats): one vector load/store
@@ -164,6 +165,17 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 #define GELU_B -0.1029432396f  // 0.044715 GELU_A
 __device__ __forceinline__ float gelu_tanh(float x) {
     return __fdividef(x, 1.0f + exp2f(x * (GELU_A + GELU_B * x * x)));
+}
+// its backward, dout * gelu'(x) = dout * (s + 2 x s (1 - s) du/dx), s = sigmoid(2u), du/dx =
+// sqrt(2/pi) (1 + 3 * 0.044715 x^2) (gelu.cu derives it): gelu.cu's kernel and the GEMM's epilogue
+// that multiplies the MLP projection's dx by it (matmul.cu, FLAG_DGELU) share it, so they agree bit for bit
+#define GELU_DU_1 0.7978845608028654f  // du/dx = GELU_DU_1 + GELU_DU_3 x^2
+#define GELU_DU_3 0.1070322243f        // 3 * 0.044715 * sqrt(2/pi)
+__device__ __forceinline__ float gelu_tanh_backward(float x, float dout) {
+    const float x2 = x * x;
+    const float s = __fdividef(1.0f, 1.0f + exp2f(x * (GELU_A + GELU_B * x2)));
+    const float du = GELU_DU_1 + GELU_DU_3 * x2;
+    return dout * s * (1.0f + 2.0f * x * (1.0f - s) * du);  // s + 2 x s (1 - s) du
 }
 
 // cp_async_wait<n> for an n known only at run time (or once the loop around it is unrolled): at

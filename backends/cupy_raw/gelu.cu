@@ -26,23 +26,12 @@
 // n % 8 (or % 4) elements after the packs are done one per thread by the first threads.
 #include "common.cuh"
 
-// sigmoid(2u) = 1 / (1 + exp(-2u)) = 1 / (1 + 2^(x (GELU_A + GELU_B x^2))) (common.cuh's constants)
-#define GELU_DU_1 0.7978845608028654f     // du/dx = GELU_DU_1 + GELU_DU_3 x^2
-#define GELU_DU_3 0.1070322243f           // 3 * 0.044715 * sqrt(2/pi)
-
 typedef Pack<floatX> PackX;
 
 // one thread's items as float32: W = PackX::N elements each (vector path) or 1 (scalar path)
 template <int W> struct Items {
     float v[ITEMS][W];
 };
-
-__device__ __forceinline__ float gelu_backward_one(float x, float dout) {
-    const float x2 = x * x;
-    const float s = __fdividef(1.0f, 1.0f + exp2f(x * (GELU_A + GELU_B * x2)));
-    const float du = GELU_DU_1 + GELU_DU_3 * x2;
-    return dout * s * (1.0f + 2.0f * x * (1.0f - s) * du);  // s + 2 x s (1 - s) du
-}
 
 // the element index of item k's first element for this thread, and whether that item exists
 template <int W> __device__ __forceinline__ long long item_start(int k) {
@@ -102,7 +91,7 @@ template <int W> __device__ __forceinline__ void backward_items(const floatX* __
 #pragma unroll
     for (int k = 0; k < ITEMS; k++)
 #pragma unroll
-        for (int e = 0; e < W; e++) xs.v[k][e] = gelu_backward_one(xs.v[k][e], ds.v[k][e]);
+        for (int e = 0; e < W; e++) xs.v[k][e] = gelu_tanh_backward(xs.v[k][e], ds.v[k][e]);
     store_items<W>(dx, items, xs);
 }
 
@@ -122,7 +111,7 @@ extern "C" __global__ void gelu_backward(const floatX* __restrict__ x, const flo
     if (vec) {
         backward_items<PackX::N>(x, dout, dx, n / PackX::N);
         const long long i = n / PackX::N * PackX::N + (long long)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < n) dx[i] = from_f32<floatX>(gelu_backward_one(to_f32(x[i]), to_f32(dout[i])));
+        if (i < n) dx[i] = from_f32<floatX>(gelu_tanh_backward(to_f32(x[i]), to_f32(dout[i])));
     } else {
         backward_items<1>(x, dout, dx, n);
     }

@@ -47,13 +47,19 @@
 // (FLAG_ACCUMULATE), rounded to C's type (floatX, or float with FLAG_OUT_F32: mixed precision's float32
 // parameter gradients). With FLAG_PARTIAL the raw sum goes to its k slice of the (slices, rows,
 // cols) float32 split-K buffer instead. FLAG_VEC: cols % 4 == 0 and c, bias, pre 16-byte aligned.
+// FLAG_DGELU (nothing else with it; one k slice): the GELU's backward, C = gelu'(pre) * sum, with pre
+// read (the GELU's input, (rows, cols) like C): the MLP projection's dx written as d(c_fc's output),
+// so that neither d(GELU output) nor a pass of gelu's backward over it is ever made. The arithmetic is
+// the composition's: the sum rounded to floatX as the plain dx would store it, then gelu.cu's
+// backward of that (common.cuh's gelu_tanh_backward), so the result is bitwise matmul then gelu.
 // FLAG_ROWSUM (gemm_wgmma, A MN-major): the blocks of tile column 0 also sum A's rows over their k slice, one
 // more wgmma per step (A @ ones), into rowsum[slice, i] (float32): dW's A is dy^T, so these are the
 // bias gradient's column sums of dy, with no second pass over dy (colsum_finish adds the slices).
 // gemm_wgmma built with WG_STORE_COLS > 0 (the host builds it so where C is floatX, whole,
 // TMA-describable and nothing but the bias, GELU and pre with them is asked) writes C (and pre)
 // through tensor maps by the copy engine instead of the threads' own stores (wgmma_store_epilogue),
-// and has no other epilogue.
+// and has no other epilogue; built with WG_STORE_DGELU too, it is FLAG_DGELU's (the prefetch of pre
+// into the image: PreFetch below).
 #include "common.cuh"
 #include "tensor_core.cuh"
 #include "matmul_layout.cuh"
@@ -66,12 +72,13 @@
 #define FLAG_PARTIAL 32
 #define FLAG_VEC 64
 #define FLAG_ROWSUM 128
+#define FLAG_DGELU 256
 
 // ---- the epilogue --------------------------------------------------------------------------------
 struct Out {
     void* c;            // C: floatX or float (FLAG_OUT_F32), or the float32 split-K slices (FLAG_PARTIAL)
     const floatX* bias;      // (cols) with FLAG_BIAS
-    floatX* pre;             // (rows, cols) with FLAG_PRE
+    floatX* pre;             // (rows, cols): written with FLAG_PRE; read with FLAG_DGELU (the GELU's input)
     int rows, cols, flags;
 };
 
@@ -94,6 +101,7 @@ __device__ __forceinline__ float finish_value(const Out& o, size_t at, int j, fl
         v = to_f32(o.pre[at]);
     }
     if (flags & FLAG_GELU) v = gelu_tanh(v);
+    if (flags & FLAG_DGELU) v = gelu_tanh_backward(to_f32(o.pre[at]), to_f32(from_f32<floatX>(v)));
     return v;
 }
 
@@ -128,13 +136,15 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
         return;
     }
     float w[4];
-    Quad<floatX> b, pre;
+    Quad<floatX> b, pre, gelu_in;
     if (o.flags & FLAG_BIAS) b = *reinterpret_cast<const Quad<floatX>*>(o.bias + j);
+    if (o.flags & FLAG_DGELU) gelu_in = *reinterpret_cast<const Quad<floatX>*>(o.pre + at);
     for (int e = 0; e < 4; ++e) {
         w[e] = v[e] + ((o.flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f);
         pre.v[e] = from_f32<floatX>(w[e]);
         if (o.flags & FLAG_PRE) w[e] = to_f32(pre.v[e]);  // activated as stored
         if (o.flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
+        if (o.flags & FLAG_DGELU) w[e] = gelu_tanh_backward(to_f32(gelu_in.v[e]), to_f32(pre.v[e]));  // of dx as stored
     }
     if (o.flags & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
     if (o.flags & FLAG_OUT_F32) {
@@ -371,7 +381,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // WG_STAGES (ring depth), WG_CTAS (blocks per SM the registers are budgeted for), WG_PINGPONG (the
 // schedule, below), WG_STORE_COLS (0, or the columns of C a warpgroup stages per TMA store pass:
 // 64, 128 or 256; 32 too for float32; below), WG_STORE_F32 (1: those stores are float32, dW's),
-// WG_STORE_PRE (1: they are matmul_gelu's forward, pre and gelu(pre), with the bias), WG_STORE_BUFFERS
+// WG_STORE_PRE (1: they are matmul_gelu's forward, pre and gelu(pre), with the bias), WG_STORE_DGELU
+// (1: they are FLAG_DGELU's dx, pre prefetched into the image: PreFetch), WG_STORE_BUFFERS
 // (1, or 2: the image cut into two buffers of WG_STORE_COLS / 2 columns filled in turn, so that a
 // pass need not wait for the copy engine to have read the pass before it; below).
 // Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
@@ -449,7 +460,7 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), the two
 // warpgroups' epilogue buffers (WG_STAGE_BYTES each: the staged epilogue's WG_EPI_BYTES, or the TMA
 // store's image of 64 x WG_STORE_COLS 16-bit or float32 values where that is larger), then the
-// full[] and empty[] mbarriers
+// full[] and empty[] mbarriers, and with WG_STORE_DGELU each warpgroup's prefetch mbarrier
 // (matmul.py's wgmma_shared_bytes: 219200 bytes at WG_BN 256, 4 stages, 231488 with the TMA store's
 // two 16 KB images; the SM has 232448).
 #define WG_CONSUMERS 2
@@ -622,13 +633,15 @@ __device__ __forceinline__ void finish_quad(const Out& o, int i, int j, int spli
         return;
     }
     float w[4];
-    Quad<floatX> pre;
+    Quad<floatX> pre, gelu_in;
+    if (F & FLAG_DGELU) gelu_in = *reinterpret_cast<const Quad<floatX>*>(o.pre + at);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
         w[e] = v.v[e] + ((F & FLAG_BIAS) ? b[e] : 0.0f);
         pre.v[e] = from_f32<floatX>(w[e]);
         if (F & FLAG_PRE) w[e] = to_f32(pre.v[e]);  // activated as stored
         if (F & FLAG_GELU) w[e] = gelu_tanh(w[e]);
+        if (F & FLAG_DGELU) w[e] = gelu_tanh_backward(to_f32(gelu_in.v[e]), to_f32(pre.v[e]));  // of dx as stored
     }
     if (F & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
     if (F & FLAG_OUT_F32) {
@@ -764,6 +777,32 @@ __device__ __forceinline__ void deferred_gelu_step(DeferredGelu& d, unsigned cha
 constexpr int GELU_STEPS = 0;
 #endif
 
+// The MLP projection's dx with the GELU's backward (WG_STORE_DGELU, FLAG_DGELU): the epilogue needs
+// pre at every element it writes, and finds it in the image it writes into. Thread 0 of each consumer
+// warpgroup loads the warpgroup's 64 x WG_BN share of pre there (through pre's tensor map, the
+// boxes C's store will use, completing on the warpgroup's own mbarrier) as soon as the tile's first
+// k-block is multiplying and the copy engine has read the last tile's image out; the epilogue waits
+// for that phase (long complete by then: the main loop is ~12 k-blocks at GPT-2's depth 768), turns
+// each pair of pre into the pair of results in place, and stores the image through C's map. So
+// pre is read once, by the copy engine, under the multiplies, and the whole share goes in one pass
+// (WG_STORE_COLS = WG_BN: nothing of the tile waits for a store between passes).
+struct PreFetch {
+    unsigned bar;  // the warpgroup's mbarrier: one phase a tile
+    int tiles;     // tiles fetched so far (the phase the epilogue waits for: its parity)
+    int i, j;      // the first row and column of the share in pre (and C)
+};
+#if WG_STORE_DGELU
+static_assert(WG_STORE_COLS == WG_BN && WG_STORE_BUFFERS == 1 && !WG_PINGPONG && !WG_STORE_F32 && !WG_STORE_PRE,
+              "dx with gelu': the cooperative TMA-store epilogue, the whole share in one 16-bit image");
+__device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* image, const TmaDescriptor* pre_map, int t) {
+    if (t != 0) return;
+    tma_store_wait_read<0>();  // the copy engine is done reading the last tile's image
+    mbar_expect_tx(f.bar, 64 * WG_BN * (int)sizeof(floatX));
+#pragma unroll
+    for (int b = 0; b < WG_BN / 64; ++b) tma_load_3d(smem_u32(image + b * WG_BOX_BYTES), pre_map, f.j + 64 * b, f.i, 0, f.bar);
+}
+#endif
+
 #if WG_STORE_COLS > 0
 // The TMA-store epilogue of one warpgroup's 64 rows (see the section's header): per pass, WG_STORE_COLS
 // columns rounded to OutT (floatX, or float with WG_STORE_F32) into the image at `image` (shared
@@ -782,7 +821,7 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                                                      const TmaDescriptor* map, const TmaDescriptor* pre_map,
                                                      unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce,
-                                                     DeferredGelu& deferred) {
+                                                     DeferredGelu& deferred, PreFetch& prefetch) {
     int r, cc;
     wgmma_acc_coords(t, 0, r, cc);
     constexpr int BOX_COLS = 128 / sizeof(OutT);   // columns of a 128-byte box row: 64 (16-bit), 32 (float)
@@ -806,10 +845,14 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
             deferred = DeferredGelu{0, i_wg, j_pass};
             break;
         }
-        // the copy engine has read this buffer's last stores (with two buffers, the other's newest
-        // group may still be reading)
-        if (t == 0) tma_store_wait_read<WG_STORE_BUFFERS - 1>();
-        named_barrier(bar, 128);
+        if (F & FLAG_DGELU) {  // pre is in the image (its read-out waited for when the load was issued)
+            mbar_wait(prefetch.bar, prefetch.tiles++ & 1);
+        } else {
+            // the copy engine has read this buffer's last stores (with two buffers, the other's newest
+            // group may still be reading)
+            if (t == 0) tma_store_wait_read<WG_STORE_BUFFERS - 1>();
+            named_barrier(bar, 128);
+        }
         // (this thread's row of the image through a zero the compiler cannot see through: else it
         // computes every pass's addresses ahead while the accumulators are live, and spills)
         const int zero = opaque_zero();
@@ -832,6 +875,11 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
             for (int h = 0; h < 2; ++h) {
                 const int y = r + 8 * h;
                 float v0 = acc[4 * q + 2 * h] + b0, v1 = acc[4 * q + 2 * h + 1] + b1;
+                if (F & FLAG_DGELU) {  // of dx as stored, at pre's pair (finish_value's arithmetic)
+                    const Duo<OutT> x = *reinterpret_cast<Duo<OutT>*>(box + 8 * h * 128 + ((chunk ^ (y % 8)) << 4) + (byte & 15));
+                    v0 = gelu_tanh_backward(to_f32(x.v[0]), to_f32(from_f32<floatX>(v0)));
+                    v1 = gelu_tanh_backward(to_f32(x.v[1]), to_f32(from_f32<floatX>(v1)));
+                }
                 if ((F & FLAG_PRE) && activate) {  // of pre as stored
                     v0 = to_f32(from_f32<floatX>(v0));
                     v1 = to_f32(from_f32<floatX>(v1));
@@ -865,7 +913,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
 // once the item's last multiplies are issued, so that the other warpgroup's queue behind them at the
 // tensor cores while these drain. deferred (WG_STORE_PRE): the previous tile's GELU, a step after each
 // k-block's multiplies are issued (image: this warpgroup's; map: C's; bar: its named barrier; t: its
-// thread). SUMS is a template parameter, not a test inside the
+// thread); prefetch (WG_STORE_DGELU): this tile's pre into the image, once the first k-block's
+// multiplies are issued (pre_map: pre's tensor map). SUMS is a template parameter, not a test inside the
 // loop: a run-time branch around wgmma_rowsum between wgmma_fence and wgmma_commit put a wgmma in a
 // divergent path, and ptxas then serialised every wgmma of the kernel ("WG.AR in divergent path").
 template <bool SUMS>
@@ -873,7 +922,8 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], flo
                                              int a_row0, int hand_on,
                                              unsigned a_ring, unsigned b_ring, unsigned ones, unsigned full_bar,
                                              unsigned empty_bar, DeferredGelu& deferred, unsigned char* image,
-                                             const TmaDescriptor* map, int bar, int t) {
+                                             const TmaDescriptor* map, int bar, int t, const PreFetch& prefetch,
+                                             const TmaDescriptor* pre_map) {
     for (int kb = 0; kb < nk; ++kb, ++it) {
         const int s = it % WG_STAGES;
         mbar_wait(full_bar + 8 * s, (it / WG_STAGES) & 1);
@@ -896,6 +946,9 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], flo
         fence_accumulators(sums);
 #if WG_STORE_PRE
         if (deferred.step < GELU_STEPS) deferred_gelu_step(deferred, image, map, bar, t);  // under the multiplies
+#endif
+#if WG_STORE_DGELU
+        if (kb == 0) prefetch_pre(prefetch, image, pre_map, t);  // under the first multiplies
 #endif
         if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
             wgmma_wait<1>();
@@ -931,12 +984,14 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
            const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
            int flags) {
     // tma_c: C's 3-D tensor map (boxes of 64 rows x 128 bytes, swizzled; dW's split-K slices its planes)
-    // where WG_STORE_COLS > 0, else never read; tma_pre: pre's, as C's, read with FLAG_PRE there only
+    // where WG_STORE_COLS > 0, else never read; tma_pre: pre's, as C's, read with FLAG_PRE there (stored)
+    // or WG_STORE_DGELU (loaded) only
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
     const unsigned epi = ones + 1024;  // + WG_STAGE_BYTES * consumer warpgroup (1024-aligned: the swizzle)
     const unsigned full_bar = epi + WG_CONSUMERS * WG_STAGE_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
+    const unsigned pre_bar = empty_bar + 8 * WG_STAGES;  // WG_STORE_DGELU: + 8 * consumer warpgroup
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
@@ -947,6 +1002,8 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             mbar_init(full_bar + 8 * s, 1);                        // the producer's expect_tx arrival
             mbar_init(empty_bar + 8 * s, WG_SLOT_READERS);         // every thread that reads the slot
         }
+        if (WG_STORE_DGELU)
+            for (int g = 0; g < WG_CONSUMERS; ++g) mbar_init(pre_bar + 8 * g, 1);  // the prefetch's expect_tx arrival
         MBAR_FENCE_INIT();
     }
     if ((flags & FLAG_ROWSUM) && tid < 256) {  // the tile of ones: 1024 bytes, 4 a thread
@@ -983,6 +1040,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     float acc[WG_MH][WG_BN / 2], sums[WG_MH][4];
     unsigned char* const image = reinterpret_cast<unsigned char*>(stage);
     DeferredGelu deferred{GELU_STEPS, 0, 0};
+    PreFetch prefetch{pre_bar + 8 * wg, 0, 0, 0};
     // pingpong: warpgroup 0 has the first turn (the block's item 0): warpgroup 1 arrives for it
     if (WG_PINGPONG && wg == 1 && (int)blockIdx.x < items) named_arrive(WG_TURN_BAR, 256);
     for (int work = blockIdx.x, n = 0; work < items; work += gridDim.x, ++n) {
@@ -1003,12 +1061,14 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         if (WG_PINGPONG) named_barrier(WG_TURN_BAR + wg, 256);  // this warpgroup's turn at the tensor cores
         // pingpong: the block's next item (the other warpgroup's) multiplies while this one writes out
         const int hand_on = WG_PINGPONG && work + (int)gridDim.x < items ? WG_TURN_BAR + 1 - wg : 0;
+        prefetch.i = w.tm * WG_BM + a_row0;  // (WG_STORE_DGELU: one m64 block a warpgroup)
+        prefetch.j = w.tn * WG_BN;
         if (with_sums)
             consume_item<true>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar,
-                               deferred, image, &tma_c, 1 + wg, t);
+                               deferred, image, &tma_c, 1 + wg, t, prefetch, &tma_pre);
         else
             consume_item<false>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar,
-                                deferred, image, &tma_c, 1 + wg, t);
+                                deferred, image, &tma_c, 1 + wg, t, prefetch, &tma_pre);
 #if WG_STORE_PRE
         while (deferred.step < GELU_STEPS) deferred_gelu_step(deferred, image, &tma_c, 1 + wg, t);  // (a short loop)
 #endif
@@ -1035,12 +1095,14 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 #if WG_STORE_COLS > 0
 #define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
     wgmma_store_epilogue<F, OutT>(acc[h], bias + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
-                                  reduce, deferred)
+                                  reduce, deferred, prefetch)
 #if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
             else WG_STORE_EPILOGUE(0, float, 0, (flags & FLAG_ACCUMULATE) != 0);
 #elif WG_STORE_PRE  // matmul_gelu's forward: pre and gelu(pre) (a module of its own: beside the
             WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU | FLAG_PRE, floatX, 0, false);  // others, ptxas spilled)
+#elif WG_STORE_DGELU  // the MLP projection's dx times gelu'(pre), pre prefetched into the image
+            WG_STORE_EPILOGUE(FLAG_DGELU, floatX, 0, false);
 #else
             switch (flags & (FLAG_BIAS | FLAG_GELU)) {  // (the host allows nothing else here)
             case 0: WG_STORE_EPILOGUE(0, floatX, 0, false); break;                              // dx
@@ -1061,6 +1123,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
                 break;
             case FLAG_VEC | FLAG_BIAS | FLAG_GELU: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU); break;  // forward_gelu
             case FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE: WG_EPILOGUE(FLAG_VEC | FLAG_BIAS | FLAG_GELU | FLAG_PRE); break;
+            case FLAG_VEC | FLAG_DGELU: WG_EPILOGUE(FLAG_VEC | FLAG_DGELU); break;                 // dx with gelu'
             default: WG_EPILOGUE(FLAGS_RUNTIME);  // everything else: unaligned, ragged (element by element)
             }
 #undef WG_EPILOGUE

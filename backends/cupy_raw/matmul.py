@@ -78,7 +78,7 @@ from . import _runtime as rt
 
 # epilogue flags: the #defines of matmul.cu (tests/test_cupy_raw_matmul.py checks they agree)
 FLAG_BIAS, FLAG_ACCUMULATE, FLAG_GELU, FLAG_PRE, FLAG_OUT_F32, FLAG_PARTIAL, FLAG_VEC = 1, 2, 4, 8, 16, 32, 64
-FLAG_ROWSUM = 128
+FLAG_ROWSUM, FLAG_DGELU = 128, 256
 
 TILE_K = 64          # k per shared-memory tile (gemm_mma, gemm_wgmma); split-K slices are multiples of it
 SIMT_TILE = 64       # gemm_simt's tile of C
@@ -131,6 +131,11 @@ CONFIGS = {
     # GELU is all deferred to the next tile's main loop (matmul.cu, DeferredGelu), beside a 3-deep ring
     ("wgmma", "forward_pre"): _wg(bn=256, store_cols=256, stages=3),
     ("mma", "forward_pre"): _mma(),
+    # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image, so
+    # the whole 64 x 256 share in one pass (store_cols = bn), beside a 3-deep ring as forward_pre's
+    # (not yet timed on the H200: bench/tune/cupy_raw_wgmma_probe.py --products dx_dgelu)
+    ("wgmma", "dx_dgelu"): _wg(bn=256, store_cols=256, stages=3),
+    ("mma", "dx_dgelu"): _mma(ctas=1),
 }
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
@@ -188,10 +193,11 @@ def _split(cfg: dict, tiles: int, depth: int, sms: int) -> int:
     return rt.cdiv(steps, slices) * TILE_K
 
 
-def _flags(c, bias, pre, accumulate: bool, gelu: bool, out_f32: bool, cols: int) -> int:
+def _flags(c, bias, pre, accumulate: bool, gelu: bool, out_f32: bool, cols: int, dgelu_at=None) -> int:
     flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_ACCUMULATE if accumulate else 0)
     flags |= (FLAG_GELU if gelu else 0) | (FLAG_PRE if pre is not None else 0) | (FLAG_OUT_F32 if out_f32 else 0)
-    if cols % 4 == 0 and all(_pointer(x) % 16 == 0 for x in (c, bias, pre) if x is not None):
+    flags |= FLAG_DGELU if dgelu_at is not None else 0
+    if cols % 4 == 0 and all(_pointer(x) % 16 == 0 for x in (c, bias, pre, dgelu_at) if x is not None):
         flags |= FLAG_VEC
     return flags
 
@@ -237,30 +243,40 @@ def _config(engine: str, product: str, weight_shape: tuple, config: dict | None)
 
 def gemm(engine: str, a: Operand, b: Operand, c, rows: int, cols: int, depth: int, bias=None,
          accumulate: bool = False, gelu: bool = False, pre=None, rowsum=None, product: str = "forward",
-         weight_shape: tuple = (), config: dict | None = None):
+         weight_shape: tuple = (), config: dict | None = None, dgelu_at=None):
     """c (rows, cols) (+)= A @ B^T (+ bias), GELU'd if asked, on engine "mma", "wgmma" or "cublaslt"
     ("simt" for float32 whatever the engine but cublaslt); with `rowsum` (rows,), also rowsum +=
     A.sum(axis=1) (dW's bias gradient: A = dy^T, MN-major), fused into gemm_wgmma, a column sum of
-    A's array otherwise. `product` and the linear's `weight_shape` (out, in) pick the launch
-    configuration; `config` overrides it (sweeps). Returns c."""
+    A's array otherwise. With `dgelu_at` (rows, cols) in C's dtype, the GELU's input: c =
+    gelu'(dgelu_at) * (A @ B^T) (FLAG_DGELU: the MLP projection's dx as d(c_fc's output), bitwise the
+    plain product then gelu's backward; nothing else with it). `product` and the linear's
+    `weight_shape` (out, in) pick the launch configuration; `config` overrides it (sweeps). Returns c."""
     dt = str(a.array.dtype)
     if rowsum is not None and (a.kmajor or a.ld != rows):
         raise ValueError("matmul gemm: rowsum= sums the rows of an MN-major A stored as (depth, rows)")
+    if dgelu_at is not None:
+        if bias is not None or accumulate or gelu or pre is not None or rowsum is not None:
+            raise ValueError("matmul gemm: dgelu_at= (the GELU's backward in the epilogue) takes no bias, "
+                             "accumulation, GELU, pre or row sums with it")
+        if tuple(dgelu_at.shape) != (rows, cols) or str(dgelu_at.dtype) != str(c.dtype) or str(c.dtype) != dt:
+            raise ValueError(f"matmul gemm: dgelu_at must be {dt} of C's shape {(rows, cols)} (C in the operands' "
+                             f"dtype), got {dgelu_at.dtype} {tuple(dgelu_at.shape)} for C {c.dtype}")
     if rows == 0 or cols == 0:
         return c
     if engine == "wgmma" and dt != "float32" and _tma_ok(a, b, depth):
         return _launch_wgmma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum,
-                             _config("wgmma", product, weight_shape, config))
+                             _config("wgmma", product, weight_shape, config), dgelu_at)
     if engine == "cublaslt":
-        if gelu or pre is not None:
-            raise ValueError("matmul cublaslt: no GELU epilogue here (forward_gelu is tiled's and wgmma's)")
+        if gelu or pre is not None or dgelu_at is not None:
+            raise ValueError("matmul cublaslt: no GELU epilogues here (forward_gelu and the GELU's backward are "
+                             "tiled's and wgmma's)")
         _cublaslt_gemm(a, b, c, rows, cols, depth, bias, accumulate)
     elif dt == "float32":
-        _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre)
+        _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, dgelu_at)
     elif engine in ("mma", "wgmma"):
         aligned = _rows_aligned(a, depth if a.kmajor else rows) and _rows_aligned(b, depth if b.kmajor else cols)
         cfg = _config("mma", product, weight_shape, config) if aligned else dict(UNALIGNED)
-        _launch_mma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned)
+        _launch_mma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned, dgelu_at)
     else:
         raise ValueError(f"matmul: unknown GEMM engine {engine!r}; engines are mma, wgmma, cublaslt")
     if rowsum is not None:
@@ -269,22 +285,24 @@ def gemm(engine: str, a: Operand, b: Operand, c, rows: int, cols: int, depth: in
 
 
 def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
-    """The k slice length: all of depth for the GELU epilogue (it needs the whole sum), else _split's."""
+    """The k slice length: all of depth for the GELU epilogues (they need the whole sum), else _split's."""
     return TILE_K * rt.cdiv(max(depth, 1), TILE_K) if gelu else _split(cfg, tiles, depth, _common.num_sms(xp))
 
 
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
                  depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
-                 work_items: bool = False, k_split: int | None = None, flags: int = 0, partial=None) -> None:
+                 work_items: bool = False, k_split: int | None = None, flags: int = 0, partial=None,
+                 dgelu_at=None) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
     depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
     gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
     ctas blocks per SM that walk the items. With more than one k slice (_split, or `k_split`), into
     float32 partials that splitk_finish then adds to c in order (into `partial`, (slices, rows, cols)
-    float32, where the caller has it already). `flags`: more FLAG_ bits."""
+    float32, where the caller has it already). `flags`: more FLAG_ bits. `dgelu_at`: read through
+    the kernel's pre pointer (FLAG_DGELU; gemm's)."""
     xp = _common.xp_of(c)
     sms = _common.num_sms(xp)
-    k_split = k_split or _k_split(cfg, tiles, depth, gelu, xp)
+    k_split = k_split or _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)
     slices = rt.cdiv(max(depth, 1), k_split)
     if not work_items:
         grid = (tiles, slices)
@@ -292,8 +310,11 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
         grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
     dummy = a.array  # for an absent bias / pre: a floatX pointer the kernel never reads
+    if dgelu_at is not None:
+        pre = dgelu_at  # (one k slice: _k_split's)
     if slices == 1:
-        target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols)
+        target, flags = c, flags | _flags(c, bias, None if dgelu_at is not None else pre, accumulate, gelu, out_f32,
+                                          cols, dgelu_at)
     else:
         target = partial if partial is not None else xp.empty((slices, rows, cols), dtype=np.float32)
         flags |= FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
@@ -306,16 +327,18 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
         _finish(target, c, bias, rows, cols, accumulate, out_f32, dummy)
 
 
-def _launch_simt(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre):
+def _launch_simt(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, dgelu_at=None):
     kernel = rt.function("matmul", "gemm_simt", {"GEMM_SIMT": 1, "floatX": _common.ctype(a.array)})
     tiles = rt.cdiv(rows, SIMT_TILE) * rt.cdiv(cols, SIMT_TILE)
     cfg = {"group_m": 8, "split_k": 1, "ctas": 1, "busy": 0.8}
     _launch_gemm(kernel, tiles, 256, 0, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre,
-                 (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld), np.int32(a.kmajor), np.int32(b.kmajor)))
+                 (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld), np.int32(a.kmajor), np.int32(b.kmajor)),
+                 dgelu_at=dgelu_at)
     return c
 
 
-def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned: bool):
+def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned: bool,
+                dgelu_at=None):
     defines = {"GEMM_MMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor), "B_KMAJOR": int(b.kmajor),
                "MMA_BM": cfg["bm"], "MMA_BN": cfg["bn"], "MMA_WARPS_M": cfg["warps_m"], "MMA_WARPS_N": cfg["warps_n"],
                "MMA_STAGES": cfg["stages"], "MMA_CTAS": cfg["ctas"], "ALIGNED": int(aligned)}
@@ -323,20 +346,22 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
     tiles = rt.cdiv(rows, cfg["bm"]) * rt.cdiv(cols, cfg["bn"])
     shared = max(cfg["stages"] * (cfg["bm"] + cfg["bn"]) * 128, cfg["bm"] * (cfg["bn"] + 8) * 4)
     _launch_gemm(kernel, tiles, cfg["warps_m"] * cfg["warps_n"] * 32, shared, cfg, a, c, rows, cols, depth, bias,
-                 accumulate, gelu, pre, (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld)))
+                 accumulate, gelu, pre, (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld)), dgelu_at=dgelu_at)
     return c
 
 
-def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128, store_cols: int = 0, store_f32: bool = False) -> int:
+def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128, store_cols: int = 0, store_f32: bool = False,
+                       dgelu: bool = False) -> int:
     """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A (bm x
     64) and B (bn x 64) tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups'
     epilogue buffers (64 rows x WG_EPI_LDS floats each, or the TMA store's image of 64 x store_cols
-    16-bit values, float32 with store_f32, where larger), and a full and an empty mbarrier per slot.
+    16-bit values, float32 with store_f32, where larger), a full and an empty mbarrier per slot, and
+    with `dgelu` (WG_STORE_DGELU) each warpgroup's prefetch mbarrier.
     219200 bytes at bm 128, bn 256, 4 stages; 231488 with store_cols 128 (16-bit) or 64 (float32);
     227408 at bm 64, bn 256, 5 stages (the H200's SM
     allows a block 232448)."""
     buffer = max(64 * WG_EPI_LDS * 4, 64 * store_cols * (4 if store_f32 else 2))
-    return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * buffer + 16 * stages
+    return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * buffer + 16 * stages + (16 if dgelu else 0)
 
 
 def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
@@ -346,15 +371,18 @@ def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
 
 
 def _tma_store_kind(c, bias, pre, accumulate: bool, gelu: bool, rows: int, cols: int, slices: int,
-                    dtype: str) -> str | None:
+                    dtype: str, dgelu_at=None) -> str | None:
     """Which TMA-store epilogue of gemm_wgmma can write C, if any: "16bit" (one k slice, C 16-bit like
     the operands, written whole: no accumulate; rows of 16-byte multiples, the bias vector-aligned as
     FLAG_VEC asks; the GELU only after a bias, and pre (16-byte aligned, C's dtype) only with both: the
     flag sets the kernel's epilogue dispatch compiles), "float32" (dW: split-K's float32 slices, or the
     float32 C accumulated by the copy engine's reduce-add, with neither bias nor GELU in the GEMM), or
-    None (the staged epilogue)."""
+    None (the staged epilogue). With `dgelu_at` (nothing else: gemm's check) "16bit" where it is
+    16-byte aligned too (its tensor map's)."""
     if dtype == "float32" or rows == 0 or _pointer(c) % 16:
         return None
+    if dgelu_at is not None:
+        return "16bit" if slices == 1 and cols % 8 == 0 and _pointer(dgelu_at) % 16 == 0 else None
     if pre is not None and (not gelu or bias is None or _pointer(pre) % 16 or str(pre.dtype) != str(c.dtype)):
         return None
     if slices == 1 and str(c.dtype) == dtype and not accumulate:
@@ -375,7 +403,8 @@ def _operand_map(op: Operand, mn_extent: int, depth: int, bmn: int):
     return _tma.tiled_2d(op.array, depth, mn_extent, op.ld, 64, TILE_K)
 
 
-def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum, cfg):
+def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum, cfg,
+                  dgelu_at=None):
     bm, pingpong = cfg.get("bm", 128), bool(cfg.get("pingpong"))
     if pingpong and not cfg.get("persistent"):
         raise ValueError("matmul wgmma: the pingpong schedule needs a persistent grid (one item a block "
@@ -389,10 +418,11 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
         raise ValueError(f"matmul wgmma: store_buffers={buffers}: 1 or 2")
     xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
-    k_split = _k_split(cfg, tiles, depth, gelu, xp)
+    k_split = _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)
     slices = rt.cdiv(depth, k_split)
     # the TMA-store epilogue where C allows it (a module with that epilogue alone), else the staged one
-    store = _tma_store_kind(c, bias, pre, accumulate, gelu, rows, cols, slices, str(a.array.dtype)) if store_cols else None
+    store = (_tma_store_kind(c, bias, pre, accumulate, gelu, rows, cols, slices, str(a.array.dtype), dgelu_at)
+             if store_cols else None)
     box_cols = {"16bit": 64, "float32": 32}.get(store)  # a TMA box row: 128 bytes
     if box_cols and (store_cols // buffers) % box_cols:
         raise ValueError(f"matmul wgmma: store_cols={store_cols} in {buffers} buffer(s): {store} C is stored in "
@@ -401,6 +431,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
         store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
     if store == "16bit" and pre is not None and (pingpong or buffers != 1):
         store = None  # (pre's TMA-store epilogue is the cooperative one with one buffer: the staged one here)
+    if store == "16bit" and dgelu_at is not None and (pingpong or buffers != 1 or store_cols != cfg["bn"]):
+        store = None  # (the prefetch of pre fills one image with the whole share: the staged epilogue here)
     if store is None:
         store_cols = 0
     f32 = store == "float32"
@@ -408,6 +440,7 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
                "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong), "WG_STORE_COLS": store_cols,
                "WG_STORE_F32": int(f32), "WG_STORE_PRE": int(store == "16bit" and pre is not None),
+               "WG_STORE_DGELU": int(store == "16bit" and dgelu_at is not None),
                "WG_STORE_BUFFERS": buffers if store_cols else 1}
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
@@ -418,12 +451,13 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     # as the TMA store's image holds them; without that epilogue it is never read: any map fills it
     target = partial if partial is not None else c
     maps += (_tma.tiled_planes(target, slices, rows, cols, 32 if f32 else 64, 64) if store_cols else maps[0],)
-    # tma_pre: pre's, as C's, where the TMA-store epilogue writes it too (else never read)
-    maps += (_tma.tiled_planes(pre, 1, rows, cols, 64, 64) if store_cols and pre is not None else maps[2],)
-    shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32)
+    # tma_pre: pre's, as C's, where the TMA-store epilogue writes it too, or loads it (dgelu_at); else never read
+    pre_read = pre if pre is not None else dgelu_at
+    maps += (_tma.tiled_planes(pre_read, 1, rows, cols, 64, 64) if store_cols and pre_read is not None else maps[2],)
+    shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32, defines["WG_STORE_DGELU"] == 1)
     _launch_gemm(kernel, tiles, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
                  (sums if sums is not None else c,), work_items=True, k_split=k_split,
-                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial)
+                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at)
     if sums is not None:
         _add_rows(sums, rowsum, a.array)
     return c
@@ -492,7 +526,10 @@ class Matmul:
              pre=pre, weight_shape=(M, K), product="forward" if pre is None else "forward_pre")
         return y
 
-    def backward(self, saved, dout, grads):
+    def backward(self, saved, dout, grads, dgelu_at=None):
+        """dx = dout @ W, dW += dout.T @ x, db += sum_n dout. With `dgelu_at` (x's shape and dtype: the
+        GELU's input where x is its output, as in GPT-2's MLP projection), dx = (dout @ W) *
+        gelu'(dgelu_at) instead: the GELU's backward in the dx GEMM's epilogue (mlp.py)."""
         x, weight = saved.x, saved.weight
         N, K = x.shape
         M = weight.shape[0]
@@ -505,8 +542,10 @@ class Matmul:
         _common.check_param_grad("matmul", "weight", dw, weight)
         if db is not None:
             _common.check_param_grad("matmul", "bias", db, saved.bias)
+        if dgelu_at is not None:
+            _common.check_contiguous("matmul", dgelu_at=dgelu_at)
         gemm(self.engine, Operand(dout, M, True), Operand(weight, K, False), dx, N, K, M,   # dx = dy @ W
-             product="dx", weight_shape=(M, K))
+             product="dx" if dgelu_at is None else "dx_dgelu", weight_shape=(M, K), dgelu_at=dgelu_at)
         gemm(self.engine, Operand(dout, M, False), Operand(x, K, False), dw, M, K, N,      # dW += dy.T @ x
              accumulate=True, rowsum=db, product="dW", weight_shape=(M, K))                # db += sum_n dy
         result = {"x": dx, "weight": dw}
