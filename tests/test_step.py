@@ -292,7 +292,8 @@ def test_the_whole_mlp_fused_gives_the_compositions_loss_and_gradients_bit_for_b
     matmul_gelu's MLP (`naive,mlp=none`) and of the three primitives; over steps too."""
     L = 3
     fused = micro(dtype, n_layer=L)
-    assert fused.fused["mlp"] and fused.plan.fused_mlp and not fused.fused["matmul_gelu"] and not fused.fused["gelu_matmul"]
+    assert fused.fused["mlp"] and fused.plan.fused_mlp
+    assert not fused.fused["matmul_gelu"] and not fused.fused["gelu_matmul"]
     for op in ("matmul_gelu", "gelu_matmul"):
         assert f"{op}: not used: the GELU goes into mlp (the selection offers both)" in fused.kernels.notes
     assert not any(fused.activations(2, 8).has(name) for name in MLP_BUFFERS)
@@ -325,7 +326,8 @@ def test_the_model_runs_mlp_where_the_selection_has_it():
     assert not composed.fused["mlp"] and not composed.plan.fused_mlp
     mixed = micro(backend="numba,mlp=naive")
     assert mixed.fused["mlp"] and mixed.plan.fused_mlp
-    assert mixed.kernels.variants["mlp"].qualname == "naive:reference" and mixed.kernels.variants["matmul"].backend == "numba"
+    assert mixed.kernels.variants["mlp"].qualname == "naive:reference"
+    assert mixed.kernels.variants["matmul"].backend == "numba"
 
 
 def test_the_fused_mlp_keeps_pre_and_the_gelu_output_itself():
