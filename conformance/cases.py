@@ -13,7 +13,7 @@ reach values `OpSpec.example` does not make, and may override attributes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -30,6 +30,10 @@ class Case:
     #: state beside its 16-bit param_copy)
     keep_float32: tuple = ()
     zero_grads: tuple = ()  # a multi-output op's outputs whose gradient backward gets as None (zero)
+    #: 16-bit dtypes: the stored 16-bit roundings a result passes through at most. The table's rows
+    #: (euler_core/numerics.py) are set for one, plus a tensor-core intermediate; each more adds the row
+    #: once (worst case: their errors add), so the tolerance is the row times this
+    stored_roundings: int = 1
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,12 @@ CASES: dict[str, list[Case]] = {
     ],
 }
 CASES["crossentropy_onepass"] = CASES["crossentropy"]  # the same math, the gradient given ahead
+# mlp in 16 bits stores pre, then h = gelu(pre) of pre as stored (the projection's tensor-core input),
+# as the composition (and PyTorch's autocast) does: dproj_weight = dout.T @ h passes through both
+# roundings. At GPT-2's case a simulation of exactly that (float32 arithmetic, bf16 storage) leaves 1-2
+# of its 2.4M elements at 1.02-1.14x the bf16 row on every seed tried, and at 0.7-0.9x with h made
+# from the unrounded pre
+CASES["mlp"] = [replace(c, stored_roundings=2) for c in CASES["mlp"]]
 
 #: small shapes for the finite-difference check of each op (every input element is perturbed)
 GRADCHECK_DIMS: dict[str, dict] = {

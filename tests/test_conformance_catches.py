@@ -280,3 +280,22 @@ def test_model_step_catches_a_wrong_variant_inside_a_whole_model(registry, selec
     with pytest.raises(conformance.CheckFailed, match="parameter gradients differ"):
         conformance.check_model_step(selection, registry=registry, seed=0)
     conformance.check_model_step("naive", registry=registry, seed=0)  # and passes the reference
+
+
+def test_stored_roundings_widen_only_the_16bit_rows():
+    """A case's stored_roundings (mlp's: pre, then h = gelu(pre), both stored in 16 bits) multiplies the
+    16-bit tolerance rows; float32 and float64 keep theirs, and a case that leaves it at 1 keeps the row."""
+    from conformance.cases import get_case
+    from conformance.checks import CaseContext
+    from euler_core.numerics import tolerance
+
+    variant = Variant("mlp", "ref", impl="backends.naive.mlp", device="cpu", dtypes=("float32", "float64", "bfloat16"))
+    mlp_case = get_case("mlp", "C768-H3072-M768")
+    assert mlp_case.stored_roundings == 2
+    for dtype in ("bfloat16", "float32", "float64"):
+        factor = 2 if dtype == "bfloat16" else 1
+        for kind in ("forward", "gradient"):
+            got, row = CaseContext(variant, "mlp", mlp_case, dtype, 0).tol(kind), tolerance(dtype, kind)
+            assert (got.rtol, got.atol) == (row.rtol * factor, row.atol * factor), (dtype, kind)
+    plain = CaseContext(variant, "matmul", get_case("matmul", "small"), "bfloat16", 0)
+    assert plain.tol("gradient") == tolerance("bfloat16", "gradient")
