@@ -303,6 +303,10 @@ class Kernels:
                   and v.unavailable_reason() is None and (dtype is None or dtype in v.dtypes)]
         return usable[0] if usable else None
 
+    def named(self, op: str) -> bool:
+        """Whether the selection names `op` itself (`op=backend[:variant]`), not just its backend."""
+        return op in Selection.parse(self.text).overrides
+
     def has(self, op: str) -> bool:
         """Whether a variant of `op` was selected (fused ops may not be: then compose the primitives)."""
         return op in self.variants

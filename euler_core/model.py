@@ -131,9 +131,10 @@ class GPT:
                 self.fused[op] = False
                 self.kernels.notes.append(f"{op}: not used with recompute (the fused op keeps its GELU output "
                                           "a layer); the MLP is composed of matmul and gelu")
-            elif taken:
+            elif taken:  # (said where the user named the op: a backend's offer of both is its business)
                 self.fused[op] = False
-                self.kernels.notes.append(f"{op}: not used: the GELU goes into {taken} (the selection offers both)")
+                if self.kernels.named(op):
+                    self.kernels.notes.append(f"{op}: not used: the GELU goes into {taken} (the selection offers both)")
             else:
                 taken = op
         self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute,
