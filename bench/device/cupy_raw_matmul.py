@@ -9,7 +9,8 @@
 check (~20 s, most of it compiling): for variants tiled, wgmma, cublaslt; float32, float16, bfloat16;
 shapes from tiny and awkward to GPT-2's at N = 1024: forward (with and without bias, out= poisoned
 with NaN), forward_gelu (tiled, wgmma), the backward (dx poisoned, dW and db starting non-zero, in
-float32 for 16-bit inputs as mixed precision has them, and in the inputs' dtype), each against
+float32 for 16-bit inputs as mixed precision has them, and in the inputs' dtype), dx * gelu'(pre) (tiled,
+wgmma: the GELU's backward in the dx epilogue, mlp's), each against
 float64 CuPy on the same rounded inputs, held to the conformance tolerances; a second identical call
 must agree bitwise. One line per (variant, dtype, shape) with the worst error of each product,
 relative to the reference's RMS; FAIL lines say which product.
@@ -26,7 +27,8 @@ bench (~60 s): bf16, GPT-2 124M's five linears (qkv, attn_proj, fc, fc_proj, lm_
 --rows: the forward (x @ W.T + b), dx (dy @ W) and dW (+= dy.T @ x into float32, the bias gradient
 beside it) of each variant, each timed alone (euler_core.measure.timing: batches of back-to-back
 calls behind a spin kernel, CUDA events, rotating inputs), TFLOP/s and the ratio to cuBLASLt
-(the cublaslt variant); cupy.matmul (cuBLAS) for the bare forward as a second reference.
+(the cublaslt variant); cupy.matmul (cuBLAS) for the bare forward as a second reference. Then fc_proj's
+dx * gelu'(pre) (wgmma): fused (FLAG_DGELU) against the plain dx followed by gelu's backward kernel.
 
 The last lines printed are the summary: "matmul <stage>: <n> ok, <m> FAIL".
 """
@@ -96,6 +98,13 @@ def _same(cp, a, b) -> bool:
     return bool(cp.all(a.view(view) == b.view(view)))
 
 
+def _gelu_grad(xp, v):
+    """d gelu / dv (float64): 0.5 (1 + tanh u) + 0.5 v sech^2(u) du/dv, u = sqrt(2/pi) (v + 0.044715 v^3)."""
+    c = 0.7978845608028654
+    t = xp.tanh(c * (v + 0.044715 * v ** 3))
+    return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v)
+
+
 def check(args) -> Tally:
     import cupy as cp
     tally = Tally("check")
@@ -148,6 +157,15 @@ def check(args) -> Tally:
                                  **({"bias": b0.copy()} if with_bias else {})}
                         got2 = v.backward(saved, dy, again)
                         good &= all(_same(cp, got2[k], got[k]) for k in got)
+                    if variant != "cublaslt":  # dx * gelu'(pre): the GELU's backward in dx's epilogue (mlp)
+                        gelu_in = cp.asarray((rng.standard_normal((N, K)) * 2).astype(_common.np_dtype(dtype)))
+                        dpre = v.backward(saved, dy, {"x": cp.full((N, K), cp.nan, dtype=x.dtype),
+                                                      "weight": cp.zeros((M, K), cp.float32),
+                                                      **({"bias": cp.zeros(M, cp.float32)} if with_bias else {})},
+                                          dgelu_at=gelu_in)["x"]
+                        errs["dx*gelu'"], ok = _err(cp, dpre, (dy64 @ w64) * _gelu_grad(cp, gelu_in.astype(cp.float64)),
+                                                    rg, ag)
+                        good &= ok
                     cp.cuda.get_current_stream().synchronize()
                     text = " ".join(f"{k}={e:.1e}" for k, e in errs.items())
                 except Exception as e:  # a launch error or a refused shape: report it, carry on
@@ -214,6 +232,8 @@ def sanitize(args) -> Tally:
                     y, saved = v.forward({"x": x, "weight": w, "bias": b}, {})
                     if variant != "cublaslt":
                         v.forward_gelu(x, w, b, pre=cp.empty_like(y))
+                        v.backward(saved, y, {"weight": cp.zeros((M, K), cp.float32), "bias": cp.zeros(M, cp.float32)},
+                                   dgelu_at=x)  # dx * gelu'(x): FLAG_DGELU (wgmma's prefetch where TMA allows)
                     v.backward(saved, y, {"weight": cp.zeros((M, K), cp.float32), "bias": cp.zeros(M, cp.float32)})
                     cp.cuda.get_current_stream().synchronize()
                     tally.ok += 1
@@ -294,7 +314,45 @@ def bench(args) -> Tally:
                 print(f"{rows:6d} {name:10s} {product:8s} " + " ".join(cells), flush=True)
                 tally.ok += all(results[v] is not None for v in VARIANTS)
                 tally.fail += not all(results[v] is not None for v in VARIANTS)
+    _bench_dx_dgelu(args, tally, timer, cfg)
     return tally
+
+
+def _bench_dx_dgelu(args, tally: Tally, timer, cfg) -> None:
+    """The MLP projection's dx with the GELU's backward (mlp.py), wgmma, bf16: the fused epilogue
+    (FLAG_DGELU, pre prefetched) against the composition it replaces (the plain dx GEMM, then gelu's
+    backward kernel over its output), and the plain dx alone, at each --rows."""
+    import cupy as cp
+
+    from backends.cupy_raw import gelu
+    from euler_core.measure.timing import measure
+    K, M = LINEARS["fc_proj"]
+    print(f"{'rows':>6s} fc_proj dx * gelu'(pre), wgmma: {'dx alone':>10s} {'dx + gelu bwd':>14s} {'fused':>10s}"
+          f" {'composed / fused':>17s}   (us)")
+    for rows in args.rows:
+        sets = 2
+        ws = [_device_normal(cp, (M, K), K ** -0.5) for _ in range(sets)]
+        dys = [_device_normal(cp, (rows, M)) for _ in range(sets)]
+        pres = [_device_normal(cp, (rows, K)) for _ in range(sets)]
+        dact, dpre = cp.empty((rows, K), dtype=dys[0].dtype), cp.empty((rows, K), dtype=dys[0].dtype)
+
+        def dx(i, dgelu_at=None, out=dact):
+            mm.gemm("wgmma", mm.Operand(dys[i], M, True), mm.Operand(ws[i], K, False), out, rows, K, M,
+                    product="dx" if dgelu_at is None else "dx_dgelu", weight_shape=(M, K), dgelu_at=dgelu_at)
+
+        def composed(i):
+            dx(i)
+            gelu.backward(gelu.Saved(pres[i]), dact, {"x": dpre})
+
+        try:
+            t = [measure(call, sets, timer, cfg).p50 for call in
+                 (dx, composed, lambda i: dx(i, dgelu_at=pres[i], out=dpre))]
+            print(f"{rows:6d} {'':33s} {t[0] * 1e6:10.1f} {t[1] * 1e6:14.1f} {t[2] * 1e6:10.1f} {t[1] / t[2]:16.2f}x",
+                  flush=True)
+            tally.ok += 1
+        except Exception as e:
+            print(f"   fc_proj dx*gelu' rows={rows}: {type(e).__name__}: {str(e)[:200]}")
+            tally.fail += 1
 
 
 def dry(stages) -> None:
@@ -308,6 +366,9 @@ def dry(stages) -> None:
                     y, saved = impl(variant).forward({"x": x, "weight": w, "bias": b}, {})
                     impl(variant).backward(saved, y, {"weight": np.zeros((M, K), np.float32),
                                                       "bias": np.zeros(M, np.float32)})
+                    if variant != "cublaslt":  # and dx * gelu'(x) (check, sanitize; bench's fc_proj)
+                        impl(variant).backward(saved, y, {"weight": np.zeros((M, K), np.float32),
+                                                          "bias": np.zeros(M, np.float32)}, dgelu_at=x)
                     n += 1
     print(f"dry: {n} forward + backward plans recorded for stages {' '.join(stages)}")
 
