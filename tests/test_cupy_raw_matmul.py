@@ -520,7 +520,8 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
     """FLAG_DGELU's kernels on the CPU, bitwise against the composition they replace (the plain dx
     GEMM, then gelu's backward kernel on its rounded output): wgmma's TMA store with pre prefetched
     into the image (WG_STORE_DGELU: two blocks walking 3 x 2 tiles of 128 x 256, so each warpgroup's
-    mbarrier goes through several phases; ragged at both edges; main loops of 9 k-blocks and of one),
+    mbarrier goes through several phases; ragged at both edges, boxes wholly outside pre not loaded,
+    at 40 rows a warpgroup's whole share; main loops of 9 k-blocks and of one),
     wgmma's staged epilogue (store_cols 128: not the whole tile, so not prefetched) and gemm_mma."""
     from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
@@ -538,7 +539,7 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
     monkeypatch.setattr(rt, "launch", launch)
     rng = np.random.default_rng(19)
     with rt.emulation():
-        for N, H, M in [(330, 392, 576), (200, 312, 64)]:
+        for N, H, M in [(330, 392, 576), (200, 312, 64), (40, 136, 64)]:
             pre = (rng.standard_normal((N, H)) * 2).astype(_common.np_dtype("bfloat16"))
             h, _ = gelu.forward({"x": pre}, {})
             _, w, b = _inputs(rng, N, H, M, "bfloat16")

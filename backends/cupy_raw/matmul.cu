@@ -790,16 +790,18 @@ struct PreFetch {
     unsigned bar;  // the warpgroup's mbarrier: one phase a tile
     int tiles;     // tiles fetched so far (the phase the epilogue waits for: its parity)
     int i, j;      // the first row and column of the share in pre (and C)
+    int rows, cols;  // pre's (and C's)
 };
 #if WG_STORE_DGELU
 static_assert(WG_STORE_COLS == WG_BN && WG_STORE_BUFFERS == 1 && !WG_PINGPONG && !WG_STORE_F32 && !WG_STORE_PRE,
               "dx with gelu': the cooperative TMA-store epilogue, the whole share in one 16-bit image");
+// (Boxes wholly outside pre, a ragged last tile's, are not asked for: their elements are never stored.)
 __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* image, const TmaDescriptor* pre_map, int t) {
     if (t != 0) return;
     tma_store_wait_read<0>();  // the copy engine is done reading the last tile's image
-    mbar_expect_tx(f.bar, 64 * WG_BN * (int)sizeof(floatX));
-#pragma unroll
-    for (int b = 0; b < WG_BN / 64; ++b) tma_load_3d(smem_u32(image + b * WG_BOX_BYTES), pre_map, f.j + 64 * b, f.i, 0, f.bar);
+    const int boxes = f.i < f.rows ? min(WG_BN / 64, (f.cols - f.j + 63) / 64) : 0;
+    mbar_expect_tx(f.bar, boxes * WG_BOX_BYTES);  // (no boxes: the arrival alone completes the phase)
+    for (int b = 0; b < boxes; ++b) tma_load_3d(smem_u32(image + b * WG_BOX_BYTES), pre_map, f.j + 64 * b, f.i, 0, f.bar);
 }
 #endif
 
@@ -1040,7 +1042,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     float acc[WG_MH][WG_BN / 2], sums[WG_MH][4];
     unsigned char* const image = reinterpret_cast<unsigned char*>(stage);
     DeferredGelu deferred{GELU_STEPS, 0, 0};
-    PreFetch prefetch{pre_bar + 8 * wg, 0, 0, 0};
+    PreFetch prefetch{pre_bar + 8 * wg, 0, 0, 0, rows, cols};
     // pingpong: warpgroup 0 has the first turn (the block's item 0): warpgroup 1 arrives for it
     if (WG_PINGPONG && wg == 1 && (int)blockIdx.x < items) named_arrive(WG_TURN_BAR, 256);
     for (int work = blockIdx.x, n = 0; work < items; work += gridDim.x, ++n) {
