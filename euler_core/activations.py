@@ -39,7 +39,8 @@ backward's activation gradients flow through one layer at a time):
     dqkv      (N, 3C)      attention backward's dqkv
     dfch_gelu (N, 4C)      the MLP projection backward's dx (none with gelu_matmul or mlp: it is never written)
     dfch      (N, 4C)      the GELU backward's dx (gelu_matmul's dx, when fused; none with mlp, whose
-                           backward goes from the MLP's output gradient to its input's, into dnorm)
+                           backward goes from the MLP's output gradient to its input's, into dnorm,
+                           nor with matmul_gelu, whose backward forms dpre itself)
     dlogits   (N, Vp)      the loss backward's dlogits (only when neither the classifier nor the loss
                            is fused: crossentropy_onepass keeps its own)
 
@@ -63,7 +64,7 @@ class MemoryPlan:
     values instead of the arena's) and whether the GELU output is remade in the backward."""
 
     fused_classifier: bool = False  # classifier_crossentropy: no (N, Vp) logits or dlogits
-    fused_gelu: bool = False        # matmul_gelu: no pre-activation fch (the op keeps gelu'(pre))
+    fused_gelu: bool = False        # matmul_gelu: no pre-activation fch (the op keeps pre) and no dfch
     recompute_gelu: bool = False    # one fch_gelu for all layers, remade in the backward
     fused_loss: bool = False        # crossentropy_onepass (unfused classifier): the op keeps dlogits
     gelu_in_proj: bool = False      # gelu_matmul: no fch_gelu (the op keeps it) and no dfch_gelu
@@ -92,7 +93,7 @@ def layout(L: int, N: int, C: int, Vp: int, plan: MemoryPlan) -> list[tuple[str,
     scratch = ([("fch_gelu", (N, 4 * C))] if plan.recompute_gelu else []) + \
               [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
                ("dqkv", (N, 3 * C))] + ([] if plan.gelu_in_proj or plan.fused_mlp else [("dfch_gelu", (N, 4 * C))]) + \
-              ([] if plan.fused_mlp else [("dfch", (N, 4 * C))]) + \
+              ([] if plan.fused_mlp or plan.fused_gelu else [("dfch", (N, 4 * C))]) + \
               ([] if plan.fused_classifier or plan.fused_loss else [("dlogits", (N, Vp))])
     return per_layer + once + scratch
 
