@@ -50,7 +50,7 @@ from .config import MIXED, GPTConfig, parameter_layout
 from .device import STORAGE_DTYPES, array_module, storage_dtype, to_device
 from .kernels import Kernels
 
-#: model dtypes whose master weights and gradients are float32 (mixed precision)
+
 def _views(flat, layout) -> dict:
     views, offset = {}, 0
     for name, shape in layout:

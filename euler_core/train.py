@@ -157,6 +157,13 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
     return preset(cfg.preset, **overrides, vocab_size=vocab_size, block_size=block)
 
 
+def kernels_line(backend: str, kernels, model: GPT) -> str:
+    """The log's "kernels:" line: each op's variant, and which fused ops the model leaves out (for a
+    bigger fusion, or --recompute)."""
+    return f"kernels: --backend {backend}; " + ", ".join(
+        f"{op}={v.qualname}" + ("" if model.fused.get(op, True) else " (not used)") for op, v in kernels.variants.items())
+
+
 def select_kernels(cfg) -> Kernels:
     """The kernels of cfg.backend in cfg.dtype; with no dtype given, bfloat16 (mixed precision)
     where the selection runs on the GPU and float32 elsewhere (cfg.dtype is then set)."""
@@ -293,7 +300,7 @@ def _run(cfg: TrainConfig, data: Data, config: GPTConfig, checkpoint, log) -> di
             return sample_text(model, data.tokenizer, cfg.sample_prompt, cfg.sample_tokens, seed)
 
     log(f"model: {model}")
-    log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
+    log(kernels_line(cfg.backend, kernels, model))
 
     def meta(accum: int) -> dict:
         return {"train": asdict(cfg), "data_position": {"seed": cfg.seed, "batches_per_step": accum,

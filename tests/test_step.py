@@ -379,3 +379,11 @@ def test_the_loss_and_its_gradient_in_one_pass_train_like_the_composition():
     assert fused.plan.fused_loss and not composed.plan.fused_loss
     assert not fused.activations(2, 8).has("dlogits") and composed.activations(2, 8).has("dlogits")
     assert_trains_alike(fused, composed)
+
+
+def test_the_kernels_line_says_which_fused_ops_the_model_leaves_out():
+    from euler_core.train import kernels_line
+    model = micro(n_layer=1)
+    line = kernels_line("naive", model.kernels, model)
+    assert "mlp=naive:reference," in line and "layernorm_residual=naive:reference," in line
+    assert "matmul_gelu=naive:reference (not used)" in line and "gelu_matmul=naive:reference (not used)" in line

@@ -23,7 +23,7 @@ from ..checkpoint import CheckpointError, checkpoints, load_checkpoint, saved_se
 from ..model import GPT
 from ..optim import AdamW
 from ..rundir import clean_leftovers, new_run_dir, run_lock
-from ..train import Data, LoopConfig, locked_resume, run_loop, select_kernels
+from ..train import Data, LoopConfig, kernels_line, locked_resume, run_loop, select_kernels
 from ..values import check_settings, integer, number, optional, output_dir, resume_settings, setting, switch, text
 from .data import read_jsonl
 from .pack import PackedSource, pack
@@ -179,7 +179,7 @@ def _run(cfg: SFTConfig, tokenizer, config, params: dict, checkpoint, init_path,
     loop_cfg = replace(cfg, seq_len=T, out=str(out),
                        eval_batches=cfg.eval_batches or math.ceil(sources["val"].rows / cfg.batch_size))
     log(f"model: {model} from {init_path}")
-    log(f"kernels: --backend {cfg.backend}; " + ", ".join(f"{op}={v.qualname}" for op, v in kernels.variants.items()))
+    log(kernels_line(cfg.backend, kernels, model))
 
     def meta(accum: int) -> dict:
         return {"sft": asdict(cfg), "chat_template": template.to_meta(), "init": init_path, "data": counts,
