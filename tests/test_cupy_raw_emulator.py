@@ -86,13 +86,17 @@ def _emulated_registry(attention_variant: str):
                                                      ("flash", "float16")])
 def test_model_step_through_the_kernels(attention_variant, dtype):
     """conformance's model check (loss and every parameter gradient of a 2-layer GPT against the
-    float64 naive run) with every op but matmul from the emulated cupy_raw kernels; 16-bit models in
-    mixed precision (float32 master weights and gradient buffers)."""
+    float64 naive run) with every op but matmul from the emulated cupy_raw kernels (the MLP runs as
+    cupy_raw's mlp, so its GEMMs, the GELU epilogue and gelu' in the dx epilogue are the emulated
+    kernels too); 16-bit models in mixed precision (float32 master weights and gradient buffers)."""
     from conformance.model import check_model_step
     from euler_core import model
     if dtype != "float32" and dtype not in getattr(model, "MIXED", ()):
         pytest.skip("this core's model has no mixed precision yet (issue 12 brings it)")
-    check_model_step("cupyrawcpu", registry=_emulated_registry(attention_variant), seed=0, dtype=dtype)
+    registry = _emulated_registry(attention_variant)
+    from euler_core.kernels import Kernels
+    assert Kernels("cupyrawcpu", dtype=dtype, registry=registry).has("mlp")  # (not opt-in in this registry)
+    check_model_step("cupyrawcpu", registry=registry, seed=0, dtype=dtype)
 
 
 # ---- adamw: the GPU training step's contract -------------------------------------------------
