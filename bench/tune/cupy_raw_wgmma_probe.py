@@ -16,7 +16,10 @@ gradients, float32 as mixed precision keeps them, with db's fused row sums:
     qkv_dW        dW (2304, 768) += dy^T x, db += sum dy     depth N = 16384 (split-K)
     fc_dW         dW (3072, 768) += dy^T x, db += sum dy
 and matmul_gelu's forward at c_fc (fc_fwd_pre: pre and gelu(pre), the tree's deferred GELU against
-`pre128`; its ratio is against cuBLASLt's plain forward, what the fused GELU costs).
+`pre128`; its ratio is against cuBLASLt's plain forward, what the fused GELU costs); and mlp's
+projection dx with the GELU's backward at fc_proj (fc_proj_dx_dgelu: dx (N, 3072) * gelu'(pre), pre
+prefetched into the store image; the tree, the staged epilogue `store_off` and `dgelu_tanh`; its
+ratio is against cuBLASLt's plain dx, what the fused GELU backward costs).
 Measured at b51b176 (reports/cupy_raw-h200/bench-b51b176/matmul_bench.txt): ~150 TFLOP/s at K = 768,
 ~270 at 3072, 674 at 50304, i.e. ~12 ns per unit of K per tile but ~35-60 us more per tile.
 
@@ -60,6 +63,9 @@ Variants (all through matmul.gemm, the launcher the product uses):
     pre128          (fc_fwd_pre only) pre and gelu(pre) in two passes of 128 columns beside a 4-deep
                     ring, the first pass's GELU in the epilogue, the second's deferred (the tree: one
                     pass of 256, all of it deferred, a 3-deep ring)
+    dgelu_tanh      (fc_proj_dx_dgelu only) gelu' from one MUFU.TANH (tanh.approx.f32: sigmoid(2u) =
+                    (1 + tanh u) / 2) instead of an exp2 and a reciprocal: does the epilogue's SFU work
+                    show? (a source edit; the kernel's arithmetic is then no longer gelu.cu's)
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
 
 Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
@@ -115,12 +121,20 @@ PRODUCTS = {"fc_fwd": ("forward", 768, 3072, True), "fc_proj_fwd": ("forward", 3
             "fc_proj_dW": ("dW", 3072, 768, True), "lm_head_dW": ("dW", 768, 50304, False),
             "attn_proj_dW": ("dW", 768, 768, True),
             # matmul_gelu's forward at c_fc: pre and gelu(pre) (its ratio: against cuBLASLt's plain forward)
-            "fc_fwd_pre": ("forward_pre", 768, 3072, True)}
+            "fc_fwd_pre": ("forward_pre", 768, 3072, True),
+            # mlp's projection dx times gelu'(pre), pre (N, 3072) prefetched into the store image (the
+            # product's x stands in for pre; its ratio: against cuBLASLt's plain dx)
+            "fc_proj_dx_dgelu": ("dx_dgelu", 3072, 768, False)}
 
 _DISPATCH = "switch (flags & ~FLAG_ROWSUM) {"
 #: variant -> source edits of matmul.cu's gemm_wgmma ((old, new), old found exactly once)
 EDITS = {
     "runtime_flags": [(_DISPATCH, "switch (FLAGS_RUNTIME) {")],
+    # gelu'(pre) from one MUFU.TANH instead of exp2 and a reciprocal (s = sigmoid(2u) = (1 + tanh u) / 2)
+    "dgelu_tanh": [("    const float s = __fdividef(1.0f, 1.0f + exp2f(x * (GELU_A + GELU_B * x2)));",
+                    "    float tanh_u;\n"
+                    "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(tanh_u) : \"f\"(x * (0.7978845608f + 0.0356774081f * x2)));\n"
+                    "    const float s = 0.5f + 0.5f * tanh_u;")],
     "no_store": [(_DISPATCH, "float probe_sum = 0.0f;\n#pragma unroll\n"
                              "            for (int q = 0; q < WG_BN / 2; ++q) probe_sum += acc[h][q];\n"
                              "        if (probe_sum == 1234.5678f) switch (FLAGS_RUNTIME) {")],
@@ -144,11 +158,14 @@ VARIANTS = {
     "store_double": ({"store_buffers": 2}, None, None),
     "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
     "pre128": ({"store_cols": 128, "stages": 4}, None, None),
+    "dgelu_tanh": ({}, "dgelu_tanh", None),
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run at matmul_gelu's forward (and only there: pre128)
 PRE_VARIANTS = ("tree", "pre128")
+#: the variants run at mlp's dx with gelu'(pre) (and only there: dgelu_tanh); store_off: the staged epilogue's
+DGELU_VARIANTS = ("tree", "store_off", "dgelu_tanh")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double")
 
@@ -196,18 +213,21 @@ def _config(product: str, M: int, K: int, change: dict) -> dict:
 
 def _runs_at(variant: str, pname: str) -> bool:
     direction = PRODUCTS[pname][0]
+    if direction == "dx_dgelu" or variant == "dgelu_tanh":
+        return direction == "dx_dgelu" and variant in DGELU_VARIANTS + ("cublaslt",)
     if direction == "forward_pre" or variant in PRE_VARIANTS[1:]:
         return direction == "forward_pre" and variant in PRE_VARIANTS + ("cublaslt",)
     return direction != "dW" or variant in DW_VARIANTS + ("cublaslt",)
 
 
 def _output_shape(product: str, rows: int, K: int, M: int) -> tuple:
-    return {"forward": (rows, M), "forward_pre": (rows, M), "dx": (rows, K), "dW": (M, K)}[product]
+    return {"forward": (rows, M), "forward_pre": (rows, M), "dx": (rows, K), "dx_dgelu": (rows, K), "dW": (M, K)}[product]
 
 
 def _call(engine, cfg, product, x, w, b, dy, out, rows, K, M):
     """The product on `engine`; dW accumulates into out (M, K) and, given b (M), db into b; forward_pre
-    also writes pre (cuBLASLt, which has no such epilogue: the plain forward)."""
+    also writes pre, dx_dgelu multiplies by gelu'(x) (cuBLASLt, which has no such epilogues: the plain
+    forward, the plain dx)."""
     if product == "forward_pre" and engine != "cublaslt":
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out[0], rows, M, K, bias=b, gelu=True,
                 pre=out[1], product="forward_pre", weight_shape=(M, K), config=cfg)
@@ -215,9 +235,10 @@ def _call(engine, cfg, product, x, w, b, dy, out, rows, K, M):
         out = out[0] if product == "forward_pre" else out
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out, rows, M, K, bias=b,
                 product="forward", weight_shape=(M, K), config=cfg)
-    elif product == "dx":
+    elif product in ("dx", "dx_dgelu"):
+        dgelu = product == "dx_dgelu" and engine != "cublaslt"
         mm.gemm(engine, mm.Operand(dy, M, True), mm.Operand(w, K, False), out, rows, K, M,
-                product="dx", weight_shape=(M, K), config=cfg)
+                product="dx_dgelu" if dgelu else "dx", weight_shape=(M, K), config=cfg, dgelu_at=x if dgelu else None)
     else:
         mm.gemm(engine, mm.Operand(dy, M, False), mm.Operand(x, K, False), out, M, K, rows, accumulate=True,
                 rowsum=b, product="dW", weight_shape=(M, K), config=cfg)
@@ -259,7 +280,8 @@ def _modules(variants=tuple(VARIANTS)) -> list[tuple[str | None, dict]]:
 def _module_name(d: dict) -> str:
     return (f"{'pingpong' if d['WG_PINGPONG'] else 'cooperative':11s} A_KMAJOR={d['A_KMAJOR']} "
             f"B_KMAJOR={d['B_KMAJOR']} {d['WG_BM']}x{d['WG_BN']} stages={d['WG_STAGES']} store_cols={d['WG_STORE_COLS']}"
-            f"{' float32' if d['WG_STORE_F32'] else ''}")
+            f"{' float32' if d['WG_STORE_F32'] else ''}{' pre' if d['WG_STORE_PRE'] else ''}"
+            f"{' dgelu' if d.get('WG_STORE_DGELU') else ''}")
 
 
 def _compile_on_gpu(job) -> str:
@@ -331,9 +353,25 @@ def _emulate() -> int:
             (ok, err), (ok_g, err_g) = _verdict(np, variant, out[1], pre_ref), _verdict(np, variant, out[0], gelu_ref)
             print(f"emulated {variant:16s} pre     {'ok' if ok and ok_g else 'FAIL'} (pre {err}, gelu {err_g})")
             bad += not (ok and ok_g)
+        dgelu_ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(np, x.astype(np.float64))
+        for variant in DGELU_VARIANTS[:2]:  # (dgelu_tanh's PTX asm has no CPU emulation: nvcc above only)
+            out = np.full((rows, K), np.nan, dtype=bf16)
+            with rt.emulation():
+                _call("wgmma", _config("dx_dgelu", M, K, VARIANTS[variant][0]), "dx_dgelu", x, w, None, dy,
+                      out, rows, K, M)
+            ok, err = _verdict(np, variant, out, dgelu_ref)
+            print(f"emulated {variant:16s} dx*gelu' {'ok' if ok else 'FAIL'} ({err})")
+            bad += not ok
     finally:
         _common.num_sms = real_sms
     return bad
+
+
+def _gelu_grad(xp, v):
+    """d gelu / dv (float64): 0.5 (1 + tanh u) + 0.5 v sech^2(u) du/dv, u = sqrt(2/pi) (v + 0.044715 v^3)."""
+    c = 0.7978845608028654
+    t = xp.tanh(c * (v + 0.044715 * v ** 3))
+    return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v)
 
 
 def _verdict(xp, variant, out, ref):
@@ -376,12 +414,14 @@ class _Product:
                       normal((ROWS, M)) if product not in ("forward", "forward_pre") else None) for _ in range(2)]
         x, w, b, dy = self.sets[0]
         self.shape = _output_shape(product, ROWS, K, M)
-        self.depth = {"forward": K, "forward_pre": K, "dx": M, "dW": ROWS}[product]
+        self.depth = {"forward": K, "forward_pre": K, "dx": M, "dx_dgelu": M, "dW": ROWS}[product]
         self.flops = 2.0 * self.shape[0] * self.shape[1] * self.depth
         if product in ("forward", "forward_pre"):
             self.ref = x.astype(cp.float64) @ w.astype(cp.float64).T
-        elif product == "dx":
+        elif product in ("dx", "dx_dgelu"):
             self.ref = dy.astype(cp.float64) @ w.astype(cp.float64)
+            if product == "dx_dgelu":  # gelu'(pre), pre = x
+                self.dgelu = _gelu_grad(cp, x.astype(cp.float64))
         else:
             self.ref = dy.astype(cp.float64).T @ x.astype(cp.float64)
             self.ref_db = dy.astype(cp.float64).sum(axis=0)
@@ -418,6 +458,8 @@ class _Product:
             u = 0.7978845608028654 * (pre + 0.044715 * pre ** 3)
             ok_g, why_g = _verdict(cp, variant, self.out[0], 0.5 * pre * (1.0 + cp.tanh(u)))
             return ok and ok_g, f"pre {why}; gelu {why_g}"
+        if self.product == "dx_dgelu":
+            return _verdict(cp, variant, self.out, self.ref if variant == "cublaslt" else self.ref * self.dgelu)
         if self.product == "dW":
             ok, why = _verdict(cp, variant, self.out, self.ref)
             if bias:
