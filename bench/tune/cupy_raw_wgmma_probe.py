@@ -133,7 +133,8 @@ EDITS = {
     # gelu'(pre) from one MUFU.TANH instead of exp2 and a reciprocal (s = sigmoid(2u) = (1 + tanh u) / 2)
     "dgelu_tanh": [("    const float s = __fdividef(1.0f, 1.0f + exp2f(x * (GELU_A + GELU_B * x2)));",
                     "    float tanh_u;\n"
-                    "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(tanh_u) : \"f\"(x * (0.7978845608f + 0.0356774081f * x2)));\n"
+                    "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(tanh_u)\n"
+                    "        : \"f\"(x * (0.7978845608f + 0.0356774081f * x2)));\n"
                     "    const float s = 0.5f + 0.5f * tanh_u;")],
     "no_store": [(_DISPATCH, "float probe_sum = 0.0f;\n#pragma unroll\n"
                              "            for (int q = 0; q < WG_BN / 2; ++q) probe_sum += acc[h][q];\n"
@@ -221,7 +222,8 @@ def _runs_at(variant: str, pname: str) -> bool:
 
 
 def _output_shape(product: str, rows: int, K: int, M: int) -> tuple:
-    return {"forward": (rows, M), "forward_pre": (rows, M), "dx": (rows, K), "dx_dgelu": (rows, K), "dW": (M, K)}[product]
+    return {"forward": (rows, M), "forward_pre": (rows, M), "dx": (rows, K), "dx_dgelu": (rows, K),
+            "dW": (M, K)}[product]
 
 
 def _call(engine, cfg, product, x, w, b, dy, out, rows, K, M):
