@@ -649,6 +649,14 @@ def test_wgmma_is_the_backends_default_matmul():
     assert [v.name for v in get_registry().backend("cupy_raw").variants_of("matmul")][0] == "wgmma"
 
 
+def test_mlp_is_opt_in_until_timed():
+    # cupy_raw's mlp (FLAG_DGELU's op) is used only where named (mlp=cupy_raw): --backend cupy_raw keeps
+    # matmul_gelu's MLP until the H200 has timed the whole step with it (plugin.py's OPT_IN)
+    from euler_core.registry import get_registry
+    (mlp,) = get_registry().backend("cupy_raw").variants_of("mlp")
+    assert mlp.opt_in and mlp.name == "epilogues" and "opt-in" in mlp.description
+
+
 def test_split_k_slices():
     cfg = mm.CONFIGS[("wgmma", "dW")]
     # attn_proj's dW at 16384 rows: 36 tiles of 128 x 128 on 264 slots; slices of whole 64-deep tiles
