@@ -877,6 +877,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
             for (int h = 0; h < 2; ++h) {
                 const int y = r + 8 * h;
                 float v0 = acc[4 * q + 2 * h] + b0, v1 = acc[4 * q + 2 * h + 1] + b1;
+                // (the pair's address spelled out here and at the store: held in one variable, it changed
+                // the other modules' PTX, which the H200 has timed as they are)
                 if (F & FLAG_DGELU) {  // of dx as stored, at pre's pair (finish_value's arithmetic)
                     const Duo<OutT> x = *reinterpret_cast<Duo<OutT>*>(box + 8 * h * 128 + ((chunk ^ (y % 8)) << 4) + (byte & 15));
                     v0 = gelu_tanh_backward(to_f32(x.v[0]), to_f32(from_f32<floatX>(v0)));

@@ -133,7 +133,7 @@ CONFIGS = {
     ("mma", "forward_pre"): _mma(),
     # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image, so
     # the whole 64 x 256 share in one pass (store_cols = bn), beside a 3-deep ring as forward_pre's
-    # (not yet timed on the H200: bench/tune/cupy_raw_wgmma_probe.py --products dx_dgelu)
+    # (not yet timed on the H200: bench/tune/cupy_raw_wgmma_probe.py --products fc_proj_dx_dgelu)
     ("wgmma", "dx_dgelu"): _wg(bn=256, store_cols=256, stages=3),
     ("mma", "dx_dgelu"): _mma(ctas=1),
 }
@@ -310,17 +310,15 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
         grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
     dummy = a.array  # for an absent bias / pre: a floatX pointer the kernel never reads
-    if dgelu_at is not None:
-        pre = dgelu_at  # (one k slice: _k_split's)
-    if slices == 1:
-        target, flags = c, flags | _flags(c, bias, None if dgelu_at is not None else pre, accumulate, gelu, out_f32,
-                                          cols, dgelu_at)
+    if slices == 1:  # (always, with dgelu_at: _k_split's)
+        target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols, dgelu_at)
     else:
         target = partial if partial is not None else xp.empty((slices, rows, cols), dtype=np.float32)
         flags |= FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
+    pre_arg = pre if pre is not None else dgelu_at  # the kernel's pre: written (FLAG_PRE) or read (FLAG_DGELU)
     rt.launch(kernel, grid, threads,
-              lead + (target, bias if bias is not None and slices == 1 else dummy, pre if pre is not None else dummy,
-                      _common.i32(rows), _common.i32(cols), _common.i32(depth)) + middle
+              lead + (target, bias if bias is not None and slices == 1 else dummy,
+                      pre_arg if pre_arg is not None else dummy, _common.i32(rows), _common.i32(cols), _common.i32(depth)) + middle
               + (_common.i32(k_split), _common.i32(cfg["group_m"]), np.int32(flags)),
               shared_mem=shared)
     if slices > 1:
