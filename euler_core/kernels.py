@@ -218,7 +218,7 @@ class Kernels:
         self.text = text
         self.registry = registry or get_registry()
         self.notes: list[str] = []
-        selection = Selection.parse(text)
+        self.selection = selection = Selection.parse(text)
         # an inference-only op (attention_cached) is not held to the training dtype: generation with a
         # variant that lacks it fails there, with the dispatcher's message, not the whole selection here
         self.variants: dict[str, Variant] = {
@@ -305,7 +305,7 @@ class Kernels:
 
     def named(self, op: str) -> bool:
         """Whether the selection names `op` itself (`op=backend[:variant]`), not just its backend."""
-        return op in Selection.parse(self.text).overrides
+        return op in self.selection.overrides
 
     def has(self, op: str) -> bool:
         """Whether a variant of `op` was selected (fused ops may not be: then compose the primitives)."""
