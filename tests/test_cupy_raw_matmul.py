@@ -484,18 +484,26 @@ def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True, bias: b
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
-@pytest.mark.parametrize("store_cols, stages", [(256, 3), (128, 4)], ids=["all-deferred", "last-pass-deferred"])
-def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages):
+@pytest.mark.parametrize("store_cols, stages, pingpong", [(256, 3, False), (128, 4, False), (256, 4, True)],
+                         ids=["all-deferred", "last-pass-deferred", "pingpong"])
+def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages, pingpong):
     """matmul_gelu's forward through the TMA store (WG_STORE_PRE): the last pass's GELU deferred into
     the next tile's main loop, a step a k-block. Two blocks (two SMs) walk 3 x 2 and 2 x 2 tiles of
     128 x 256, ragged at both edges: main loops longer than the steps (K = 576: 9 k-blocks) and shorter (K = 64:
-    the steps finished after the loop), and each block's last tile finished after its items. pre must
+    the steps finished after the loop), and each block's last tile finished after its items. In the
+    pingpong schedule (matmul.PINGPONG_CONFIGS: 64 x 256 tiles a warpgroup, 6 x 2 and 4 x 2 of them)
+    nothing is deferred: the epilogue stores pre, then gelu(pre) from the same image. pre must
     match float64, and gelu(pre) must be bitwise gelu's kernel applied to the stored pre (the
     composition's arithmetic)."""
     from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_pre"),
+                        mm.PINGPONG_CONFIGS["forward_pre"] if pingpong else
                         dict(mm.CONFIGS[("wgmma", "forward_pre")], store_cols=store_cols, stages=stages))
+    modules = []
+    real_function = rt.function
+    monkeypatch.setattr(rt, "function", lambda name, kernel, defines=None, **kw:
+                        modules.append(dict(defines or {})) or real_function(name, kernel, defines, **kw))
     taken = []
     real_kind = mm._tma_store_kind
     monkeypatch.setattr(mm, "_tma_store_kind", lambda *args: taken.append(real_kind(*args)) or taken[-1])
@@ -512,21 +520,26 @@ def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages):
             assert bad.size == 0, (f"{store_cols}/{stages} {rows}x{K}x{M}: gelu(pre) differs from gelu's kernel at "
                                    f"{bad.size} elements, first {np.unravel_index(bad[0], y.shape)}")
     assert taken and set(taken) == {"16bit"}, taken
+    assert {(d.get("WG_STORE_PRE"), d.get("WG_PINGPONG")) for d in modules if d.get("GEMM_WGMMA")} == {(1, int(pingpong))}
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
-@pytest.mark.parametrize("epilogue", ["prefetched", "staged", "mma"])
+@pytest.mark.parametrize("epilogue", ["prefetched", "pingpong", "staged", "mma"])
 def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
     """FLAG_DGELU's kernels on the CPU, bitwise against the composition they replace (the plain dx
     GEMM, then gelu's backward kernel on its rounded output): wgmma's TMA store with pre prefetched
     into the image (WG_STORE_DGELU: two blocks walking 3 x 2 tiles of 128 x 256, so each warpgroup's
     mbarrier goes through several phases; ragged at both edges, boxes wholly outside pre not loaded,
-    at 40 rows a warpgroup's whole share; main loops of 9 k-blocks and of one),
-    wgmma's staged epilogue (store_cols 128: not the whole tile, so not prefetched) and gemm_mma."""
+    at 40 rows a warpgroup's whole share; main loops of 9 k-blocks and of one), the same in the
+    pingpong schedule (matmul.PINGPONG_CONFIGS: each warpgroup its own 64 x 256 tiles, 6 x 2 of them,
+    so each block's two warpgroups take several turns and prefetches each), wgmma's staged epilogue
+    (store_cols 128: not the whole tile, so not prefetched) and gemm_mma."""
     from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     if epilogue == "staged":
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dx_dgelu"), dict(mm.CONFIGS[("wgmma", "dx_dgelu")], store_cols=128))
+    if epilogue == "pingpong":
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dx_dgelu"), mm.PINGPONG_CONFIGS["dx_dgelu"])
     impl = mm.tiled if epilogue == "mma" else mm.wgmma
     fused = []  # (kernel, defines) of every launch with FLAG_DGELU
     real_launch = rt.launch
@@ -555,9 +568,9 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
                                    f"elements, first {np.unravel_index(bad[0], dpre.shape)}")
             ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(pre.astype(np.float64))
             _close(dpre, ref, "bfloat16", "gradient", f"{epilogue} {N}x{H}x{M} against float64")
-    kinds = {(name, d.get("WG_STORE_DGELU"), d.get("WG_STORE_COLS")) for name, d in fused}
-    assert kinds == {"prefetched": {("gemm_wgmma", 1, 256)}, "staged": {("gemm_wgmma", 0, 0)},
-                     "mma": {("gemm_mma", None, None)}}[epilogue], kinds
+    kinds = {(name, d.get("WG_STORE_DGELU"), d.get("WG_STORE_COLS"), d.get("WG_PINGPONG")) for name, d in fused}
+    assert kinds == {"prefetched": {("gemm_wgmma", 1, 256, 0)}, "pingpong": {("gemm_wgmma", 1, 256, 1)},
+                     "staged": {("gemm_wgmma", 0, 0, 0)}, "mma": {("gemm_mma", None, None, None)}}[epilogue], kinds
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
@@ -649,12 +662,13 @@ def test_wgmma_is_the_backends_default_matmul():
     assert [v.name for v in get_registry().backend("cupy_raw").variants_of("matmul")][0] == "wgmma"
 
 
-def test_mlp_is_opt_in_until_timed():
-    # cupy_raw's mlp (FLAG_DGELU's op) is used only where named (mlp=cupy_raw): --backend cupy_raw keeps
-    # matmul_gelu's MLP until the H200 has timed the whole step with it (plugin.py's OPT_IN)
+def test_cupy_raw_takes_its_mlp_where_its_primitives_are_its_own():
+    # cupy_raw's mlp (FLAG_DGELU's op) measured faster in the B=64 and B=16 steps than matmul_gelu +
+    # matmul (reports/train-h200/c8e250b), so --backend cupy_raw takes it, the cooperative variant first
+    # (test_selection.py: a fused op that is not opt-in is taken where its primitives' backend offers it)
     from euler_core.registry import get_registry
-    (mlp,) = get_registry().backend("cupy_raw").variants_of("mlp")
-    assert mlp.opt_in and mlp.name == "epilogues" and "opt-in" in mlp.description
+    variants = get_registry().backend("cupy_raw").variants_of("mlp")
+    assert [v.name for v in variants] == ["epilogues", "pingpong"] and not any(v.opt_in for v in variants)
 
 
 def test_split_k_slices():

@@ -744,7 +744,7 @@ struct DeferredGelu {
     int i, j;  // C's first row and column of the image
 };
 #if WG_STORE_PRE
-static_assert(WG_STORE_COLS > 0 && !WG_PINGPONG, "pre and gelu(pre): the cooperative TMA-store epilogue");
+static_assert(WG_STORE_COLS > 0 && WG_MH == 1, "pre and gelu(pre): the TMA-store epilogue of 64-row shares");
 constexpr int GELU_PIECES = 2;                                           // 16-byte pieces a thread a step
 constexpr int GELU_STEPS = 64 * WG_STORE_COLS * 2 / 16 / 128 / GELU_PIECES;  // 4 (128 columns) or 8 (256)
 
@@ -793,8 +793,8 @@ struct PreFetch {
     int rows, cols;  // pre's (and C's)
 };
 #if WG_STORE_DGELU
-static_assert(WG_STORE_COLS == WG_BN && WG_STORE_BUFFERS == 1 && !WG_PINGPONG && !WG_STORE_F32 && !WG_STORE_PRE,
-              "dx with gelu': the cooperative TMA-store epilogue, the whole share in one 16-bit image");
+static_assert(WG_STORE_COLS == WG_BN && WG_STORE_BUFFERS == 1 && WG_MH == 1 && !WG_STORE_F32 && !WG_STORE_PRE,
+              "dx with gelu': the TMA-store epilogue, a warpgroup's whole 64-row share in one 16-bit image");
 // (Boxes wholly outside pre, a ragged last tile's, are not asked for: their elements are never stored.)
 __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* image, const TmaDescriptor* pre_map, int t) {
     if (t != 0) return;
@@ -843,7 +843,9 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
         const bool activate = (F & FLAG_GELU) && image_of == 1;
         unsigned char* const image_at = image + ((pass * IMAGES + image_of - (2 - IMAGES)) % WG_STORE_BUFFERS) * FILL_BYTES;
         const int j_pass = j_tile + pass * FILL_COLS;
-        if ((F & FLAG_PRE) && activate && pass == PASSES - 1) {  // the image holds pre: gelu(pre) later
+        // the image holds pre: gelu(pre) later, under the next main loop (pingpong: here, while the
+        // other warpgroup multiplies)
+        if ((F & FLAG_PRE) && activate && pass == PASSES - 1 && !WG_PINGPONG) {
             deferred = DeferredGelu{0, i_wg, j_pass};
             break;
         }

@@ -154,6 +154,12 @@ PINGPONG_CONFIGS = {
     "forward": _wg(bn=256, bm=64, stages=5, pingpong=True),
     "dx": _wg(bn=256, bm=64, stages=5, pingpong=True),
     "dW": _wg(bm=64, stages=6, split_k=16, busy=0.9, pingpong=True),
+    # matmul_gelu's forward: pre, then gelu(pre) (not deferred), while the other warpgroup multiplies
+    "forward_pre": _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
+    # mlp's dx with gelu'(pre): each warpgroup's epilogue (pre prefetched into its 64 x 256 image, the
+    # GELU's backward at every element) runs while the other's tile multiplies; 4 x 40 KB beside the
+    # two 32 KB images
+    "dx_dgelu": _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
 }
 
 #: the unaligned gemm_mma (element-wise loads: awkward shapes, tests) budgets registers for one block per SM
@@ -236,7 +242,9 @@ def _add_rows(partial, out, dtype_of) -> None:
 
 
 def _config(engine: str, product: str, weight_shape: tuple, config: dict | None) -> dict:
-    if config is not None:
+    """The launch configuration: `config` where given for this engine (a wgmma configuration does not
+    carry over to the gemm_mma a TMA-less operand falls back to), else the product's."""
+    if config is not None and config.get("engine", engine) == engine:
         return dict(config)
     return dict(SHAPE_CONFIGS.get((engine, product, *weight_shape), CONFIGS[(engine, product)]))
 
@@ -427,10 +435,10 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                          f"boxes of {box_cols} columns")
     if store == "float32" and wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, True) > rt.MAX_SHARED_PER_BLOCK:
         store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
-    if store == "16bit" and pre is not None and (pingpong or buffers != 1):
-        store = None  # (pre's TMA-store epilogue is the cooperative one with one buffer: the staged one here)
-    if store == "16bit" and dgelu_at is not None and (pingpong or buffers != 1 or store_cols != cfg["bn"]):
-        store = None  # (the prefetch of pre fills one image with the whole share: the staged epilogue here)
+    if store == "16bit" and pre is not None and ((pingpong and bm != 64) or buffers != 1):
+        store = None  # (pre's TMA-store epilogue takes 64-row shares and one buffer: the staged one here)
+    if store == "16bit" and dgelu_at is not None and ((pingpong and bm != 64) or buffers != 1 or store_cols != cfg["bn"]):
+        store = None  # (the prefetch of pre fills one image with a warpgroup's whole 64-row share: else staged)
     if store is None:
         store_cols = 0
     f32 = store == "float32"
@@ -509,8 +517,9 @@ class Matmul:
              weight_shape=(M, K))
         return y, Saved(x, weight, bias)
 
-    def forward_gelu(self, x, weight, bias=None, out=None, pre=None):
-        """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward."""
+    def forward_gelu(self, x, weight, bias=None, out=None, pre=None, config=None):
+        """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward.
+        `config`: a launch configuration instead of the product's (mlp's pingpong variant)."""
         if self.engine == "cublaslt":
             raise ValueError("matmul cublaslt: forward_gelu is the hand-written GEMMs' epilogue (tiled, wgmma)")
         check_operands(x, weight, bias)
@@ -521,13 +530,14 @@ class Matmul:
         if pre is not None:
             _common.output("matmul", xp, pre, (N, M), str(x.dtype), name="pre")
         gemm(self.engine, Operand(x, K, True), Operand(weight, K, True), y, N, M, K, bias=bias, gelu=True,
-             pre=pre, weight_shape=(M, K), product="forward" if pre is None else "forward_pre")
+             pre=pre, weight_shape=(M, K), product="forward" if pre is None else "forward_pre", config=config)
         return y
 
-    def backward(self, saved, dout, grads, dgelu_at=None):
+    def backward(self, saved, dout, grads, dgelu_at=None, dx_config=None):
         """dx = dout @ W, dW += dout.T @ x, db += sum_n dout. With `dgelu_at` (x's shape and dtype: the
         GELU's input where x is its output, as in GPT-2's MLP projection), dx = (dout @ W) *
-        gelu'(dgelu_at) instead: the GELU's backward in the dx GEMM's epilogue (mlp.py)."""
+        gelu'(dgelu_at) instead: the GELU's backward in the dx GEMM's epilogue (mlp.py). `dx_config`:
+        a launch configuration for dx's GEMM instead of the product's (mlp's pingpong variant)."""
         x, weight = saved.x, saved.weight
         N, K = x.shape
         M = weight.shape[0]
@@ -543,7 +553,8 @@ class Matmul:
         if dgelu_at is not None:
             _common.check_contiguous("matmul", dgelu_at=dgelu_at)
         gemm(self.engine, Operand(dout, M, True), Operand(weight, K, False), dx, N, K, M,   # dx = dy @ W
-             product="dx" if dgelu_at is None else "dx_dgelu", weight_shape=(M, K), dgelu_at=dgelu_at)
+             product="dx" if dgelu_at is None else "dx_dgelu", weight_shape=(M, K), dgelu_at=dgelu_at,
+             config=dx_config)
         gemm(self.engine, Operand(dout, M, False), Operand(x, K, False), dw, M, K, N,      # dW += dy.T @ x
              accumulate=True, rowsum=db, product="dW", weight_shape=(M, K))                # db += sum_n dy
         result = {"x": dx, "weight": dw}
