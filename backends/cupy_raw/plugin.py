@@ -23,9 +23,9 @@ variant listed for an op is the backend's default for it.
     crossentropy_onepass staged  (fused) the loss and dlogits from one read of each row, its exps kept in shared memory
     matmul_gelu   epilogue   (fused) the GEMM's TMA epilogue writes pre, gelu(pre) made under the next tile's multiplies; the backward composed
     layernorm_residual fused (fused) x = a + b written and normalised in one pass (layernorm's kernels); da = dx + dln in one
-    mlp           epilogues  (fused, opt-in) the whole MLP: the GELU in c_fc's epilogue, gelu' in the projection's dx
-                             epilogue (no d(gelu) array, no GELU-backward pass); used only when named (mlp=cupy_raw)
-                             until the H200 has timed it in the step
+    mlp           epilogues  (fused) the whole MLP: the GELU in c_fc's epilogue, gelu' in the projection's dx
+                             epilogue (no d(gelu) array, no GELU-backward pass); cooperative GEMMs
+    mlp           pingpong   the same in the pingpong schedule: a warpgroup's GELU epilogue under the other's multiplies
 """
 
 from euler_core.ops import OPS
@@ -55,14 +55,12 @@ _VARIANTS = [
      "the backward composed (gelu, matmul)"),
     ("layernorm_residual", "fused", "layernorm_residual",
      "residual add and layernorm in one pass each way (layernorm's kernels with the stream staged beside each row)"),
-    ("mlp", "epilogues", "mlp",
+    ("mlp", "epilogues", "mlp:epilogues",
      "the MLP's GEMMs with the GELU in c_fc's TMA-store epilogue and gelu'(pre) in the projection's dx epilogue "
      "(pre prefetched into its image): no d(gelu) array, no GELU-backward pass"),
+    ("mlp", "pingpong", "mlp:pingpong",
+     "epilogues' GEMMs in the pingpong schedule: each warpgroup's GELU epilogue runs under the other's multiplies"),
 ]
-
-#: fused ops used only where named (`--backend cupy_raw,mlp=cupy_raw`), not wherever their primitives
-#: are cupy_raw's: mlp until its speed in the whole step is measured on the H200
-OPT_IN = ("mlp",)
 
 
 @hookimpl
@@ -73,7 +71,7 @@ def nanoeuler_backends():
     variants = [Variant(op, name, impl=f"backends.cupy_raw.{impl}", device="cuda", dtypes=DTYPES,
                         requires=("cupy",), contiguous=op not in ("embedding", "crossentropy", "crossentropy_onepass",
                                                                "attention_cached"),
-                        description=description + ("; opt-in" if op in OPT_IN else ""), opt_in=op in OPT_IN)
+                        description=description)
                 for op, name, impl, description in _VARIANTS
                 if op in OPS]  # a core without an op (sumsq is younger than the rest) gets the others
     return [Backend("cupy_raw", "hand-written CUDA C kernels compiled at run time through CuPy (NVRTC)",
