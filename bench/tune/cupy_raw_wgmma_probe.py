@@ -62,10 +62,14 @@ Variants (all through matmul.gemm, the launcher the product uses):
     store256_double the same at store_cols 256 with a 3-deep ring: two 128-column buffers
     pre128          (fc_fwd_pre only) pre and gelu(pre) in two passes of 128 columns beside a 4-deep
                     ring, the first pass's GELU in the epilogue, the second's deferred (the tree: one
-                    pass of 256, all of it deferred, a 3-deep ring)
+                    pass of 256, all of it deferred, a 3-deep ring); pingpong there: 64 x 256 tiles,
+                    pre then gelu(pre) in the epilogue, not deferred (the other warpgroup multiplies)
     dgelu_tanh      (fc_proj_dx_dgelu only) gelu' from one MUFU.TANH (tanh.approx.f32: sigmoid(2u) =
                     (1 + tanh u) / 2) instead of an exp2 and a reciprocal: does the epilogue's SFU work
                     show? (a source edit; the kernel's arithmetic is then no longer gelu.cu's)
+    pingpong_s3     (fc_proj_dx_dgelu only) pingpong (at dx with gelu': its 64 x 256 tiles, pre
+                    prefetched into each warpgroup's image, a 4-deep ring) with a 3-deep ring
+    pingpong_tanh   (fc_proj_dx_dgelu only) pingpong with dgelu_tanh's edit
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
 
 Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
@@ -160,15 +164,19 @@ VARIANTS = {
     "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
     "pre128": ({"store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
+    "pingpong_s3": ({"pingpong": True, "stages": 3}, None, None),
+    "pingpong_tanh": ({"pingpong": True}, "dgelu_tanh", None),
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run at matmul_gelu's forward (and only there: pre128)
-PRE_VARIANTS = ("tree", "pre128")
-#: the variants run at mlp's dx with gelu'(pre) (and only there: dgelu_tanh); store_off: the staged epilogue's
-DGELU_VARIANTS = ("tree", "store_off", "dgelu_tanh")
+PRE_VARIANTS = ("tree", "pre128", "pingpong")
+PRE_ONLY = ("pre128",)
+#: the variants run at mlp's dx with gelu'(pre) (and only there: DGELU_ONLY); store_off: the staged epilogue's
+DGELU_VARIANTS = ("tree", "store_off", "dgelu_tanh", "pingpong", "pingpong_s3", "pingpong_tanh")
+DGELU_ONLY = ("dgelu_tanh", "pingpong_s3", "pingpong_tanh")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
-ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double")
+ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "pingpong_s3", "pingpong_tanh")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
@@ -214,9 +222,9 @@ def _config(product: str, M: int, K: int, change: dict) -> dict:
 
 def _runs_at(variant: str, pname: str) -> bool:
     direction = PRODUCTS[pname][0]
-    if direction == "dx_dgelu" or variant == "dgelu_tanh":
+    if direction == "dx_dgelu" or variant in DGELU_ONLY:
         return direction == "dx_dgelu" and variant in DGELU_VARIANTS + ("cublaslt",)
-    if direction == "forward_pre" or variant in PRE_VARIANTS[1:]:
+    if direction == "forward_pre" or variant in PRE_ONLY:
         return direction == "forward_pre" and variant in PRE_VARIANTS + ("cublaslt",)
     return direction != "dW" or variant in DW_VARIANTS + ("cublaslt",)
 
@@ -356,7 +364,8 @@ def _emulate() -> int:
             print(f"emulated {variant:16s} pre     {'ok' if ok and ok_g else 'FAIL'} (pre {err}, gelu {err_g})")
             bad += not (ok and ok_g)
         dgelu_ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(np, x.astype(np.float64))
-        for variant in DGELU_VARIANTS[:2]:  # (dgelu_tanh's PTX asm has no CPU emulation: nvcc above only)
+        for variant in ("tree", "store_off", "pingpong", "pingpong_s3"):  # (dgelu_tanh's PTX asm has no CPU
+            # emulation: nvcc above only)
             out = np.full((rows, K), np.nan, dtype=bf16)
             with rt.emulation():
                 _call("wgmma", _config("dx_dgelu", M, K, VARIANTS[variant][0]), "dx_dgelu", x, w, None, dy,
