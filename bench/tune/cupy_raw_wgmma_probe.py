@@ -18,8 +18,9 @@ gradients, float32 as mixed precision keeps them, with db's fused row sums:
 and matmul_gelu's forward at c_fc (fc_fwd_pre: pre and gelu(pre), the tree's deferred GELU against
 `pre128`; its ratio is against cuBLASLt's plain forward, what the fused GELU costs); and mlp's
 projection dx with the GELU's backward at fc_proj (fc_proj_dx_dgelu: dx (N, 3072) * gelu'(pre), pre
-prefetched into the store image; the tree, the staged epilogue `store_off` and `dgelu_tanh`; its
-ratio is against cuBLASLt's plain dx, what the fused GELU backward costs).
+prefetched into the store image; the tree, the staged epilogue `store_off`, `dgelu_tanh` and the
+pingpong schedule's variants; its ratio is against cuBLASLt's plain dx, what the fused GELU backward
+costs).
 Measured at b51b176 (reports/cupy_raw-h200/bench-b51b176/matmul_bench.txt): ~150 TFLOP/s at K = 768,
 ~270 at 3072, 674 at 50304, i.e. ~12 ns per unit of K per tile but ~35-60 us more per tile.
 
@@ -67,8 +68,8 @@ Variants (all through matmul.gemm, the launcher the product uses):
     dgelu_tanh      (fc_proj_dx_dgelu only) gelu' from one MUFU.TANH (tanh.approx.f32: sigmoid(2u) =
                     (1 + tanh u) / 2) instead of an exp2 and a reciprocal: does the epilogue's SFU work
                     show? (a source edit; the kernel's arithmetic is then no longer gelu.cu's)
-    pingpong_s3     (fc_proj_dx_dgelu only) pingpong (at dx with gelu': its 64 x 256 tiles, pre
-                    prefetched into each warpgroup's image, a 4-deep ring) with a 3-deep ring
+    pingpong_s3     (fc_fwd_pre and fc_proj_dx_dgelu only) pingpong (there: 64 x 256 tiles, the
+                    warpgroup's whole share in one image, a 4-deep ring) with a 3-deep ring
     pingpong_tanh   (fc_proj_dx_dgelu only) pingpong with dgelu_tanh's edit
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
 
@@ -169,12 +170,12 @@ VARIANTS = {
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
-#: the variants run at matmul_gelu's forward (and only there: pre128)
-PRE_VARIANTS = ("tree", "pre128", "pingpong")
-PRE_ONLY = ("pre128",)
-#: the variants run at mlp's dx with gelu'(pre) (and only there: DGELU_ONLY); store_off: the staged epilogue's
-DGELU_VARIANTS = ("tree", "store_off", "dgelu_tanh", "pingpong", "pingpong_s3", "pingpong_tanh")
-DGELU_ONLY = ("dgelu_tanh", "pingpong_s3", "pingpong_tanh")
+#: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
+#: dx with gelu'(pre) (store_off: the staged epilogue's)
+EPILOGUE_VARIANTS = {"forward_pre": ("tree", "pre128", "pingpong", "pingpong_s3"),
+                     "dx_dgelu": ("tree", "store_off", "dgelu_tanh", "pingpong", "pingpong_s3", "pingpong_tanh")}
+#: the variants run there only
+EPILOGUE_ONLY = ("pre128", "dgelu_tanh", "pingpong_s3", "pingpong_tanh")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "pingpong_s3", "pingpong_tanh")
 
@@ -222,10 +223,10 @@ def _config(product: str, M: int, K: int, change: dict) -> dict:
 
 def _runs_at(variant: str, pname: str) -> bool:
     direction = PRODUCTS[pname][0]
-    if direction == "dx_dgelu" or variant in DGELU_ONLY:
-        return direction == "dx_dgelu" and variant in DGELU_VARIANTS + ("cublaslt",)
-    if direction == "forward_pre" or variant in PRE_ONLY:
-        return direction == "forward_pre" and variant in PRE_VARIANTS + ("cublaslt",)
+    if direction in EPILOGUE_VARIANTS:
+        return variant in EPILOGUE_VARIANTS[direction] + ("cublaslt",)
+    if variant in EPILOGUE_ONLY:
+        return False
     return direction != "dW" or variant in DW_VARIANTS + ("cublaslt",)
 
 
@@ -355,7 +356,7 @@ def _emulate() -> int:
             bad += not (ok and ok_b)
         pre_ref = ref + b.astype(np.float64)
         gelu_ref = 0.5 * pre_ref * (1.0 + np.tanh(0.7978845608028654 * (pre_ref + 0.044715 * pre_ref ** 3)))
-        for variant in PRE_VARIANTS:
+        for variant in EPILOGUE_VARIANTS["forward_pre"]:
             out = (np.full((rows, M), np.nan, dtype=bf16), np.full((rows, M), np.nan, dtype=bf16))
             with rt.emulation():
                 _call("wgmma", _config("forward_pre", M, K, VARIANTS[variant][0]), "forward_pre", x, w, b, None,
