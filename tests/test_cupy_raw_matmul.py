@@ -491,15 +491,16 @@ def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages, pi
     the next tile's main loop, a step a k-block. Two blocks (two SMs) walk 3 x 2 and 2 x 2 tiles of
     128 x 256, ragged at both edges: main loops longer than the steps (K = 576: 9 k-blocks) and shorter (K = 64:
     the steps finished after the loop), and each block's last tile finished after its items. In the
-    pingpong schedule (matmul.PINGPONG_CONFIGS: 64 x 256 tiles a warpgroup, 6 x 2 and 4 x 2 of them)
+    pingpong schedule (matmul.CONFIGS, the product's: 64 x 256 tiles a warpgroup, 6 x 2 and 4 x 2 of them)
     nothing is deferred: the epilogue stores pre, then gelu(pre) from the same image. pre must
     match float64, and gelu(pre) must be bitwise gelu's kernel applied to the stored pre (the
     composition's arithmetic)."""
     from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
-    monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_pre"),
-                        mm.PINGPONG_CONFIGS["forward_pre"] if pingpong else
-                        dict(mm.CONFIGS[("wgmma", "forward_pre")], store_cols=store_cols, stages=stages))
+    if not pingpong:  # (the product's configuration is the pingpong one: matmul.CONFIGS)
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_pre"),
+                            dict(mm.CONFIGS[("wgmma", "forward_pre")], pingpong=False, bm=128,
+                                 store_cols=store_cols, stages=stages))
     modules = []
     real_function = rt.function
     monkeypatch.setattr(rt, "function", lambda name, kernel, defines=None, **kw:
@@ -530,16 +531,16 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
     GEMM, then gelu's backward kernel on its rounded output): wgmma's TMA store with pre prefetched
     into the image (WG_STORE_DGELU: two blocks walking 3 x 2 tiles of 128 x 256, so each warpgroup's
     mbarrier goes through several phases; ragged at both edges, boxes wholly outside pre not loaded,
-    at 40 rows a warpgroup's whole share; main loops of 9 k-blocks and of one), the same in the
-    pingpong schedule (matmul.PINGPONG_CONFIGS: each warpgroup its own 64 x 256 tiles, 6 x 2 of them,
-    so each block's two warpgroups take several turns and prefetches each), wgmma's staged epilogue
-    (store_cols 128: not the whole tile, so not prefetched) and gemm_mma."""
+    at 40 rows a warpgroup's whole share; main loops of 9 k-blocks and of one: the cooperative
+    schedule), the same in the pingpong schedule (matmul.CONFIGS, the product's: each warpgroup its own
+    64 x 256 tiles, 6 x 2 of them, so each block's two warpgroups take several turns and prefetches
+    each), wgmma's staged epilogue (store_cols 128: not the whole tile, so not prefetched) and gemm_mma."""
     from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
-    if epilogue == "staged":
-        monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dx_dgelu"), dict(mm.CONFIGS[("wgmma", "dx_dgelu")], store_cols=128))
-    if epilogue == "pingpong":
-        monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dx_dgelu"), mm.PINGPONG_CONFIGS["dx_dgelu"])
+    cooperative = dict(mm.CONFIGS[("wgmma", "dx_dgelu")], pingpong=False, bm=128, stages=3)
+    if epilogue in ("prefetched", "staged"):
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dx_dgelu"),
+                            dict(cooperative, store_cols=128) if epilogue == "staged" else cooperative)
     impl = mm.tiled if epilogue == "mma" else mm.wgmma
     fused = []  # (kernel, defines) of every launch with FLAG_DGELU
     real_launch = rt.launch
@@ -668,7 +669,7 @@ def test_cupy_raw_takes_its_mlp_where_its_primitives_are_its_own():
     # (test_selection.py: a fused op that is not opt-in is taken where its primitives' backend offers it)
     from euler_core.registry import get_registry
     variants = get_registry().backend("cupy_raw").variants_of("mlp")
-    assert [v.name for v in variants] == ["epilogues", "pingpong"] and not any(v.opt_in for v in variants)
+    assert [v.name for v in variants] == ["epilogues"] and not variants[0].opt_in
 
 
 def test_split_k_slices():

@@ -411,7 +411,10 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 //       accumulators' shared-memory staging, the bias and GELU would still stall both warpgroups.
 //       Measured (H200, 16384 rows, reports/cupy_raw-h200/pingpong-61e6ab8): the overlap works (fc
 //       forward 6.4 us a half-wave) but the smaller tiles lose more: 0.74-0.87x cuBLASLt against the
-//       cooperative 0.76-0.96x at every product, so cooperative is the default.
+//       cooperative 0.76-0.96x at every plain product, so cooperative is theirs. The GELU epilogues
+//       (WG_STORE_PRE, WG_STORE_DGELU) are heavier than the tiles' cost: there pingpong is the
+//       product's (fc's pre + GELU 0.73x against 0.68x, fc_proj's dx * gelu' 0.71x against 0.62x,
+//       reports/train-h200/9a4640e/cupy_gemm/probe.txt).
 //
 // The epilogue (wgmma_epilogue). wgmma leaves each thread 2 columns x 2 rows of every 8-column group
 // (wgmma_acc_coords): stored from there, a warp instruction writes 8 rows x 16 bytes (bf16 pairs),
@@ -738,7 +741,10 @@ __device__ __forceinline__ void wgmma_epilogue(const Out& o, const float (&acc)[
 // Measured on the H200 (reports/train-h200/d3f0fff, c_fc at 16384 rows): 14.1 us a tile wave against
 // 10.4 for the plain GEMM, so the main loop does not hide the GELU, it only hides it a little better
 // than the epilogue did (two passes, the second's GELU deferred: 14.6); in the step the fused forward
-// takes 701-713 us a layer against 517 + 213 for the GEMM and gelu's pass (dbeb0bd).
+// takes 701-713 us a layer against 517 + 213 for the GEMM and gelu's pass (dbeb0bd). This is the
+// cooperative schedule's; in the pingpong schedule (the product's configuration since 9a4640e) nothing
+// is deferred: the epilogue stores pre, then gelu(pre) from the same image, while the other
+// warpgroup's tile multiplies (13.0 us for the same two half-waves, 9a4640e's probe).
 struct DeferredGelu {
     int step;  // the next step; GELU_STEPS: nothing deferred
     int i, j;  // C's first row and column of the image

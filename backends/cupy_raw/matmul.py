@@ -127,14 +127,16 @@ CONFIGS = {
     # float32 results in four passes of 64 columns, all the ring leaves): 0.97-1.22x cuBLASLt at the
     # five linears' dW against 0.85-1.07x for 128 x 128 tiles (gemm-43345c6, probe.txt: dw256)
     ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.9, store_cols=64),
-    # matmul_gelu's forward (pre and gelu(pre)): the whole 64 x 256 share in one pass, so that its
-    # GELU is all deferred to the next tile's main loop (matmul.cu, DeferredGelu), beside a 3-deep ring
-    ("wgmma", "forward_pre"): _wg(bn=256, store_cols=256, stages=3),
+    # The two GELU epilogues take the pingpong schedule (each consumer warpgroup its own 64 x 256 tile,
+    # its whole share in one image, a 4-deep ring): a warpgroup's GELU (or gelu') then runs while the
+    # other's tile multiplies, which pays more than the smaller tiles cost, unlike at the plain products.
+    # H200, 16384 rows (reports/train-h200/9a4640e/cupy_gemm/probe.txt): the cooperative 128 x 256
+    # tile with a 3-deep ring 0.68x / 0.62x cuBLASLt's plain product, pingpong 0.73x / 0.71x.
+    # matmul_gelu's forward (pre and gelu(pre), matmul.cu's WG_STORE_PRE)
+    ("wgmma", "forward_pre"): _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
     ("mma", "forward_pre"): _mma(),
-    # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image, so
-    # the whole 64 x 256 share in one pass (store_cols = bn), beside a 3-deep ring as forward_pre's
-    # (not yet timed on the H200: bench/tune/cupy_raw_wgmma_probe.py --products fc_proj_dx_dgelu)
-    ("wgmma", "dx_dgelu"): _wg(bn=256, store_cols=256, stages=3),
+    # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image
+    ("wgmma", "dx_dgelu"): _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
     ("mma", "dx_dgelu"): _mma(ctas=1),
 }
 
@@ -148,18 +150,12 @@ SHAPE_CONFIGS = {
 #: product -> gemm_wgmma's pingpong schedule (matmul.cu): each consumer warpgroup a 64-row tile of its
 #: own, one more ring stage in the shared memory the smaller A tiles leave (5 x 40 KB at bn 256, 6 x 24
 #: KB at dW's bn 128). Timed against CONFIGS by bench/tune/cupy_raw_wgmma_probe.py: slower at every
-#: product (0.74-0.87x cuBLASLt against 0.76-0.96x, reports/cupy_raw-h200/pingpong-61e6ab8), so
-#: CONFIGS' cooperative schedule is the product's.
+#: plain product (0.74-0.87x cuBLASLt against 0.76-0.96x, reports/cupy_raw-h200/pingpong-61e6ab8), so
+#: CONFIGS' cooperative schedule is theirs (the GELU epilogues' CONFIGS are pingpong).
 PINGPONG_CONFIGS = {
     "forward": _wg(bn=256, bm=64, stages=5, pingpong=True),
     "dx": _wg(bn=256, bm=64, stages=5, pingpong=True),
     "dW": _wg(bm=64, stages=6, split_k=16, busy=0.9, pingpong=True),
-    # matmul_gelu's forward: pre, then gelu(pre) (not deferred), while the other warpgroup multiplies
-    "forward_pre": _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
-    # mlp's dx with gelu'(pre): each warpgroup's epilogue (pre prefetched into its 64 x 256 image, the
-    # GELU's backward at every element) runs while the other's tile multiplies; 4 x 40 KB beside the
-    # two 32 KB images
-    "dx_dgelu": _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
 }
 
 #: the unaligned gemm_mma (element-wise loads: awkward shapes, tests) budgets registers for one block per SM
@@ -517,9 +513,8 @@ class Matmul:
              weight_shape=(M, K))
         return y, Saved(x, weight, bias)
 
-    def forward_gelu(self, x, weight, bias=None, out=None, pre=None, config=None):
-        """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward.
-        `config`: a launch configuration instead of the product's (mlp's pingpong variant)."""
+    def forward_gelu(self, x, weight, bias=None, out=None, pre=None):
+        """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward."""
         if self.engine == "cublaslt":
             raise ValueError("matmul cublaslt: forward_gelu is the hand-written GEMMs' epilogue (tiled, wgmma)")
         check_operands(x, weight, bias)
@@ -530,14 +525,13 @@ class Matmul:
         if pre is not None:
             _common.output("matmul", xp, pre, (N, M), str(x.dtype), name="pre")
         gemm(self.engine, Operand(x, K, True), Operand(weight, K, True), y, N, M, K, bias=bias, gelu=True,
-             pre=pre, weight_shape=(M, K), product="forward" if pre is None else "forward_pre", config=config)
+             pre=pre, weight_shape=(M, K), product="forward" if pre is None else "forward_pre")
         return y
 
-    def backward(self, saved, dout, grads, dgelu_at=None, dx_config=None):
+    def backward(self, saved, dout, grads, dgelu_at=None):
         """dx = dout @ W, dW += dout.T @ x, db += sum_n dout. With `dgelu_at` (x's shape and dtype: the
         GELU's input where x is its output, as in GPT-2's MLP projection), dx = (dout @ W) *
-        gelu'(dgelu_at) instead: the GELU's backward in the dx GEMM's epilogue (mlp.py). `dx_config`:
-        a launch configuration for dx's GEMM instead of the product's (mlp's pingpong variant)."""
+        gelu'(dgelu_at) instead: the GELU's backward in the dx GEMM's epilogue (mlp.py)."""
         x, weight = saved.x, saved.weight
         N, K = x.shape
         M = weight.shape[0]
@@ -553,8 +547,7 @@ class Matmul:
         if dgelu_at is not None:
             _common.check_contiguous("matmul", dgelu_at=dgelu_at)
         gemm(self.engine, Operand(dout, M, True), Operand(weight, K, False), dx, N, K, M,   # dx = dy @ W
-             product="dx" if dgelu_at is None else "dx_dgelu", weight_shape=(M, K), dgelu_at=dgelu_at,
-             config=dx_config)
+             product="dx" if dgelu_at is None else "dx_dgelu", weight_shape=(M, K), dgelu_at=dgelu_at)
         gemm(self.engine, Operand(dout, M, False), Operand(x, K, False), dw, M, K, N,      # dW += dy.T @ x
              accumulate=True, rowsum=db, product="dW", weight_shape=(M, K))                # db += sum_n dy
         result = {"x": dx, "weight": dw}

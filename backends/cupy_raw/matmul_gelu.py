@@ -2,11 +2,12 @@
 GELU in the GEMM's epilogue (matmul.py's forward_gelu; no kernel of its own).
 
 Forward: one wgmma GEMM whose TMA-store epilogue writes both pre = x @ W.T + b (kept for the
-backward, in x's dtype) and out = gelu(pre) (matmul.cu's WG_STORE_PRE modules: the tile's 64 x 256
-share of a consumer warpgroup fills the shared-memory image with pre, hands it to the copy engine and
-goes on to the next tile, whose main loop turns the image into gelu(pre) between its multiplies and
-stores it: DeferredGelu). Against the composition (matmul writes pre, gelu's kernel reads it back and
-writes out) it saves the GELU's pass over pre, and the GELU runs while the tensor cores multiply.
+backward, in x's dtype) and out = gelu(pre) (matmul.cu's WG_STORE_PRE modules, in the pingpong
+schedule: a consumer warpgroup fills the shared-memory image of its 64 x 256 tile with pre, hands it
+to the copy engine, turns the image into gelu(pre) once that has been read and stores it, all while
+the other warpgroup's tile multiplies; matmul.py's CONFIGS say why). Against the composition (matmul
+writes pre, gelu's kernel reads it back and writes out) it saves the GELU's pass over pre, and the
+GELU runs while the tensor cores multiply.
 out is gelu of pre as stored (rounded to x's dtype): bitwise what gelu.cu's kernel makes of it.
 
 Backward, composed: gelu's kernel forms dpre = dout * gelu'(pre) (a scratch (N, M) array of the

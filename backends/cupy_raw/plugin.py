@@ -21,11 +21,10 @@ variant listed for an op is the backend's default for it.
     adamw         fused      the whole update in one pass; bf16 weight copy, clipping, device scalars
     sumsq         ordered    the gradient's sum of squares in a fixed order (two launches)
     crossentropy_onepass staged  (fused) the loss and dlogits from one read of each row, its exps kept in shared memory
-    matmul_gelu   epilogue   (fused) the GEMM's TMA epilogue writes pre, gelu(pre) made under the next tile's multiplies; the backward composed
+    matmul_gelu   epilogue   (fused) the GEMM's TMA epilogue writes pre, then gelu(pre) while the other warpgroup multiplies; the backward composed
     layernorm_residual fused (fused) x = a + b written and normalised in one pass (layernorm's kernels); da = dx + dln in one
     mlp           epilogues  (fused) the whole MLP: the GELU in c_fc's epilogue, gelu' in the projection's dx
-                             epilogue (no d(gelu) array, no GELU-backward pass); cooperative GEMMs
-    mlp           pingpong   the same in the pingpong schedule: a warpgroup's GELU epilogue under the other's multiplies
+                             epilogue (no d(gelu) array, no GELU-backward pass)
 """
 
 from euler_core.ops import OPS
@@ -51,15 +50,13 @@ _VARIANTS = [
     ("adamw", "fused", "adamw", "the whole AdamW update in one pass, bf16 copy and clipping fused"),
     ("sumsq", "ordered", "sumsq", "sum of squares in a fixed order: per-block partials, then one block"),
     ("matmul_gelu", "epilogue", "matmul_gelu",
-     "wgmma GEMM writing pre from its TMA-store epilogue and gelu(pre) under the next tile's multiplies; "
+     "wgmma GEMM writing pre and gelu(pre) from its TMA-store epilogue while the other warpgroup multiplies; "
      "the backward composed (gelu, matmul)"),
     ("layernorm_residual", "fused", "layernorm_residual",
      "residual add and layernorm in one pass each way (layernorm's kernels with the stream staged beside each row)"),
-    ("mlp", "epilogues", "mlp:epilogues",
+    ("mlp", "epilogues", "mlp",
      "the MLP's GEMMs with the GELU in c_fc's TMA-store epilogue and gelu'(pre) in the projection's dx epilogue "
      "(pre prefetched into its image): no d(gelu) array, no GELU-backward pass"),
-    ("mlp", "pingpong", "mlp:pingpong",
-     "epilogues' GEMMs in the pingpong schedule: each warpgroup's GELU epilogue runs under the other's multiplies"),
 ]
 
 

@@ -15,12 +15,11 @@ and, for the variants of DW_VARIANTS only (the others probe the forward's epilog
 gradients, float32 as mixed precision keeps them, with db's fused row sums:
     qkv_dW        dW (2304, 768) += dy^T x, db += sum dy     depth N = 16384 (split-K)
     fc_dW         dW (3072, 768) += dy^T x, db += sum dy
-and matmul_gelu's forward at c_fc (fc_fwd_pre: pre and gelu(pre), the tree's deferred GELU against
-`pre128`; its ratio is against cuBLASLt's plain forward, what the fused GELU costs); and mlp's
+and matmul_gelu's forward at c_fc (fc_fwd_pre: pre and gelu(pre), the tree's pingpong schedule against
+`cooperative` and `pre128`; its ratio is against cuBLASLt's plain forward, what the fused GELU costs); and mlp's
 projection dx with the GELU's backward at fc_proj (fc_proj_dx_dgelu: dx (N, 3072) * gelu'(pre), pre
-prefetched into the store image; the tree, the staged epilogue `store_off`, `dgelu_tanh` and the
-pingpong schedule's variants; its ratio is against cuBLASLt's plain dx, what the fused GELU backward
-costs).
+prefetched into the store image; the tree, `cooperative`, the staged epilogue `store_off` and
+`dgelu_tanh`; its ratio is against cuBLASLt's plain dx, what the fused GELU backward costs).
 Measured at b51b176 (reports/cupy_raw-h200/bench-b51b176/matmul_bench.txt): ~150 TFLOP/s at K = 768,
 ~270 at 3072, 674 at 50304, i.e. ~12 ns per unit of K per tile but ~35-60 us more per tile.
 
@@ -61,16 +60,16 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     pass waits only for the pass before the last to have been read (store_buffers 2;
                     forward / dx: two 64-column buffers, dW: two of 32 float32 columns)
     store256_double the same at store_cols 256 with a 3-deep ring: two 128-column buffers
-    pre128          (fc_fwd_pre only) pre and gelu(pre) in two passes of 128 columns beside a 4-deep
-                    ring, the first pass's GELU in the epilogue, the second's deferred (the tree: one
-                    pass of 256, all of it deferred, a 3-deep ring); pingpong there: 64 x 256 tiles,
-                    pre then gelu(pre) in the epilogue, not deferred (the other warpgroup multiplies)
+    cooperative     (fc_fwd_pre and fc_proj_dx_dgelu only; their tree is the pingpong schedule, each
+                    warpgroup's 64 x 256 tile, its share in one image, 4-deep ring, the GELU in the
+                    epilogue while the other warpgroup multiplies) the cooperative schedule's 128 x 256
+                    tile, the share in one image, a 3-deep ring; at fc_fwd_pre the GELU deferred to the
+                    next tile's main loop (DeferredGelu): the configuration until 9a4640e
+    pre128          (fc_fwd_pre only) cooperative, pre and gelu(pre) in two passes of 128 columns beside
+                    a 4-deep ring, the first pass's GELU in the epilogue, the second's deferred
     dgelu_tanh      (fc_proj_dx_dgelu only) gelu' from one MUFU.TANH (tanh.approx.f32: sigmoid(2u) =
                     (1 + tanh u) / 2) instead of an exp2 and a reciprocal: does the epilogue's SFU work
                     show? (a source edit; the kernel's arithmetic is then no longer gelu.cu's)
-    pingpong_s3     (fc_fwd_pre and fc_proj_dx_dgelu only) pingpong (there: 64 x 256 tiles, the
-                    warpgroup's whole share in one image, a 4-deep ring) with a 3-deep ring
-    pingpong_tanh   (fc_proj_dx_dgelu only) pingpong with dgelu_tanh's edit
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
 
 Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
@@ -163,21 +162,20 @@ VARIANTS = {
     "pingpong_128x128": ({"pingpong": True, "bm": 128, "bn": 128, "stages": 6}, None, None),
     "store_double": ({"store_buffers": 2}, None, None),
     "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
-    "pre128": ({"store_cols": 128, "stages": 4}, None, None),
+    "cooperative": ({"pingpong": False, "bm": 128, "stages": 3}, None, None),
+    "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
-    "pingpong_s3": ({"pingpong": True, "stages": 3}, None, None),
-    "pingpong_tanh": ({"pingpong": True}, "dgelu_tanh", None),
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
-EPILOGUE_VARIANTS = {"forward_pre": ("tree", "pre128", "pingpong", "pingpong_s3"),
-                     "dx_dgelu": ("tree", "store_off", "dgelu_tanh", "pingpong", "pingpong_s3", "pingpong_tanh")}
+EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3"),
+                     "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3")}
 #: the variants run there only
-EPILOGUE_ONLY = ("pre128", "dgelu_tanh", "pingpong_s3", "pingpong_tanh")
+EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
-ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "pingpong_s3", "pingpong_tanh")
+ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
@@ -365,7 +363,7 @@ def _emulate() -> int:
             print(f"emulated {variant:16s} pre     {'ok' if ok and ok_g else 'FAIL'} (pre {err}, gelu {err_g})")
             bad += not (ok and ok_g)
         dgelu_ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(np, x.astype(np.float64))
-        for variant in ("tree", "store_off", "pingpong", "pingpong_s3"):  # (dgelu_tanh's PTX asm has no CPU
+        for variant in ("tree", "cooperative", "store_off", "stages3"):  # (dgelu_tanh's PTX asm has no CPU
             # emulation: nvcc above only)
             out = np.full((rows, K), np.nan, dtype=bf16)
             with rt.emulation():
