@@ -672,6 +672,18 @@ def test_cupy_raw_takes_its_mlp_where_its_primitives_are_its_own():
     assert [v.name for v in variants] == ["epilogues"] and not variants[0].opt_in
 
 
+def test_a_wgmma_configuration_does_not_reach_the_mma_fallback():
+    # config= names one engine's launch: where TMA cannot describe an operand (K = 20: 40-byte rows)
+    # gemm(engine="wgmma") falls back to gemm_mma, which must take its own product configuration
+    rng = np.random.default_rng(3)
+    x, w, _ = _inputs(rng, 64, 20, 48, "bfloat16", bias=False)
+    with rt.recording() as rec:
+        mm.gemm("wgmma", mm.Operand(x, 20, True), mm.Operand(w, 20, True), np.empty((64, 48), x.dtype), 64, 48, 20,
+                config=mm.PINGPONG_CONFIGS["forward"])
+    assert [launch.kernel for launch in rec] == ["gemm_mma"]
+    assert mm._config("mma", "forward", (), mm.PINGPONG_CONFIGS["forward"]) == mm.CONFIGS[("mma", "forward")]
+
+
 def test_split_k_slices():
     cfg = mm.CONFIGS[("wgmma", "dW")]
     # attn_proj's dW at 16384 rows: 36 tiles of 128 x 128 on 264 slots; slices of whole 64-deep tiles
