@@ -425,6 +425,44 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     assert [k.kernel for k in rec] == ["attention_flash_forward"]
 
 
+@pytest.mark.parametrize("groups", [1, 2], ids=["1-warpgroup", "2-warpgroups"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (1, 64, 1)], ids=["T201-ragged", "T64-one-tile"])
+def test_wgmma_dq_delta_makes_the_delta_pass_gradients_bit_for_bit(B, T, NH, dtype, groups, monkeypatch):
+    """wgmma_dq_delta: the dQ kernel makes delta from y, res and dy before its first tile (a warp's 16
+    rows four at a time, rows past T reading row T - 1 and counting 0: T201's last block holds 9 live
+    rows of 64) and writes it for the dK/dV kernel, which runs after it; no delta pass. Its launches,
+    then dqkv (poisoned first) bitwise the same as wgmma's with the pass, with one and two warpgroups
+    a block, and against float64 naive (with the bf16 rounding tails' allowance, as above)."""
+    from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
+    from euler_core.numerics import compare, tolerance
+    from backends.cupy_raw import attention
+    from backends.naive import attention as naive
+    for impl in (attention.wgmma, attention.wgmma_dq_delta):
+        monkeypatch.setattr(impl, "backward_groups", groups)
+    C = 64 * NH
+    rng = np.random.default_rng(11)
+    qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
+    with rt.recording() as rec:
+        attention.wgmma_dq_delta.backward(attention.wgmma_dq_delta.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
+    assert [k.kernel for k in rec] == ["attention_wgmma_forward", "attention_wgmma_backward_dq",
+                                       "attention_wgmma_backward_dkdv"]
+    assert [k.defines.get("DQ_DELTA") for k in rec] == [None, 1, 1]
+    with rt.emulation():
+        _, saved = attention.wgmma.forward({"qkv": qkv}, {"n_head": NH})
+        grads = {impl.name: {"qkv": _poisoned((B, T, 3 * C), dtype)} for impl in (attention.wgmma, attention.wgmma_dq_delta)}
+        attention.wgmma.backward(saved, dy, grads["wgmma"])
+        attention.wgmma_dq_delta.backward(saved, dy, grads["wgmma_dq_delta"])
+    got, want = grads["wgmma_dq_delta"]["qkv"], grads["wgmma"]["qkv"]
+    assert got.tobytes() == want.tobytes(), \
+        f"dqkv differs from the delta pass's in {int((got != want).sum())} of {got.size} elements"
+    ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[1]
+    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
+    assert np.isfinite(got.astype(np.float64)).all(), "attention dqkv: not every element written"
+    compare("attention dqkv", got.astype(np.float64), ref["qkv"], tolerance(dtype, "gradient"),
+            outliers_per_million=OUTLIERS_PER_MILLION, outlier_factor=OUTLIER_FACTOR)
+
+
 @pytest.mark.parametrize("variant,keys", [("flash", 64), ("wgmma", 64), ("wgmma", 128)],
                          ids=["flash", "wgmma", "wgmma-128-key-stages"])
 def test_attention_rescales_when_a_later_tile_holds_far_larger_scores(variant, keys, monkeypatch):

@@ -541,6 +541,30 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forw
     store_tile<FWD_ROWS>(res + out0, C, sres, q0, T, HS);
 }
 
+#if VEC
+// One lane's part of delta = rowsum(dy * o), o = y + res (the unrounded output), for the (row, head)
+// whose head starts at element `at` of y, res and dy: the 16-byte pieces from element 8 part on,
+// DELTA_LANES pieces apart; delta_lanes_sum adds the parts of a group of DELTA_LANES lanes
+// (aligned in the warp) by a butterfly, every lane of the group getting the sum. The delta pass
+// and the dQ kernel's prologue (DQ_DELTA) make delta with these two, so they make the same floats.
+__device__ __forceinline__ float delta_part(const floatX* __restrict__ y, const floatX* __restrict__ res,
+                                            const floatX* __restrict__ dy, long long at, int part, int HS) {
+    float acc = 0.0f;
+    for (int d = 8 * part; d < HS; d += 8 * DELTA_LANES) {
+        const Pack<floatX> g = load_pack(dy + at + d), o = load_pack(y + at + d), r = load_pack(res + at + d);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc += to_f32(g.v[e]) * (to_f32(o.v[e]) + to_f32(r.v[e]));
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float delta_lanes_sum(float acc) {
+#pragma unroll
+    for (int offset = DELTA_LANES / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    return acc;
+}
+#endif
+
 // delta = rowsum(dy * o), o = y + res (the unrounded output), into delta[(b NH + h) L_STRIDE(T) + t].
 // VEC: DELTA_LANES lanes a (row, head) (attention.py: HEAD_DIM / 8 rounded up to a power of two, 8 at
 // heads of 64), each reading 16-byte pieces of the three rows, then a butterfly over the lane group;
@@ -558,15 +582,8 @@ extern "C" __global__ void attention_flash_delta(const floatX* __restrict__ y, c
     const long long bh = item / T;
     const int t = (int)(item % T), h = (int)(bh % NH);
     const long long at = (bh / NH * T + t) * C + h * HS;
-    float acc = 0.0f;
-    for (int d = 8 * part; live && d < HS; d += 8 * DELTA_LANES) {
-        const Pack<floatX> g = load_pack(dy + at + d), o = load_pack(y + at + d), r = load_pack(res + at + d);
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc += to_f32(g.v[e]) * (to_f32(o.v[e]) + to_f32(r.v[e]));
-    }
-#pragma unroll
-    for (int offset = DELTA_LANES / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (live && part == 0) delta[bh * L_STRIDE(T) + t] = acc;
+    const float sum = delta_lanes_sum(live ? delta_part(y, res, dy, at, part, HS) : 0.0f);
+    if (live && part == 0) delta[bh * L_STRIDE(T) + t] = sum;
 #else
     const long long item = (long long)blockIdx.x * 4 + threadIdx.x / 32;  // (b*T + t)*NH + h
     if (item >= (long long)B * T * NH) return;
@@ -1173,9 +1190,17 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
 // dQ of the block's WG_ROWS queries (flash's attention_flash_backward_dq on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B), the heaviest first; block WG_THREADS. Dynamic shared: 1 KB slack, then
 // WG_GROUPS swizzled Q and as many dY tiles, the ring of (K, V) stages, its mbarriers.
+// Built with DQ_DELTA, the kernel makes delta itself instead of reading the delta pass's: before its
+// first tile each warp reads y, res and dy of its 16 rows (four rows at a time, DELTA_LANES = 8 lanes
+// a row, while the copies of Q, dY and the first K and V are in flight), adds them up as the delta
+// pass does (delta_part, delta_lanes_sum: the same floats) and writes them to `delta` for the dK/dV
+// kernel, which is launched after this one. So the backward makes one pass less over dy, y and res
+// (3 B T C 16-bit values) and launches one kernel less. (Without DQ_DELTA, y, res and dy go unread
+// and delta is only read.)
 extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dq(
         const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
-        const float* __restrict__ lse, const float* __restrict__ delta, floatX* __restrict__ dqkv, int T, int C,
+        const float* __restrict__ lse, float* __restrict__ delta, const floatX* __restrict__ y,
+        const floatX* __restrict__ res, const floatX* __restrict__ dy, floatX* __restrict__ dqkv, int T, int C,
         int NH, float scale_log2, float scale) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned char* sq = align_1024(flash_smem);
@@ -1198,9 +1223,39 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         return;
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
     const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
-    const float* delta_bh = delta + ((long long)b * NH + h) * L_STRIDE(T);
+    auto* delta_bh = delta + ((long long)b * NH + h) * L_STRIDE(T);
     const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_b < T ? lse_bh[row_b] : POS_INF_F};
+#if DQ_DELTA
+    static_assert(DELTA_LANES == 8, "dQ's delta: 8 lanes a row of 64");
+    float d_row[2];
+    {
+        // pass p: rows 4p .. 4p + 3 of the warp's 16, row 4p + lane / 8 by lanes 8 (lane / 8) ..; no
+        // branch around the loads (a row past T reads row T - 1 and counts 0), so that all twelve
+        // are in flight at once (HEAD_DIM as HS: one piece a lane)
+        const int part = lane % DELTA_LANES, row0 = q0 + warp * 16 + lane / DELTA_LANES;
+        float sums[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const long long at = ((long long)b * T + min(row0 + 4 * p, T - 1)) * C + h * HS;
+            const float sum = delta_part(y, res, dy, at, part, HEAD_DIM);
+            sums[p] = row0 + 4 * p < T ? sum : 0.0f;
+        }
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            sums[p] = delta_lanes_sum(sums[p]);
+            if (row0 + 4 * p < T && part == 0) delta_bh[row0 + 4 * p] = sums[p];
+        }
+        // the thread's rows are the warp's g (pass g / 4) and g + 8 (pass 2 + g / 4), lanes 8 (g % 4) ..
+        const int from = DELTA_LANES * (g % 4);
+        float got[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++) got[p] = __shfl_sync(0xffffffffu, sums[p], from);
+        d_row[0] = g < 4 ? got[0] : got[1];
+        d_row[1] = g < 4 ? got[2] : got[3];
+    }
+#else
     const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
+#endif
     float dq[8][4];
     zero_acc(dq);
     mbar_wait(bars, 0);

@@ -19,6 +19,10 @@ has the kernels, the math and the mma fragment layouts).
              every K and V stage they stream, 128 keys a stage (the backward keeps one warpgroup a
              block and 64-key tiles: registers).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
+    wgmma_dq_delta  wgmma with no delta pass: the dQ kernel makes delta for its own rows before its
+             first tile (from y, res and dy read while its first copies are in flight), exactly as the
+             pass would, and writes it for the dK/dV kernel, which then runs after it. One pass over
+             3 B T C 16-bit values and one launch less a backward; the same gradients bit for bit.
 
 Saved by flash for 16-bit inputs: L (B,NH,l_stride(T)) float32 (T padded to whole 16 bytes a row;
 the padding is never written nor read) and res = o - y in the input dtype. delta =
@@ -67,6 +71,8 @@ def _simple_shared(T: int, HS: int, arrays: int) -> int:
 
 class Simple:
     """One block per query row; the readable CUDA version (attention.cu, the simple variant)."""
+
+    name = "simple"
 
     def forward(self, inputs, attrs, out=None):
         qkv, n_head = inputs["qkv"], attrs["n_head"]
@@ -159,8 +165,9 @@ class Flash:
         m_tiles = defines["FWD_M_TILES"]
         return "attention_flash_forward", FLASH_KEYS * m_tiles, FLASH_THREADS, _flash_shared(defines, m_tiles + 4)
 
-    def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None) -> tuple:
-        """A kernel's leading arguments: the arrays it reads (the forward: qkv alone)."""
+    def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None, saved=None) -> tuple:
+        """A kernel's leading arguments: the arrays it reads (the forward: qkv alone; `saved`, the
+        forward's FlashSaved, for a backward kernel that reads y and res)."""
         return (qkv,) if dout is None else (qkv, dout, lse, delta)
 
     def _backward_kernels(self, defines: dict):
@@ -199,13 +206,14 @@ class Flash:
         defines = self._defines(qkv, HS, dout, dqkv, saved.y, saved.res, backward=True)
         arch = self._arch(defines)
         dims = (_common.i32(T), _common.i32(C), _common.i32(n_head))
-        lanes = defines.get("DELTA_LANES", 32)  # a (row, head)'s lanes in the delta pass: a warp without VEC
-        rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch), rt.cdiv(B * T * n_head * lanes, 128),
-                  128, (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
+        if "DQ_DELTA" not in defines:  # (else the dQ kernel, launched first, makes delta)
+            lanes = defines.get("DELTA_LANES", 32)  # a (row, head)'s lanes in the delta pass: a warp without VEC
+            rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch),
+                      rt.cdiv(B * T * n_head * lanes, 128), 128, (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
         for kernel, rows, threads, shared in self._backward_kernels(defines):
             rt.launch(rt.function("attention", kernel, defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
-                      self._operands(kernel, defines, qkv, dout, saved.lse, delta) + (dqkv,) + dims + scales,
+                      self._operands(kernel, defines, qkv, dout, saved.lse, delta, saved) + (dqkv,) + dims + scales,
                       shared_mem=shared)
         return {"qkv": dqkv}
 
@@ -243,6 +251,9 @@ class Wgmma(Flash):
     #: 0.223 with 64 keys, B=16 level; in the B=64 training step 5.63 against 6.28 ms. dQ in 128-key
     #: stages was slower (218 registers, two blocks an SM where 64 keys leave three: 922e687).
     forward_keys = 128
+    #: the dQ kernel makes delta in its prologue (attention.cu's DQ_DELTA) and runs before dK/dV,
+    #: instead of the delta pass: wgmma_dq_delta, until the H200 has timed both
+    delta_in_dq = False
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
@@ -252,14 +263,16 @@ class Wgmma(Flash):
                            WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer))
             if not backward and self.forward_keys != FLASH_KEYS:
                 defines["FWD_KEYS"] = self.forward_keys
+            if backward and self.delta_in_dq:
+                defines["DQ_DELTA"] = 1
         return defines
 
     def _arch(self, defines: dict) -> str:
         return "sm_90a" if "FLASH_WGMMA" in defines else "sm_90"
 
-    def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None) -> tuple:
+    def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None, saved=None) -> tuple:
         if "FLASH_WGMMA" not in defines:
-            return super()._operands(kernel, defines, qkv, dout, lse, delta)
+            return super()._operands(kernel, defines, qkv, dout, lse, delta, saved)
         B, T, C3 = qkv.shape
         tile = (FLASH_KEYS, FLASH_KEYS, 1)  # 64 head columns of 64 rows of one batch: one swizzled tile
         qkv_map = _tma.tiled(qkv, (C3, T, B), (C3, T * C3), tile)
@@ -268,7 +281,7 @@ class Wgmma(Flash):
         C = C3 // 3
         dy_map = _tma.tiled(dout, (C, T, B), (C, T * C), tile)
         if kernel == "attention_wgmma_backward_dq":
-            return qkv_map, dy_map, lse, delta
+            return qkv_map, dy_map, lse, delta, saved.y, saved.res, dout  # (the last three read with DQ_DELTA)
         rows = [_tma.tiled(v, (T, B * v.shape[1]), (v.shape[2],), (FLASH_KEYS, 1), swizzle=False) for v in (lse, delta)]
         return (qkv_map, dy_map, *rows)
 
@@ -284,10 +297,11 @@ class Wgmma(Flash):
             return super()._backward_kernels(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]
         threads = _wgmma_threads(defines)
-        return (("attention_wgmma_backward_dkdv", 64 * g, threads,  # K, V a warpgroup; the ring of (Q, dY, L, delta)
-                 _wgmma_shared(2 * g + 2 * ring, ring, 2 * FLASH_KEYS * ring)),
-                ("attention_wgmma_backward_dq", 64 * g, threads,    # Q, dY a warpgroup; the ring of (K, V)
-                 _wgmma_shared(2 * g + 2 * ring, ring)))
+        dkdv = ("attention_wgmma_backward_dkdv", 64 * g, threads,  # K, V a warpgroup; the ring of (Q, dY, L, delta)
+                _wgmma_shared(2 * g + 2 * ring, ring, 2 * FLASH_KEYS * ring))
+        dq = ("attention_wgmma_backward_dq", 64 * g, threads,      # Q, dY a warpgroup; the ring of (K, V)
+              _wgmma_shared(2 * g + 2 * ring, ring))
+        return (dq, dkdv) if "DQ_DELTA" in defines else (dkdv, dq)  # (dK/dV reads the delta dQ writes)
 
 
 def _wgmma_threads(defines: dict) -> int:
@@ -303,3 +317,13 @@ def _wgmma_shared(tiles: int, ring: int, floats: int = 0) -> int:
 
 
 wgmma = Wgmma()
+
+
+class WgmmaDeltaInDq(Wgmma):
+    """wgmma with delta made by the dQ kernel (attention.cu's DQ_DELTA) instead of a pass of its own."""
+
+    name = "wgmma_dq_delta"
+    delta_in_dq = True
+
+
+wgmma_dq_delta = WgmmaDeltaInDq()
