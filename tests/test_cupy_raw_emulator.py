@@ -428,38 +428,105 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
 @pytest.mark.parametrize("groups", [1, 2], ids=["1-warpgroup", "2-warpgroups"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (1, 64, 1)], ids=["T201-ragged", "T64-one-tile"])
-def test_wgmma_dq_delta_makes_the_delta_pass_gradients_bit_for_bit(B, T, NH, dtype, groups, monkeypatch):
-    """wgmma_dq_delta: the dQ kernel makes delta from y, res and dy before its first tile (a warp's 16
-    rows four at a time, rows past T reading row T - 1 and counting 0: T201's last block holds 9 live
-    rows of 64) and writes it for the dK/dV kernel, which runs after it; no delta pass. Its launches,
-    then dqkv (poisoned first) bitwise the same as wgmma's with the pass, with one and two warpgroups
-    a block, and against float64 naive (with the bf16 rounding tails' allowance, as above)."""
+def test_wgmma_delta_in_dq_gives_the_delta_pass_gradients_bit_for_bit(B, T, NH, dtype, groups, monkeypatch):
+    """delta_in_dq (wgmma_next's backward): the dQ kernel makes delta from y, res and dy before its
+    first tile (a warp's 16 rows four at a time, rows past T reading row T - 1 and counting 0: T201's
+    last block holds 9 live rows of 64) and writes it for the dK/dV kernel, which runs after it; no
+    delta pass. Its launches, then dqkv (poisoned first) bitwise the same as wgmma's with the pass,
+    with one and two warpgroups a block, and against float64 naive (with the bf16 rounding tails'
+    allowance, as above)."""
     from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
     from euler_core.numerics import compare, tolerance
     from backends.cupy_raw import attention
     from backends.naive import attention as naive
-    for impl in (attention.wgmma, attention.wgmma_dq_delta):
+    fused = attention.Wgmma()
+    fused.delta_in_dq = True
+    for impl in (attention.wgmma, fused):
         monkeypatch.setattr(impl, "backward_groups", groups)
     C = 64 * NH
     rng = np.random.default_rng(11)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
     with rt.recording() as rec:
-        attention.wgmma_dq_delta.backward(attention.wgmma_dq_delta.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
+        fused.backward(fused.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
     assert [k.kernel for k in rec] == ["attention_wgmma_forward", "attention_wgmma_backward_dq",
                                        "attention_wgmma_backward_dkdv"]
     assert [k.defines.get("DQ_DELTA") for k in rec] == [None, 1, 1]
     with rt.emulation():
         _, saved = attention.wgmma.forward({"qkv": qkv}, {"n_head": NH})
-        grads = {impl.name: {"qkv": _poisoned((B, T, 3 * C), dtype)} for impl in (attention.wgmma, attention.wgmma_dq_delta)}
-        attention.wgmma.backward(saved, dy, grads["wgmma"])
-        attention.wgmma_dq_delta.backward(saved, dy, grads["wgmma_dq_delta"])
-    got, want = grads["wgmma_dq_delta"]["qkv"], grads["wgmma"]["qkv"]
+        want, got = _poisoned((B, T, 3 * C), dtype), _poisoned((B, T, 3 * C), dtype)
+        attention.wgmma.backward(saved, dy, {"qkv": want})
+        fused.backward(saved, dy, {"qkv": got})
     assert got.tobytes() == want.tobytes(), \
         f"dqkv differs from the delta pass's in {int((got != want).sum())} of {got.size} elements"
     ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[1]
     ref = naive.backward(ref_saved, dy.astype(np.float64), {})
     assert np.isfinite(got.astype(np.float64)).all(), "attention dqkv: not every element written"
     compare("attention dqkv", got.astype(np.float64), ref["qkv"], tolerance(dtype, "gradient"),
+            outliers_per_million=OUTLIERS_PER_MILLION, outlier_factor=OUTLIER_FACTOR)
+
+
+@pytest.mark.parametrize("groups,ring,keys,blocks", [(2, (2, 1), 128, 3), (2, (3, 2), 128, 2), (1, (3, 1), 128, 5),
+                                                     (2, (4, 2), 64, 3), (2, (2, 1), 128, 64)],
+                         ids=["2-warpgroups-ring2-3-blocks", "ring3-ahead2-2-blocks", "1-warpgroup-5-blocks",
+                              "64-keys-ring4", "a-block-an-item"])
+@pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (2, 64, 3)], ids=["T201-ragged", "T64"])
+def test_wgmma_persistent_forward_makes_the_block_per_item_outputs_bit_for_bit(B, T, NH, groups, ring, keys, blocks,
+                                                                              monkeypatch):
+    """persistent_forward (wgmma_next's forward): `blocks` blocks walk the (query tile, head, batch)
+    items heaviest first, thread 0 issuing each item's Q (two slots) with its first K and V stage
+    while the last item's stages are multiplied, the ring of stages running on across items. With
+    fewer blocks than items every block walks several (T201 at 2 warpgroups: 8 items, so a Q slot's
+    parity turns over and the ring wraps across items of different stage counts); with more, a block
+    takes one. y, res and L (the saved tensors) bitwise those of the block-per-item kernel, y
+    poisoned first, and y against float64 naive."""
+    from backends.cupy_raw import attention
+    from backends.naive import attention as naive
+    plain, persistent = attention.Wgmma(), attention.Wgmma()
+    persistent.persistent_forward, persistent.persistent_blocks = True, blocks
+    for impl in (plain, persistent):
+        impl.forward_groups, impl.forward_ring, impl.forward_keys = groups, ring, keys
+    C = 64 * NH
+    rng = np.random.default_rng(13)
+    qkv = _as("bfloat16", rng.standard_normal((B, T, 3 * C)))
+    with rt.recording() as rec:
+        persistent.forward({"qkv": qkv}, {"n_head": NH})
+    items = -(-T // (64 * groups)) * NH * B
+    assert [(k.kernel, k.grid) for k in rec] == [("attention_wgmma_forward_persistent", (min(items, blocks), 1, 1))]
+    with rt.emulation():
+        want_y, want = plain.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "bfloat16"))
+        got_y, got = persistent.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "bfloat16"))
+    for name in ("y", "res"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.tobytes() == b.tobytes(), f"{name} differs from the block-per-item kernel's in {int((a != b).sum())} elements"
+    lse_got, lse_want = got.lse[:, :, :T], want.lse[:, :, :T]  # (the padding past T is never written)
+    assert lse_got.tobytes() == lse_want.tobytes(), "L differs from the block-per-item kernel's"
+    _check("attention y", got_y, naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[0], "bfloat16", "forward")
+
+
+def test_wgmma_next_matches_float64():
+    """The registered wgmma_next (the persistent forward and delta in dQ together) end to end: y and
+    dqkv, poisoned first, against float64 naive at a ragged T, and its launches."""
+    from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
+    from euler_core.numerics import compare, tolerance
+    from backends.cupy_raw import attention
+    from backends.naive import attention as naive
+    B, T, NH, dtype = 2, 201, 2, "bfloat16"
+    C = 64 * NH
+    rng = np.random.default_rng(17)
+    qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
+    with rt.recording() as rec:
+        attention.wgmma_next.backward(attention.wgmma_next.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
+    assert [k.kernel for k in rec] == ["attention_wgmma_forward_persistent", "attention_wgmma_backward_dq",
+                                       "attention_wgmma_backward_dkdv"]
+    grads = {"qkv": _poisoned((B, T, 3 * C), dtype)}
+    with rt.emulation():
+        y, saved = attention.wgmma_next.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), dtype))
+        attention.wgmma_next.backward(saved, dy, grads)
+    ref_y, ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})
+    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
+    _check("attention y", y, ref_y, dtype, "forward")
+    assert np.isfinite(grads["qkv"].astype(np.float64)).all(), "attention dqkv: not every element written"
+    compare("attention dqkv", grads["qkv"].astype(np.float64), ref["qkv"], tolerance(dtype, "gradient"),
             outliers_per_million=OUTLIERS_PER_MILLION, outlier_factor=OUTLIER_FACTOR)
 
 

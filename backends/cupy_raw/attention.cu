@@ -960,13 +960,18 @@ static_assert(WG_AHEAD >= 1 && WG_AHEAD < WG_RING, "tiles issued ahead: at least
 __device__ __forceinline__ unsigned full_bar(unsigned bars, int slot) { return bars + 8 * (1 + slot); }
 __device__ __forceinline__ unsigned empty_bar(unsigned bars, int slot) { return bars + 8 * (1 + WG_RING + slot); }
 
-// thread 0, before the block's first __syncthreads
-__device__ __forceinline__ void init_ring(unsigned bars) {
-    mbar_init(bars, 1);
+// thread 0, before the block's first __syncthreads: the ring's full and empty mbarriers
+__device__ __forceinline__ void init_ring_slots(unsigned bars) {
     for (int s = 0; s < WG_RING; s++) {
         mbar_init(full_bar(bars, s), 1);
         mbar_init(empty_bar(bars, s), WG_THREADS);
     }
+}
+
+// thread 0, before the block's first __syncthreads: `once` and the ring
+__device__ __forceinline__ void init_ring(unsigned bars) {
+    mbar_init(bars, 1);
+    init_ring_slots(bars);
     MBAR_FENCE_INIT();
 }
 
@@ -989,17 +994,18 @@ __device__ __forceinline__ int await_slot(unsigned bars, int t) {
 // Every thread, once done with tile t (its wgmma waited for).
 __device__ __forceinline__ void release_slot(unsigned bars, int t) { mbar_arrive(empty_bar(bars, t % WG_RING)); }
 
-// The issuing thread: the K and V tiles of keys t 64 TILES.. of head column hc (batch b) into tile
-// t's slot of a ring of (K, V) stages at skv: TILES 64-row boxes of K back to back (one tile of
-// 64 TILES rows), then as many of V.
+// The issuing thread: the K and V tiles of keys j 64 TILES.. of head column hc (batch b) into the
+// slot of the ring's tile t (of a ring of (K, V) stages at skv; t = j but in the persistent forward,
+// whose ring runs on across its work items): TILES 64-row boxes of K back to back (one tile of 64
+// TILES rows), then as many of V.
 template <int TILES = 1>
-__device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int C,
-                                         int hc, int b) {
+__device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int j,
+                                         int C, int hc, int b) {
     const int slot = claim_slot(bars, t, 2 * TILES * WG_TILE_BYTES);
     const unsigned dst = skv + slot * 2 * TILES * WG_TILE_BYTES;
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
-        const int row = (t * TILES + i) * KEYS;
+        const int row = (j * TILES + i) * KEYS;
         tma_load_3d(dst + i * WG_TILE_BYTES, qkv_map, C + hc, row, b, full_bar(bars, slot));
         tma_load_3d(dst + (TILES + i) * WG_TILE_BYTES, qkv_map, 2 * C + hc, row, b, full_bar(bars, slot));
     }
@@ -1047,6 +1053,51 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
 // multiplies its own 64-row operand tile; two of them halve the streamed tiles' traffic per row.
 // A warpgroup skips (warpgroup-uniform, barriers still met) a tile that masks all its rows.
 
+// One forward stage for this warpgroup's 64 queries from q0w (its rows row_a, row_a + 8; q0w the
+// warp's first): S = Q K^T over the stage's FWD_KEYS keys from k0 (one m64nFWD_KEYSk16 product a
+// k-step: the Q tile at sq, K at sk), the online softmax (the mask only on an edge stage: a key
+// after one of the warp's rows, or at or past T), then O += P V (V after K, FWD_KEYS / 16 k-steps).
+__device__ __forceinline__ void forward_stage(float (&o)[8][4], float (&m_run)[2], float (&l_run)[2], unsigned sq,
+                                              unsigned sk, int row_a, int q0w, int k0, int T, float scale_log2) {
+    constexpr int TILES = FWD_KEYS / KEYS;
+    float s[FWD_NT][4];
+    zero_acc(s);
+    wgmma_fence();
+    issue_nt(s, sq, sk, false);
+    finish_wgmma(s);
+    const bool edge = k0 + FWD_KEYS - 1 > q0w || k0 + FWD_KEYS > T;
+    online_softmax<FWD_NT>(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
+    u32 pa[FWD_NT / 2][4];
+    acc_to_a(pa, s);
+    wgmma_fence();
+    issue_pn(o, pa, sk + TILES * WG_TILE_BYTES);
+    finish_wgmma(o);
+}
+
+// The forward's results for this thread's rows row_a, row_a + 8 (those < T) of head h, batch b: y =
+// O / l, res = O / l - y with y rounded as stored (o is overwritten), L = m + log2 l.
+__device__ __forceinline__ void forward_store(floatX* __restrict__ y, floatX* __restrict__ res, float* __restrict__ lse,
+                                              float (&o)[8][4], const float (&m_run)[2], const float (&l_run)[2],
+                                              int row_a, int T, int C, int NH, int h, int b) {
+    const int HS = C / NH;
+    const float inv_a = 1.0f / l_run[0], inv_b = 1.0f / l_run[1];
+    const long long out0 = (long long)b * T * C + h * HS;
+    store_acc(y + out0, C, o, row_a, T, inv_a, inv_b);
+#pragma unroll
+    for (int n = 0; n < 8; n++)  // res = o - y, y rounded as just stored
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float val = o[n][e] * (e < 2 ? inv_a : inv_b);
+            o[n][e] = val - to_f32(from_f32<floatX>(val));
+        }
+    store_acc(res + out0, C, o, row_a, T, 1.0f, 1.0f);
+    if (threadIdx.x % 4 == 0) {
+        float* l = lse + ((long long)b * NH + h) * L_STRIDE(T);
+        if (row_a < T) l[row_a] = m_run[0] + log2f(l_run[0]);
+        if (row_a + 8 < T) l[row_a + 8] = m_run[1] + log2f(l_run[1]);
+    }
+}
+
 // Forward. grid (cdiv(T, WG_ROWS), NH, B), the heaviest query tiles (the last) first; block
 // WG_THREADS. Dynamic shared (1 KB of alignment slack, then swizzled tiles): WG_GROUPS Q tiles, the
 // ring of (K, V) stages (FWD_KEYS keys each), its mbarriers. With 128-key stages the scores are one
@@ -1061,10 +1112,10 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
     unsigned char* skv = sq + WG_GROUPS * WG_TILE_BYTES;
     const unsigned bars = smem_u32(skv + WG_RING * 2 * TILES * WG_TILE_BYTES);
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = qt * WG_ROWS, row_a = q0 + warp * 16 + g, wg_last = q0 + 64 * wg + 63;
     const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
-    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
+    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {
@@ -1080,39 +1131,105 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
         const int k0 = j * FWD_KEYS;
         ring_step(j, n_tiles, issue);
         unsigned char* sk = skv + await_slot(bars, j) * 2 * TILES * WG_TILE_BYTES;
-        if (k0 <= wg_last) {
-            float s[FWD_NT][4];
-            zero_acc(s);
-            wgmma_fence();
-            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), false);
-            finish_wgmma(s);
-            const bool edge = k0 + FWD_KEYS - 1 > q0 + warp * 16 || k0 + FWD_KEYS > T;
-            online_softmax<FWD_NT>(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
-            u32 pa[FWD_NT / 2][4];
-            acc_to_a(pa, s);
-            wgmma_fence();
-            issue_pn(o, pa, smem_u32(sk + TILES * WG_TILE_BYTES));
-            finish_wgmma(o);
-        }
+        if (k0 <= wg_last)
+            forward_stage(o, m_run, l_run, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), row_a, q0 + warp * 16, k0, T,
+                          scale_log2);
         release_slot(bars, j);
     }
-    const float inv_a = 1.0f / l_run[0], inv_b = 1.0f / l_run[1];
-    const long long out0 = (long long)b * T * C + h * HS;
-    store_acc(y + out0, C, o, row_a, T, inv_a, inv_b);
-#pragma unroll
-    for (int n = 0; n < 8; n++)  // res = o - y, y rounded as just stored
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float val = o[n][e] * (e < 2 ? inv_a : inv_b);
-            o[n][e] = val - to_f32(from_f32<floatX>(val));
+    forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, h, b);
+}
+
+#if FWD_PERSISTENT
+// The forward as a persistent kernel: grid (blocks, 1, 1), `blocks` as many as the SMs hold at once
+// (attention.py: two an SM), each walking the work items blockIdx.x, + gridDim.x, ... of the
+// (query tile, head, batch) items ordered heaviest first (item w: query tile n_qt - 1 - w / (NH B),
+// head w % NH, batch w / NH % B; every head and batch at the last query tile first), so that the
+// items of a block get lighter as it goes and the blocks end together. What it buys over a block
+// per item: a new item's Q and first K and V stages are asked for while the block still multiplies
+// the last one's (the ring runs on from one item into the next, Q in two slots of its own), so no
+// warpgroup waits for a block to start and for its first copies. Thread 0 issues every copy,
+// WG_AHEAD stages ahead as in the block-per-item kernel, a new item's Q with its first stage, but
+// never into the item after next (issue_ahead).
+// Dynamic shared: 1 KB of slack, two Q slots (WG_GROUPS tiles each), the ring, its mbarriers (`once`
+// unused), then Q's: full[2] (one arrival and Q's bytes), empty[2] (every multiplying thread's
+// arrival once the item is done), then thread 0's cursor (4 ints).
+static_assert(!WG_PRODUCER, "the persistent forward: thread 0 issues the copies, no producer warp");
+__device__ __forceinline__ unsigned q_full_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * slot; }
+__device__ __forceinline__ unsigned q_empty_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * (2 + slot); }
+
+// work item w's first query, head, batch and stages of FWD_KEYS keys (recomputed where needed
+// rather than held: the stage's registers are all the block can spare at two blocks an SM)
+__device__ __forceinline__ int item_q0(int w, int T, int NH, int B) {
+    return ((T + WG_ROWS - 1) / WG_ROWS - 1 - w / (NH * B)) * WG_ROWS;
+}
+__device__ __forceinline__ int item_stages(int q0, int T) { return (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS; }
+
+extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmma_forward_persistent(
+        const __grid_constant__ TmaDescriptor qkv_map, floatX* __restrict__ y, floatX* __restrict__ res,
+        float* __restrict__ lse, int T, int C, int NH, float scale_log2, int B) {
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    constexpr int TILES = FWD_KEYS / KEYS;
+    unsigned char* sq = align_1024(flash_smem);                   // Q slot k: sq + k WG_GROUPS tiles
+    unsigned char* skv = sq + 2 * WG_GROUPS * WG_TILE_BYTES;
+    const unsigned bars = smem_u32(skv + WG_RING * 2 * TILES * WG_TILE_BYTES);
+    // thread 0's cursor over the stages to issue, in shared memory (no register of every thread held
+    // for it): the item, the block's count of items before it, its next stage, the ring's tile
+    int* cursor = reinterpret_cast<int*>(skv + WG_RING * 2 * TILES * WG_TILE_BYTES + WG_BARS_BYTES + 32);
+    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
+    const int items = (T + WG_ROWS - 1) / WG_ROWS * NH * B;
+    if (threadIdx.x == 0) {
+        init_ring_slots(bars);
+        for (int k = 0; k < 2; k++) {
+            mbar_init(q_full_bar(bars, k), 1);
+            mbar_init(q_empty_bar(bars, k), WG_THREADS);
         }
-    store_acc(res + out0, C, o, row_a, T, 1.0f, 1.0f);
-    if (c == 0) {
-        float* l = lse + ((long long)b * NH + h) * L_STRIDE(T);
-        if (row_a < T) l[row_a] = m_run[0] + log2f(l_run[0]);
-        if (row_a + 8 < T) l[row_a + 8] = m_run[1] + log2f(l_run[1]);
+        MBAR_FENCE_INIT();
+        cursor[0] = blockIdx.x, cursor[1] = cursor[2] = cursor[3] = 0;
+    }
+    __syncthreads();
+    // thread 0, at tile t of its k-th item: issue the stages up to tile t + WG_AHEAD (each item's Q
+    // with its first stage), but none of the item after next: Q has two slots, and that item's would
+    // wait for this one's to be let go of (a lead of WG_AHEAD stages spans two items where they are
+    // short)
+    auto issue_ahead = [&](int t, int k) {
+        while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1 && cursor[0] < items) {
+            const int pw = cursor[0], pk = cursor[1], pj = cursor[2];
+            const int q0 = item_q0(pw, T, NH, B), hc = pw % NH * (C / NH), b = pw / NH % B;
+            if (pj == 0) {  // the item's Q into slot pk % 2 once the item two back has let go of it
+                mbar_wait(q_empty_bar(bars, pk % 2), ((pk / 2) & 1) ^ 1);
+                mbar_expect_tx(q_full_bar(bars, pk % 2), WG_GROUPS * WG_TILE_BYTES);
+                for (int w = 0; w < WG_GROUPS; w++)
+                    tma_load_3d(smem_u32(sq + (pk % 2 * WG_GROUPS + w) * WG_TILE_BYTES), &qkv_map, hc, q0 + 64 * w, b,
+                                q_full_bar(bars, pk % 2));
+            }
+            issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, cursor[3]++, pj, C, hc, b);
+            if (pj + 1 == item_stages(q0, T)) cursor[0] = pw + gridDim.x, cursor[1] = pk + 1, cursor[2] = 0;
+            else cursor[2] = pj + 1;
+        }
+    };
+    int t = 0;  // the ring's tile this thread multiplies next
+    for (int k = 0; blockIdx.x + k * gridDim.x < items; k++) {  // the block's k-th item, w
+        const int w = blockIdx.x + k * gridDim.x, row_a = item_q0(w, T, NH, B) + warp * 16 + g;
+        const int keys = min(T, row_a - warp * 16 - g + WG_ROWS);
+        float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
+        zero_acc(o);
+        if (threadIdx.x == 0) issue_ahead(t, k);
+        __syncwarp();
+        mbar_wait(q_full_bar(bars, k % 2), (k / 2) & 1);
+        for (int k0 = 0; k0 < keys; k0 += FWD_KEYS, t++) {
+            if (threadIdx.x == 0) issue_ahead(t, k);
+            __syncwarp();
+            const unsigned sk = smem_u32(skv) + await_slot(bars, t) * 2 * TILES * WG_TILE_BYTES;
+            if (k0 <= row_a - (warp % 4) * 16 - g + 63)
+                forward_stage(o, m_run, l_run, smem_u32(sq) + (k % 2 * WG_GROUPS + wg) * WG_TILE_BYTES, sk, row_a, row_a - g,
+                              k0, T, scale_log2);
+            release_slot(bars, t);
+        }
+        mbar_arrive(q_empty_bar(bars, k % 2));
+        forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, w % NH, w / NH % B);
     }
 }
+#endif  // FWD_PERSISTENT
 
 // dK, dV of the block's WG_ROWS keys (flash's attention_flash_backward_dkdv on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B); block WG_THREADS (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack,
@@ -1210,7 +1327,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
-    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
+    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {

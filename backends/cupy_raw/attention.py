@@ -19,10 +19,13 @@ has the kernels, the math and the mma fragment layouts).
              every K and V stage they stream, 128 keys a stage (the backward keeps one warpgroup a
              block and 64-key tiles: registers).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
-    wgmma_dq_delta  wgmma with no delta pass: the dQ kernel makes delta for its own rows before its
-             first tile (from y, res and dy read while its first copies are in flight), exactly as the
-             pass would, and writes it for the dK/dV kernel, which then runs after it. One pass over
-             3 B T C 16-bit values and one launch less a backward; the same gradients bit for bit.
+    wgmma_next  wgmma with two changes not yet timed on the H200: the forward as a persistent kernel
+             (two blocks an SM walking the (query tile, head, batch) items heaviest first, the next
+             item's Q and first K and V stage copied while the last one's are multiplied), and no
+             delta pass: the dQ kernel makes delta for its own rows before its first tile (from y, res
+             and dy read while its first copies are in flight), exactly as the pass would, and writes
+             it for the dK/dV kernel, which then runs after it (one pass over 3 B T C 16-bit values and
+             one launch less). The same outputs and gradients bit for bit.
 
 Saved by flash for 16-bit inputs: L (B,NH,l_stride(T)) float32 (T padded to whole 16 bytes a row;
 the padding is never written nor read) and res = o - y in the input dtype. delta =
@@ -165,6 +168,11 @@ class Flash:
         m_tiles = defines["FWD_M_TILES"]
         return "attention_flash_forward", FLASH_KEYS * m_tiles, FLASH_THREADS, _flash_shared(defines, m_tiles + 4)
 
+    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
+        """The forward's grid, and its arguments after the common ones: a block per (query tile of
+        `rows`, head, batch), none."""
+        return (rt.cdiv(T, rows), n_head, B), ()
+
     def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None, saved=None) -> tuple:
         """A kernel's leading arguments: the arrays it reads (the forward: qkv alone; `saved`, the
         forward's FlashSaved, for a backward kernel that reads y and res)."""
@@ -187,10 +195,10 @@ class Flash:
         lse = xp.empty((B, n_head, l_stride(T)), dtype=np.float32)
         defines = self._defines(qkv, HS, y, res)
         kernel, rows, threads, shared = self._forward_kernel(defines)
-        rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)),
-                  (rt.cdiv(T, rows), n_head, B), threads,
+        grid, more = self._forward_grid(defines, B, T, n_head, rows, xp)
+        rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)), grid, threads,
                   self._operands(kernel, defines, qkv) + (y, res, lse, _common.i32(T), _common.i32(C),
-                                                          _common.i32(n_head), _common.f32(LOG2E / math.sqrt(HS))),
+                                                          _common.i32(n_head), _common.f32(LOG2E / math.sqrt(HS))) + more,
                   shared_mem=shared)
         return y, FlashSaved(qkv, y, res, lse, n_head)
 
@@ -252,8 +260,12 @@ class Wgmma(Flash):
     #: stages was slower (218 registers, two blocks an SM where 64 keys leave three: 922e687).
     forward_keys = 128
     #: the dQ kernel makes delta in its prologue (attention.cu's DQ_DELTA) and runs before dK/dV,
-    #: instead of the delta pass: wgmma_dq_delta, until the H200 has timed both
+    #: instead of the delta pass: wgmma_next, until the H200 has timed both
     delta_in_dq = False
+    #: the forward as a persistent kernel (attention.cu's FWD_PERSISTENT: blocks that walk the work
+    #: items, the next item's copies under the last one's products): wgmma_next, until the H200 has
+    #: timed both; persistent_blocks: its grid (None: two blocks an SM, as the block per item has)
+    persistent_forward, persistent_blocks = False, None
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
@@ -263,6 +275,11 @@ class Wgmma(Flash):
                            WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer))
             if not backward and self.forward_keys != FLASH_KEYS:
                 defines["FWD_KEYS"] = self.forward_keys
+            if not backward and self.persistent_forward:
+                if self.producer:
+                    raise ValueError("attention: the cupy_raw persistent wgmma forward issues its copies from "
+                                     "thread 0; it takes no producer warp (producer=True)")
+                defines["FWD_PERSISTENT"] = 1
             if backward and self.delta_in_dq:
                 defines["DQ_DELTA"] = 1
         return defines
@@ -290,7 +307,16 @@ class Wgmma(Flash):
             return super()._forward_kernel(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]  # a Q tile a warpgroup; the ring of (K, V)
         tiles = defines.get("FWD_KEYS", FLASH_KEYS) // FLASH_KEYS  # 64-row tiles of K (and of V) a stage
+        if "FWD_PERSISTENT" in defines:  # two Q slots; after the ring's mbarriers Q's four, thread 0's cursor
+            return ("attention_wgmma_forward_persistent", 64 * g, _wgmma_threads(defines),
+                    _wgmma_shared(2 * g + 2 * tiles * ring, ring, extra_bars=4) + 16)
         return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * tiles * ring, ring)
+
+    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
+        if "FWD_PERSISTENT" not in defines:
+            return super()._forward_grid(defines, B, T, n_head, rows, xp)
+        items = rt.cdiv(T, rows) * n_head * B
+        return (min(items, self.persistent_blocks or 2 * _common.num_sms(xp)),), (_common.i32(B),)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
@@ -309,21 +335,22 @@ def _wgmma_threads(defines: dict) -> int:
     return 128 * defines["WG_GROUPS"] + 32 * defines["WG_PRODUCER"]
 
 
-def _wgmma_shared(tiles: int, ring: int, floats: int = 0) -> int:
+def _wgmma_shared(tiles: int, ring: int, floats: int = 0, extra_bars: int = 0) -> int:
     """Dynamic shared bytes of a wgmma kernel: 1 KB of slack to align the swizzled tiles to 1024 bytes,
     `tiles` 64 x 64 16-bit tiles (8 KB each), `floats` floats, then the mbarriers of a ring of `ring`
-    slots (attention.cu's WG_BARS_BYTES: `once`, full and empty, 8 bytes each)."""
-    return 1024 + tiles * 8192 + 4 * floats + 8 * (1 + 2 * ring)
+    slots (attention.cu's WG_BARS_BYTES: `once`, full and empty, 8 bytes each) and `extra_bars` more."""
+    return 1024 + tiles * 8192 + 4 * floats + 8 * (1 + 2 * ring + extra_bars)
 
 
 wgmma = Wgmma()
 
 
-class WgmmaDeltaInDq(Wgmma):
-    """wgmma with delta made by the dQ kernel (attention.cu's DQ_DELTA) instead of a pass of its own."""
+class WgmmaNext(Wgmma):
+    """wgmma with what is written for it but not yet timed on the H200: the forward as a persistent
+    kernel (FWD_PERSISTENT) and delta made by the dQ kernel (DQ_DELTA) instead of a pass of its own."""
 
-    name = "wgmma_dq_delta"
-    delta_in_dq = True
+    name = "wgmma_next"
+    delta_in_dq = persistent_forward = True
 
 
-wgmma_dq_delta = WgmmaDeltaInDq()
+wgmma_next = WgmmaNext()
