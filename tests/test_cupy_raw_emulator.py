@@ -472,13 +472,14 @@ def test_wgmma_delta_in_dq_gives_the_delta_pass_gradients_bit_for_bit(B, T, NH, 
 @pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (2, 64, 3)], ids=["T201-ragged", "T64"])
 def test_wgmma_persistent_forward_makes_the_block_per_item_outputs_bit_for_bit(B, T, NH, groups, ring, keys, blocks,
                                                                               monkeypatch):
-    """persistent_forward (wgmma_next's forward): `blocks` blocks walk the (query tile, head, batch)
-    items heaviest first, thread 0 issuing each item's Q (two slots) with its first K and V stage
-    while the last item's stages are multiplied, the ring of stages running on across items. With
-    fewer blocks than items every block walks several (T201 at 2 warpgroups: 8 items, so a Q slot's
-    parity turns over and the ring wraps across items of different stage counts); with more, a block
-    takes one. y, res and L (the saved tensors) bitwise those of the block-per-item kernel, y
-    poisoned first, and y against float64 naive."""
+    """persistent_forward (wgmma_next's forward): `blocks` blocks take the (query tile, head, batch)
+    items from a counter, thread 0 issuing each item's Q (two slots) with its first K and V stage
+    while the last item's stages are multiplied, the ring of stages running on across items. The
+    emulator runs the blocks one after another, so the first walks every item (a Q slot's parity
+    turns over, the ring wraps across items of different stage counts: T201 has 1- and 2-stage
+    items at 128 rows a block) and the others find none left, the path that ends a block. y, res and
+    L (the saved tensors) bitwise those of the block-per-item kernel, y poisoned first, and y
+    against float64 naive."""
     from backends.cupy_raw import attention
     from backends.naive import attention as naive
     plain, persistent = attention.Wgmma(), attention.Wgmma()

@@ -1141,42 +1141,47 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
 
 #if FWD_PERSISTENT
 // The forward as a persistent kernel: grid (blocks, 1, 1), `blocks` as many as the SMs hold at once
-// (attention.py: two an SM), each walking the work items blockIdx.x, + gridDim.x, ... of the
-// (query tile, head, batch) items ordered heaviest first (item w: query tile n_qt - 1 - w / (NH B),
-// head w % NH, batch w / NH % B; every head and batch at the last query tile first), so that the
-// items of a block get lighter as it goes and the blocks end together. What it buys over a block
-// per item: a new item's Q and first K and V stages are asked for while the block still multiplies
-// the last one's (the ring runs on from one item into the next, Q in two slots of its own), so no
-// warpgroup waits for a block to start and for its first copies. Thread 0 issues every copy,
-// WG_AHEAD stages ahead as in the block-per-item kernel, a new item's Q with its first stage, but
-// never into the item after next (issue_ahead).
-// Dynamic shared: 1 KB of slack, two Q slots (WG_GROUPS tiles each), the ring, its mbarriers (`once`
-// unused), then Q's: full[2] (one arrival and Q's bytes), empty[2] (every multiplying thread's
-// arrival once the item is done), then thread 0's cursor (4 ints).
+// (attention.py: two an SM), each taking (query tile, head, batch) items one after another from a
+// counter (next_item, zero at launch: attention.py makes it), in the order the block-per-item grid
+// is dispatched in: item w is head and batch w / n_qt (h = that % NH, b = that / NH), query tile
+// n_qt - 1 - w % n_qt, so the blocks running at once share a few heads' K and V in L2 and each head
+// goes heaviest tile first; a counter rather than a fixed share keeps the blocks level whatever the
+// items weigh. What it buys over a block per item: a new item's Q and first K and V stages are asked
+// for while the block still multiplies the last one's (the ring runs on from one item into the
+// next, Q in two slots of its own), so no warpgroup waits for a block to start and for its first
+// copies. Thread 0 takes the items and issues every copy, WG_AHEAD stages ahead as in the
+// block-per-item kernel, a new item's Q with its first stage, but never into the item after next
+// (issue_ahead). Dynamic shared: 1 KB of slack, two Q slots (WG_GROUPS tiles each), the ring, its
+// mbarriers (`once` unused), then Q's: full[2] (thread 0's arrival, with Q's bytes), empty[2] (every
+// multiplying thread's arrival once the item is done), then 6 ints: thread 0's cursor (4) and the
+// item in each Q slot (2; `items` there: no more).
 static_assert(!WG_PRODUCER, "the persistent forward: thread 0 issues the copies, no producer warp");
 __device__ __forceinline__ unsigned q_full_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * slot; }
 __device__ __forceinline__ unsigned q_empty_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * (2 + slot); }
 
-// work item w's first query, head, batch and stages of FWD_KEYS keys (recomputed where needed
-// rather than held: the stage's registers are all the block can spare at two blocks an SM)
-__device__ __forceinline__ int item_q0(int w, int T, int NH, int B) {
-    return ((T + WG_ROWS - 1) / WG_ROWS - 1 - w / (NH * B)) * WG_ROWS;
+// work item w's first query and stages of FWD_KEYS keys (recomputed where needed rather than held:
+// the stage's registers are all the block can spare at two blocks an SM)
+__device__ __forceinline__ int item_q0(int w, int T) {
+    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
+    return (n_qt - 1 - w % n_qt) * WG_ROWS;
 }
 __device__ __forceinline__ int item_stages(int q0, int T) { return (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS; }
 
 extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmma_forward_persistent(
         const __grid_constant__ TmaDescriptor qkv_map, floatX* __restrict__ y, floatX* __restrict__ res,
-        float* __restrict__ lse, int T, int C, int NH, float scale_log2, int B) {
+        float* __restrict__ lse, int T, int C, int NH, float scale_log2, int B, int* __restrict__ next_item) {
     extern __shared__ __align__(16) unsigned char flash_smem[];
     constexpr int TILES = FWD_KEYS / KEYS;
     unsigned char* sq = align_1024(flash_smem);                   // Q slot k: sq + k WG_GROUPS tiles
     unsigned char* skv = sq + 2 * WG_GROUPS * WG_TILE_BYTES;
     const unsigned bars = smem_u32(skv + WG_RING * 2 * TILES * WG_TILE_BYTES);
     // thread 0's cursor over the stages to issue, in shared memory (no register of every thread held
-    // for it): the item, the block's count of items before it, its next stage, the ring's tile
+    // for it): the item (items: none left), the block's count of items before it, its next stage,
+    // the ring's tile; then the item whose Q each slot holds
     int* cursor = reinterpret_cast<int*>(skv + WG_RING * 2 * TILES * WG_TILE_BYTES + WG_BARS_BYTES + 32);
+    int* slot_item = cursor + 4;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
-    const int items = (T + WG_ROWS - 1) / WG_ROWS * NH * B;
+    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS, items = n_qt * NH * B;
     if (threadIdx.x == 0) {
         init_ring_slots(bars);
         for (int k = 0; k < 2; k++) {
@@ -1184,38 +1189,48 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmm
             mbar_init(q_empty_bar(bars, k), WG_THREADS);
         }
         MBAR_FENCE_INIT();
-        cursor[0] = blockIdx.x, cursor[1] = cursor[2] = cursor[3] = 0;
+        cursor[1] = cursor[2] = cursor[3] = 0;
     }
     __syncthreads();
     // thread 0, at tile t of its k-th item: issue the stages up to tile t + WG_AHEAD (each item's Q
-    // with its first stage), but none of the item after next: Q has two slots, and that item's would
-    // wait for this one's to be let go of (a lead of WG_AHEAD stages spans two items where they are
-    // short)
+    // with its first stage, the item taken from the counter then), but none of the item after next:
+    // Q has two slots, and that item's would wait for this one's to be let go of (a lead of WG_AHEAD
+    // stages spans two items where they are short). With no item left, the slot says so (its
+    // full mbarrier completed by thread 0's arrival alone) and nothing more is issued.
     auto issue_ahead = [&](int t, int k) {
-        while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1 && cursor[0] < items) {
-            const int pw = cursor[0], pk = cursor[1], pj = cursor[2];
-            const int q0 = item_q0(pw, T, NH, B), hc = pw % NH * (C / NH), b = pw / NH % B;
-            if (pj == 0) {  // the item's Q into slot pk % 2 once the item two back has let go of it
+        while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1) {
+            const int pk = cursor[1], pj = cursor[2];
+            if (pj == 0) {  // a new item, its Q into slot pk % 2 once the item two back has let go of it
                 mbar_wait(q_empty_bar(bars, pk % 2), ((pk / 2) & 1) ^ 1);
+                const int w = atomicAdd(next_item, 1);
+                cursor[0] = slot_item[pk % 2] = min(w, items);
+                if (w >= items) {
+                    mbar_arrive(q_full_bar(bars, pk % 2));
+                    cursor[1] = 1 << 30;  // never again: the consumers stop at this slot
+                    return;
+                }
                 mbar_expect_tx(q_full_bar(bars, pk % 2), WG_GROUPS * WG_TILE_BYTES);
-                for (int w = 0; w < WG_GROUPS; w++)
-                    tma_load_3d(smem_u32(sq + (pk % 2 * WG_GROUPS + w) * WG_TILE_BYTES), &qkv_map, hc, q0 + 64 * w, b,
-                                q_full_bar(bars, pk % 2));
+                for (int i = 0; i < WG_GROUPS; i++)
+                    tma_load_3d(smem_u32(sq + (pk % 2 * WG_GROUPS + i) * WG_TILE_BYTES), &qkv_map, w / n_qt % NH * (C / NH),
+                                item_q0(w, T) + 64 * i, w / n_qt / NH, q_full_bar(bars, pk % 2));
             }
-            issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, cursor[3]++, pj, C, hc, b);
-            if (pj + 1 == item_stages(q0, T)) cursor[0] = pw + gridDim.x, cursor[1] = pk + 1, cursor[2] = 0;
+            const int w = cursor[0], q0 = item_q0(w, T);
+            issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, cursor[3]++, pj, C, w / n_qt % NH * (C / NH), w / n_qt / NH);
+            if (pj + 1 == item_stages(q0, T)) cursor[1] = pk + 1, cursor[2] = 0;
             else cursor[2] = pj + 1;
         }
     };
     int t = 0;  // the ring's tile this thread multiplies next
-    for (int k = 0; blockIdx.x + k * gridDim.x < items; k++) {  // the block's k-th item, w
-        const int w = blockIdx.x + k * gridDim.x, row_a = item_q0(w, T, NH, B) + warp * 16 + g;
-        const int keys = min(T, row_a - warp * 16 - g + WG_ROWS);
-        float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
-        zero_acc(o);
+    for (int k = 0;; k++) {  // the block's k-th item, w
         if (threadIdx.x == 0) issue_ahead(t, k);
         __syncwarp();
         mbar_wait(q_full_bar(bars, k % 2), (k / 2) & 1);
+        const int w = slot_item[k % 2];
+        if (w >= items) break;
+        const int row_a = item_q0(w, T) + warp * 16 + g;
+        const int keys = min(T, row_a - warp * 16 - g + WG_ROWS);
+        float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
+        zero_acc(o);
         for (int k0 = 0; k0 < keys; k0 += FWD_KEYS, t++) {
             if (threadIdx.x == 0) issue_ahead(t, k);
             __syncwarp();
@@ -1226,7 +1241,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmm
             release_slot(bars, t);
         }
         mbar_arrive(q_empty_bar(bars, k % 2));
-        forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, w % NH, w / NH % B);
+        forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, w / n_qt % NH, w / n_qt / NH);
     }
 }
 #endif  // FWD_PERSISTENT

@@ -20,8 +20,9 @@ has the kernels, the math and the mma fragment layouts).
              block and 64-key tiles: registers).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
     wgmma_next  wgmma with two changes not yet timed on the H200: the forward as a persistent kernel
-             (two blocks an SM walking the (query tile, head, batch) items heaviest first, the next
-             item's Q and first K and V stage copied while the last one's are multiplied), and no
+             (two blocks an SM taking the (query tile, head, batch) items from a counter, in the
+             block-per-item grid's order, the next item's Q and first K and V stage copied while the
+             last one's are multiplied), and no
              delta pass: the dQ kernel makes delta for its own rows before its first tile (from y, res
              and dy read while its first copies are in flight), exactly as the pass would, and writes
              it for the dK/dV kernel, which then runs after it (one pass over 3 B T C 16-bit values and
@@ -262,8 +263,8 @@ class Wgmma(Flash):
     #: the dQ kernel makes delta in its prologue (attention.cu's DQ_DELTA) and runs before dK/dV,
     #: instead of the delta pass: wgmma_next, until the H200 has timed both
     delta_in_dq = False
-    #: the forward as a persistent kernel (attention.cu's FWD_PERSISTENT: blocks that walk the work
-    #: items, the next item's copies under the last one's products): wgmma_next, until the H200 has
+    #: the forward as a persistent kernel (attention.cu's FWD_PERSISTENT: blocks that take the work
+    #: items from a counter, the next item's copies under the last one's products): wgmma_next, until the H200 has
     #: timed both; persistent_blocks: its grid (None: two blocks an SM, as the block per item has)
     persistent_forward, persistent_blocks = False, None
 
@@ -307,16 +308,17 @@ class Wgmma(Flash):
             return super()._forward_kernel(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]  # a Q tile a warpgroup; the ring of (K, V)
         tiles = defines.get("FWD_KEYS", FLASH_KEYS) // FLASH_KEYS  # 64-row tiles of K (and of V) a stage
-        if "FWD_PERSISTENT" in defines:  # two Q slots; after the ring's mbarriers Q's four, thread 0's cursor
+        if "FWD_PERSISTENT" in defines:  # two Q slots; after the ring's mbarriers Q's four, thread 0's 6 ints
             return ("attention_wgmma_forward_persistent", 64 * g, _wgmma_threads(defines),
-                    _wgmma_shared(2 * g + 2 * tiles * ring, ring, extra_bars=4) + 16)
+                    _wgmma_shared(2 * g + 2 * tiles * ring, ring, extra_bars=4) + 24)
         return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * tiles * ring, ring)
 
     def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
         if "FWD_PERSISTENT" not in defines:
             return super()._forward_grid(defines, B, T, n_head, rows, xp)
         items = rt.cdiv(T, rows) * n_head * B
-        return (min(items, self.persistent_blocks or 2 * _common.num_sms(xp)),), (_common.i32(B),)
+        next_item = xp.zeros((1,), dtype=np.int32)  # the blocks' counter of items taken
+        return (min(items, self.persistent_blocks or 2 * _common.num_sms(xp)),), (_common.i32(B), next_item)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
