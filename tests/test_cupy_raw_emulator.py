@@ -504,14 +504,15 @@ def test_wgmma_persistent_forward_makes_the_block_per_item_outputs_bit_for_bit(B
     _check("attention y", got_y, naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[0], "bfloat16", "forward")
 
 
-def test_wgmma_next_matches_float64():
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_wgmma_next_matches_float64(dtype):
     """The registered wgmma_next (the persistent forward and delta in dQ together) end to end: y and
     dqkv, poisoned first, against float64 naive at a ragged T, and its launches."""
     from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
     from euler_core.numerics import compare, tolerance
     from backends.cupy_raw import attention
     from backends.naive import attention as naive
-    B, T, NH, dtype = 2, 201, 2, "bfloat16"
+    B, T, NH = 2, 201, 2
     C = 64 * NH
     rng = np.random.default_rng(17)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
