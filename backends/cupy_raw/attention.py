@@ -19,14 +19,14 @@ has the kernels, the math and the mma fragment layouts).
              every K and V stage they stream, 128 keys a stage (the backward keeps one warpgroup a
              block and 64-key tiles: registers).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
-    wgmma_next  wgmma with two changes not yet timed on the H200: the forward as a persistent kernel
-             (two blocks an SM taking the (query tile, head, batch) items from a counter, in the
+    wgmma_next  wgmma with two changes not yet timed on the H200. The forward as a persistent kernel:
+             two blocks an SM take the (query tile, head, batch) items from a counter, in the
              block-per-item grid's order, the next item's Q and first K and V stage copied while the
-             last one's are multiplied), and no
-             delta pass: the dQ kernel makes delta for its own rows before its first tile (from y, res
-             and dy read while its first copies are in flight), exactly as the pass would, and writes
-             it for the dK/dV kernel, which then runs after it (one pass over 3 B T C 16-bit values and
-             one launch less). The same outputs and gradients bit for bit.
+             last one's are multiplied. No delta pass: the dQ kernel makes delta for its own rows
+             before its first tile (from y, res and dy read while its first copies are in flight),
+             exactly as the pass would, and writes it for the dK/dV kernel, which then runs after it
+             (one pass over 3 B T C 16-bit values and one launch less). The same outputs and
+             gradients bit for bit.
 
 Saved by flash for 16-bit inputs: L (B,NH,l_stride(T)) float32 (T padded to whole 16 bytes a row;
 the padding is never written nor read) and res = o - y in the input dtype. delta =
