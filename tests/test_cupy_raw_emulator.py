@@ -371,6 +371,35 @@ def test_embedding_backward_sums_frequent_and_rare_tokens_in_position_order(T, C
         assert np.asarray(results[0][k]).tobytes() == np.asarray(results[1][k]).tobytes(), f"d{k} not repeatable"
 
 
+def _check_attention(qkv, dy, NH, dtype, dqkv, y=None):
+    """y (if given) and dqkv of attention against float64 naive on the same rounded inputs; the
+    gradient held to the bound with the benchmark's allowance for bf16 rounding tails (P and dS
+    rounded to 16 bits put a rare element just past it, from flash's kernels as well)."""
+    from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
+    from euler_core.numerics import compare, tolerance
+    from backends.naive import attention as naive
+    ref_y, ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})
+    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
+    if y is not None:
+        _check("attention y", y, ref_y, dtype, "forward")
+    assert np.isfinite(dqkv.astype(np.float64)).all(), "attention dqkv: not every element written"
+    compare("attention dqkv", dqkv.astype(np.float64), ref["qkv"], tolerance(dtype, "gradient"),
+            outliers_per_million=OUTLIERS_PER_MILLION, outlier_factor=OUTLIER_FACTOR)
+
+
+def _run_attention(impl, qkv, dy, NH, dtype):
+    """The kernels impl launches for a forward and backward (recorded), then both run in the
+    emulator with y and dqkv poisoned first: (kernel names, y, dqkv)."""
+    B, T, C3 = qkv.shape
+    with rt.recording() as rec:
+        impl.backward(impl.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
+    grads = {"qkv": _poisoned((B, T, C3), dtype)}
+    with rt.emulation():
+        y, saved = impl.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C3 // 3), dtype))
+        impl.backward(saved, dy, grads)
+    return [k.kernel for k in rec], y, grads["qkv"]
+
+
 # ---- attention wgmma: the Hopper kernels at heads of 64 ----------------------------------------------
 @pytest.mark.parametrize("groups,rings,producer,keys",
                          [(2, None, False, 64), (1, None, False, 64), (2, ((2, 1), (2, 1)), False, 64),
@@ -389,13 +418,9 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     the slots' parities turn over; its rows of L and delta are padded to 204 floats), with a
     producer warp issuing the copies, and with the forward's stages of 64 and of 128 keys (T201: two
     stages, the second ragged; T64: one, its second half past T): y and dqkv poisoned, against float64 naive on the same rounded
-    inputs; the launches must be the wgmma kernels, and a head of 32 must fall back to flash's. The
-    gradient is held to the bound with the benchmark's allowance for bf16 rounding tails (P and dS
-    rounded to 16 bits put a rare element just past it, from flash's kernels as well)."""
-    from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
-    from euler_core.numerics import compare, tolerance
+    inputs (_check_attention); the launches must be the wgmma kernels, and a head of 32 must fall
+    back to flash's."""
     from backends.cupy_raw import attention
-    from backends.naive import attention as naive
     monkeypatch.setattr(attention.wgmma, "forward_groups", groups)
     monkeypatch.setattr(attention.wgmma, "backward_groups", groups)
     if rings:
@@ -406,20 +431,10 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     C = 64 * NH
     rng = np.random.default_rng(3)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
-    with rt.recording() as rec:
-        attention.wgmma.backward(attention.wgmma.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
-    assert [k.kernel for k in rec] == ["attention_wgmma_forward", "attention_flash_delta",
-                                       "attention_wgmma_backward_dkdv", "attention_wgmma_backward_dq"]
-    grads = {"qkv": _poisoned((B, T, 3 * C), dtype)}
-    with rt.emulation():
-        y, saved = attention.wgmma.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), dtype))
-        attention.wgmma.backward(saved, dy, grads)
-    ref_y, ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})
-    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
-    _check("attention y", y, ref_y, dtype, "forward")
-    assert np.isfinite(grads["qkv"].astype(np.float64)).all(), "attention dqkv: not every element written"
-    compare("attention dqkv", grads["qkv"].astype(np.float64), ref["qkv"], tolerance(dtype, "gradient"),
-            outliers_per_million=OUTLIERS_PER_MILLION, outlier_factor=OUTLIER_FACTOR)
+    kernels, y, dqkv = _run_attention(attention.wgmma, qkv, dy, NH, dtype)
+    assert kernels == ["attention_wgmma_forward", "attention_flash_delta", "attention_wgmma_backward_dkdv",
+                       "attention_wgmma_backward_dq"]
+    _check_attention(qkv, dy, NH, dtype, dqkv, y)
     with rt.recording() as rec:
         attention.wgmma.forward({"qkv": _as(dtype, rng.standard_normal((1, 8, 3 * 64)))}, {"n_head": 2})
     assert [k.kernel for k in rec] == ["attention_flash_forward"]
@@ -433,12 +448,8 @@ def test_wgmma_delta_in_dq_gives_the_delta_pass_gradients_bit_for_bit(B, T, NH, 
     first tile (a warp's 16 rows four at a time, rows past T reading row T - 1 and counting 0: T201's
     last block holds 9 live rows of 64) and writes it for the dK/dV kernel, which runs after it; no
     delta pass. Its launches, then dqkv (poisoned first) bitwise the same as wgmma's with the pass,
-    with one and two warpgroups a block, and against float64 naive (with the bf16 rounding tails'
-    allowance, as above)."""
-    from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
-    from euler_core.numerics import compare, tolerance
+    with one and two warpgroups a block, and against float64 naive (_check_attention)."""
     from backends.cupy_raw import attention
-    from backends.naive import attention as naive
     fused = attention.Wgmma()
     fused.delta_in_dq = True
     for impl in (attention.wgmma, fused):
@@ -458,11 +469,7 @@ def test_wgmma_delta_in_dq_gives_the_delta_pass_gradients_bit_for_bit(B, T, NH, 
         fused.backward(saved, dy, {"qkv": got})
     assert got.tobytes() == want.tobytes(), \
         f"dqkv differs from the delta pass's in {int((got != want).sum())} of {got.size} elements"
-    ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[1]
-    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
-    assert np.isfinite(got.astype(np.float64)).all(), "attention dqkv: not every element written"
-    compare("attention dqkv", got.astype(np.float64), ref["qkv"], tolerance(dtype, "gradient"),
-            outliers_per_million=OUTLIERS_PER_MILLION, outlier_factor=OUTLIER_FACTOR)
+    _check_attention(qkv, dy, NH, dtype, got)
 
 
 @pytest.mark.parametrize("groups,ring,keys,blocks", [(2, (2, 1), 128, 3), (2, (3, 2), 128, 2), (1, (3, 1), 128, 5),
@@ -508,28 +515,15 @@ def test_wgmma_persistent_forward_makes_the_block_per_item_outputs_bit_for_bit(B
 def test_wgmma_next_matches_float64(dtype):
     """The registered wgmma_next (the persistent forward and delta in dQ together) end to end: y and
     dqkv, poisoned first, against float64 naive at a ragged T, and its launches."""
-    from euler_core.measure.ops import OUTLIER_FACTOR, OUTLIERS_PER_MILLION
-    from euler_core.numerics import compare, tolerance
     from backends.cupy_raw import attention
-    from backends.naive import attention as naive
     B, T, NH = 2, 201, 2
     C = 64 * NH
     rng = np.random.default_rng(17)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
-    with rt.recording() as rec:
-        attention.wgmma_next.backward(attention.wgmma_next.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
-    assert [k.kernel for k in rec] == ["attention_wgmma_forward_persistent", "attention_wgmma_backward_dq",
-                                       "attention_wgmma_backward_dkdv"]
-    grads = {"qkv": _poisoned((B, T, 3 * C), dtype)}
-    with rt.emulation():
-        y, saved = attention.wgmma_next.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), dtype))
-        attention.wgmma_next.backward(saved, dy, grads)
-    ref_y, ref_saved = naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})
-    ref = naive.backward(ref_saved, dy.astype(np.float64), {})
-    _check("attention y", y, ref_y, dtype, "forward")
-    assert np.isfinite(grads["qkv"].astype(np.float64)).all(), "attention dqkv: not every element written"
-    compare("attention dqkv", grads["qkv"].astype(np.float64), ref["qkv"], tolerance(dtype, "gradient"),
-            outliers_per_million=OUTLIERS_PER_MILLION, outlier_factor=OUTLIER_FACTOR)
+    kernels, y, dqkv = _run_attention(attention.wgmma_next, qkv, dy, NH, dtype)
+    assert kernels == ["attention_wgmma_forward_persistent", "attention_wgmma_backward_dq",
+                       "attention_wgmma_backward_dkdv"]
+    _check_attention(qkv, dy, NH, dtype, dqkv, y)
 
 
 @pytest.mark.parametrize("variant,keys", [("flash", 64), ("wgmma", 64), ("wgmma", 128)],
