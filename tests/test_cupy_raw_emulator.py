@@ -511,6 +511,22 @@ def test_wgmma_persistent_forward_makes_the_block_per_item_outputs_bit_for_bit(B
     _check("attention y", got_y, naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[0], "bfloat16", "forward")
 
 
+def test_wgmma_persistent_forward_grid_is_what_the_sms_hold():
+    """The persistent forward's grid: two blocks an SM at the shipped ring (two 32 KB slots, two Q
+    slots: ~97 KB a block), one where a third ring slot makes a block too big to fit twice; never
+    more blocks than items."""
+    from backends.cupy_raw import _common, attention
+    v = attention.Wgmma()
+    v.persistent_forward = True
+    qkv = np.zeros((32, 1024, 3 * 768), dtype=_common.np_dtype("bfloat16"))
+    sms = _common.num_sms(np)
+    for ring, per_sm in (((2, 1), 2), ((3, 1), 1)):
+        v.forward_ring = ring
+        defines = v._defines(qkv, 64, qkv)
+        assert v._forward_grid(defines, 32, 1024, 12, 128, np)[0] == (per_sm * sms,)
+    assert v._forward_grid(defines, 1, 128, 2, 128, np)[0] == (2,)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_wgmma_next_matches_float64(dtype):
     """The registered wgmma_next (the persistent forward and delta in dQ together) end to end: y and

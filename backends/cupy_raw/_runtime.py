@@ -59,6 +59,8 @@ OPTIONS = ("--std=c++17", "-arch=sm_90", "-lineinfo")
 #: the most shared memory one block may have on sm_90 (227 KB; above 48 KB it must be opted into)
 MAX_SHARED_PER_BLOCK = 227 * 1024
 DEFAULT_SHARED_LIMIT = 48 * 1024
+#: shared memory of one sm_90 SM, and what the hardware keeps of it for each resident block
+SM_SHARED, BLOCK_RESERVED_SHARED = 228 * 1024, 1024
 
 
 def cdiv(a: int, b: int) -> int:

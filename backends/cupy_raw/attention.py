@@ -265,7 +265,7 @@ class Wgmma(Flash):
     delta_in_dq = False
     #: the forward as a persistent kernel (attention.cu's FWD_PERSISTENT: blocks that take the work
     #: items from a counter, the next item's copies under the last one's products): wgmma_next, until the H200 has
-    #: timed both; persistent_blocks: its grid (None: two blocks an SM, as the block per item has)
+    #: timed both; persistent_blocks: its grid (None: as many blocks as the SMs hold, _persistent_per_sm)
     persistent_forward, persistent_blocks = False, None
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
@@ -318,7 +318,8 @@ class Wgmma(Flash):
             return super()._forward_grid(defines, B, T, n_head, rows, xp)
         items = rt.cdiv(T, rows) * n_head * B
         next_item = xp.zeros((1,), dtype=np.int32)  # the blocks' counter of items taken
-        return (min(items, self.persistent_blocks or 2 * _common.num_sms(xp)),), (_common.i32(B), next_item)
+        return (min(items, self.persistent_blocks or _persistent_per_sm(self._forward_kernel(defines)[3])
+                    * _common.num_sms(xp)),), (_common.i32(B), next_item)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
@@ -330,6 +331,12 @@ class Wgmma(Flash):
         dq = ("attention_wgmma_backward_dq", 64 * g, threads,      # Q, dY a warpgroup; the ring of (K, V)
               _wgmma_shared(2 * g + 2 * ring, ring))
         return (dq, dkdv) if "DQ_DELTA" in defines else (dkdv, dq)  # (dK/dV reads the delta dQ writes)
+
+
+def _persistent_per_sm(shared: int) -> int:
+    """Blocks of the persistent forward one SM holds at once: two by registers (its __launch_bounds__:
+    128 a thread at 256 threads), fewer where `shared` bytes a block do not fit twice."""
+    return max(1, min(2, rt.SM_SHARED // (shared + rt.BLOCK_RESERVED_SHARED)))
 
 
 def _wgmma_threads(defines: dict) -> int:

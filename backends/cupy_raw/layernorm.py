@@ -27,8 +27,6 @@ from . import _common
 from . import _runtime as rt
 
 MAX_C = 2048
-#: shared memory of one sm_90 SM, and what the hardware keeps of it for each resident block
-SM_SHARED, BLOCK_RESERVED_SHARED = 228 * 1024, 1024
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ def _defines(x, C: int, vec: bool, launch: Launch, grad_dtype=None, residual: bo
     elems = 16 // x.dtype.itemsize if vec and C % (16 // x.dtype.itemsize) == 0 else 1
     packs = -(-C // (32 * elems))
     blocks = max(1, _backward_blocks_per_sm(packs * elems) * 8 // launch.backward_warps)  # the same warps an SM
-    fits = min(rt.MAX_SHARED_PER_BLOCK, SM_SHARED // blocks - BLOCK_RESERVED_SHARED)
+    fits = min(rt.MAX_SHARED_PER_BLOCK, rt.SM_SHARED // blocks - rt.BLOCK_RESERVED_SHARED)
     stages = launch.backward_stages  # fewer where the rings of `blocks` blocks would not fit an SM
     while stages > 1 and _backward_shared(packs, elems, x.dtype.itemsize, launch.backward_warps, stages, residual) > fits:
         stages -= 1
