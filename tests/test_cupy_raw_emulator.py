@@ -511,6 +511,42 @@ def test_wgmma_persistent_forward_makes_the_block_per_item_outputs_bit_for_bit(B
     _check("attention y", got_y, naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[0], "bfloat16", "forward")
 
 
+@pytest.mark.parametrize("groups,ring,blocks,delta_in_dq", [(1, (3, 2), 3, True), (1, (2, 1), 2, False),
+                                                            (2, (3, 2), 3, True), (1, (3, 2), 64, True)],
+                         ids=["ring3-3-blocks-delta-in-dq", "ring2-2-blocks-delta-pass", "2-warpgroups",
+                              "a-block-an-item"])
+@pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (2, 64, 3)], ids=["T201-ragged", "T64"])
+def test_wgmma_persistent_dq_makes_the_block_per_item_gradients_bit_for_bit(B, T, NH, groups, ring, blocks,
+                                                                          delta_in_dq):
+    """persistent_dq (wgmma_next's dQ): blocks take the (query tile, head, batch) items from a
+    counter, thread 0 issuing the K and V stages on across items and each item's Q and dY once the
+    item before has done its last S and dP; with delta made in dQ and from the delta pass. In the
+    emulator the first block walks every item (T201: 1- to 4-stage items, so the ring wraps across
+    items of different lengths and the one Q slot's parity turns over each item) and the others find
+    none left. dqkv (poisoned first) bitwise that of the block-per-item dQ, and the launches."""
+    from backends.cupy_raw import attention
+    plain, persistent = attention.Wgmma(), attention.Wgmma()
+    persistent.persistent_dq, persistent.persistent_blocks = True, blocks
+    for impl in (plain, persistent):
+        impl.backward_groups, impl.backward_ring, impl.delta_in_dq = groups, ring, delta_in_dq
+    C = 64 * NH
+    rng = np.random.default_rng(19)
+    qkv, dy = _as("bfloat16", rng.standard_normal((B, T, 3 * C))), _as("bfloat16", rng.standard_normal((B, T, C)))
+    with rt.recording() as rec:
+        persistent.backward(persistent.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
+    items = -(-T // (64 * groups)) * NH * B
+    dq = [k for k in rec if k.kernel.startswith("attention_wgmma_backward_dq")]
+    assert [(k.kernel, k.grid) for k in dq] == [("attention_wgmma_backward_dq_persistent", (min(items, blocks), 1, 1))]
+    with rt.emulation():
+        _, saved = plain.forward({"qkv": qkv}, {"n_head": NH})
+        want, got = _poisoned((B, T, 3 * C), "bfloat16"), _poisoned((B, T, 3 * C), "bfloat16")
+        plain.backward(saved, dy, {"qkv": want})
+        persistent.backward(saved, dy, {"qkv": got})
+    assert got.tobytes() == want.tobytes(), \
+        f"dqkv differs from the block-per-item dQ's in {int((got != want).sum())} of {got.size} elements"
+    _check_attention(qkv, dy, NH, "bfloat16", got)
+
+
 def test_wgmma_persistent_forward_grid_is_what_the_sms_hold():
     """The persistent forward's grid: two blocks an SM at the shipped ring (two 32 KB slots, two Q
     slots: ~97 KB a block), one where a third ring slot makes a block too big to fit twice; never
@@ -529,7 +565,7 @@ def test_wgmma_persistent_forward_grid_is_what_the_sms_hold():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_wgmma_next_matches_float64(dtype):
-    """The registered wgmma_next (the persistent forward and delta in dQ together) end to end: y and
+    """The registered wgmma_next (the persistent forward and dQ, delta in dQ, together) end to end: y and
     dqkv, poisoned first, against float64 naive at a ragged T, and its launches."""
     from backends.cupy_raw import attention
     B, T, NH = 2, 201, 2
@@ -537,7 +573,7 @@ def test_wgmma_next_matches_float64(dtype):
     rng = np.random.default_rng(17)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
     kernels, y, dqkv = _run_attention(attention.wgmma_next, qkv, dy, NH, dtype)
-    assert kernels == ["attention_wgmma_forward_persistent", "attention_wgmma_backward_dq",
+    assert kernels == ["attention_wgmma_forward_persistent", "attention_wgmma_backward_dq_persistent",
                        "attention_wgmma_backward_dkdv"]
     _check_attention(qkv, dy, NH, dtype, dqkv, y)
 

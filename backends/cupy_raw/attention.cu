@@ -1319,16 +1319,75 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     store_acc(out + 2 * C, ld, dv, key_a, T, 1.0f, 1.0f);
 }
 
+// delta of this thread's rows row_a and row_a + 8 (0 past T) for a dQ block of 64 WG_GROUPS queries
+// of head h, batch b (its warp's rows from q0w). With DQ_DELTA made here from y, res and dy and
+// written to delta_bh (the head's row of delta) for the dK/dV kernel: each warp its 16 rows, four at
+// a time (pass p: rows 4p .. 4p + 3, row 4p + lane / 8 by lanes 8 (lane / 8) ..), the delta pass's
+// own sums (delta_part, delta_lanes_sum: the same floats); no branch around the loads (a row past
+// T reads row T - 1 and counts 0), so that all twelve are in flight at once (HEAD_DIM as HS: one
+// piece a lane). Without, read from the delta pass's delta_bh.
+__device__ __forceinline__ void dq_row_deltas(float (&d_row)[2], float* __restrict__ delta_bh,
+                                              const floatX* __restrict__ y, const floatX* __restrict__ res,
+                                              const floatX* __restrict__ dy, int q0w, int row_a, int b, int h, int T,
+                                              int C, int HS) {
+#if DQ_DELTA
+    static_assert(DELTA_LANES == 8, "dQ's delta: 8 lanes a row of 64");
+    const int lane = threadIdx.x % 32, g = lane / 4, part = lane % DELTA_LANES, row0 = q0w + lane / DELTA_LANES;
+    float sums[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const long long at = ((long long)b * T + min(row0 + 4 * p, T - 1)) * C + h * HS;
+        const float sum = delta_part(y, res, dy, at, part, HEAD_DIM);
+        sums[p] = row0 + 4 * p < T ? sum : 0.0f;
+    }
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        sums[p] = delta_lanes_sum(sums[p]);
+        if (row0 + 4 * p < T && part == 0) delta_bh[row0 + 4 * p] = sums[p];
+    }
+    // the thread's rows are the warp's g (pass g / 4) and g + 8 (pass 2 + g / 4), lanes 8 (g % 4) ..
+    const int from = DELTA_LANES * (g % 4);
+    float got[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++) got[p] = __shfl_sync(0xffffffffu, sums[p], from);
+    d_row[0] = g < 4 ? got[0] : got[1];
+    d_row[1] = g < 4 ? got[2] : got[3];
+#else
+    d_row[0] = row_a < T ? delta_bh[row_a] : 0.0f;
+    d_row[1] = row_a + 8 < T ? delta_bh[row_a + 8] : 0.0f;
+#endif
+}
+
+// One dQ stage for this warpgroup's 64 queries (the warp's from q0w; this thread's rows row_a,
+// row_a + 8 with their L and delta): S = Q K^T and dP = dY V^T over the 64 keys from k0 (Q at sq,
+// dY at sg, K at sk, V after it), dS = P (dP - delta), dQ += dS K. Once both products are done, an
+// arrival on q_done where it is not 0 (the persistent dQ: Q and dY are free for the next item).
+__device__ __forceinline__ void dq_stage(float (&dq)[8][4], unsigned sq, unsigned sg, unsigned sk,
+                                         const float (&l_row)[2], const float (&d_row)[2], int row_a, int q0w, int k0,
+                                         int T, float scale_log2, unsigned q_done) {
+    float s[8][4], dp[8][4];
+    wgmma_fence();
+    issue_nt(s, sq, sk, true);                    // S = Q K^T
+    issue_nt(dp, sg, sk + WG_TILE_BYTES, true);   // dP = dY V^T
+    finish_wgmma(s, dp);
+    if (q_done) mbar_arrive(q_done);
+    const bool edge = k0 + KEYS - 1 > q0w || k0 + KEYS > T;
+    dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
+    u32 sa[4][4];
+    acc_to_a(sa, s);
+    wgmma_fence();
+    issue_pn(dq, sa, sk);  // dQ += dS K
+    finish_wgmma(dq);
+}
+
 // dQ of the block's WG_ROWS queries (flash's attention_flash_backward_dq on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B), the heaviest first; block WG_THREADS. Dynamic shared: 1 KB slack, then
 // WG_GROUPS swizzled Q and as many dY tiles, the ring of (K, V) stages, its mbarriers.
-// Built with DQ_DELTA, the kernel makes delta itself instead of reading the delta pass's: before its
-// first tile each warp reads y, res and dy of its 16 rows (four rows at a time, DELTA_LANES = 8 lanes
-// a row, while the copies of Q, dY and the first K and V are in flight), adds them up as the delta
-// pass does (delta_part, delta_lanes_sum: the same floats) and writes them to `delta` for the dK/dV
-// kernel, which is launched after this one. So the backward makes one pass less over dy, y and res
-// (3 B T C 16-bit values) and launches one kernel less. (Without DQ_DELTA, y, res and dy go unread
-// and delta is only read.)
+// Built with DQ_DELTA, the kernel makes delta itself instead of reading the delta pass's
+// (dq_row_deltas: while the copies of Q, dY and the first K and V are in flight) and writes it for
+// the dK/dV kernel, which is launched after this one. So the backward makes one pass less over dy,
+// y and res (3 B T C 16-bit values) and launches one kernel less. (Without DQ_DELTA, y, res and dy
+// go unread and delta is only read.)
 extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dq(
         const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
         const float* __restrict__ lse, float* __restrict__ delta, const floatX* __restrict__ y,
@@ -1355,39 +1414,9 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         return;
     const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
     const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
-    auto* delta_bh = delta + ((long long)b * NH + h) * L_STRIDE(T);
     const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_b < T ? lse_bh[row_b] : POS_INF_F};
-#if DQ_DELTA
-    static_assert(DELTA_LANES == 8, "dQ's delta: 8 lanes a row of 64");
     float d_row[2];
-    {
-        // pass p: rows 4p .. 4p + 3 of the warp's 16, row 4p + lane / 8 by lanes 8 (lane / 8) ..; no
-        // branch around the loads (a row past T reads row T - 1 and counts 0), so that all twelve
-        // are in flight at once (HEAD_DIM as HS: one piece a lane)
-        const int part = lane % DELTA_LANES, row0 = q0 + warp * 16 + lane / DELTA_LANES;
-        float sums[4];
-#pragma unroll
-        for (int p = 0; p < 4; p++) {
-            const long long at = ((long long)b * T + min(row0 + 4 * p, T - 1)) * C + h * HS;
-            const float sum = delta_part(y, res, dy, at, part, HEAD_DIM);
-            sums[p] = row0 + 4 * p < T ? sum : 0.0f;
-        }
-#pragma unroll
-        for (int p = 0; p < 4; p++) {
-            sums[p] = delta_lanes_sum(sums[p]);
-            if (row0 + 4 * p < T && part == 0) delta_bh[row0 + 4 * p] = sums[p];
-        }
-        // the thread's rows are the warp's g (pass g / 4) and g + 8 (pass 2 + g / 4), lanes 8 (g % 4) ..
-        const int from = DELTA_LANES * (g % 4);
-        float got[4];
-#pragma unroll
-        for (int p = 0; p < 4; p++) got[p] = __shfl_sync(0xffffffffu, sums[p], from);
-        d_row[0] = g < 4 ? got[0] : got[1];
-        d_row[1] = g < 4 ? got[2] : got[3];
-    }
-#else
-    const float d_row[2] = {row_a < T ? delta_bh[row_a] : 0.0f, row_b < T ? delta_bh[row_b] : 0.0f};
-#endif
+    dq_row_deltas(d_row, delta + ((long long)b * NH + h) * L_STRIDE(T), y, res, dy, q0 + warp * 16, row_a, b, h, T, C, HS);
     float dq[8][4];
     zero_acc(dq);
     mbar_wait(bars, 0);
@@ -1395,23 +1424,127 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         const int k0 = j * KEYS;
         ring_step(j, n_tiles, issue);
         unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
-        if (WG_GROUPS == 1 || k0 <= wg_last) {  // (one warpgroup: every tile has a key at or before a row)
-            float s[8][4], dp[8][4];
-            wgmma_fence();
-            issue_nt(s, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sk), true);                   // S = Q K^T
-            issue_nt(dp, smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk + WG_TILE_BYTES), true);  // dP = dY V^T
-            finish_wgmma(s, dp);
-            const bool edge = k0 + KEYS - 1 > q0 + warp * 16 || k0 + KEYS > T;
-            dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
-            u32 sa[4][4];
-            acc_to_a(sa, s);
-            wgmma_fence();
-            issue_pn(dq, sa, smem_u32(sk));  // dQ += dS K
-            finish_wgmma(dq);
-        }
+        if (WG_GROUPS == 1 || k0 <= wg_last)  // (one warpgroup: every tile has a key at or before a row)
+            dq_stage(dq, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk), l_row, d_row,
+                     row_a, q0 + warp * 16, k0, T, scale_log2, 0);
         release_slot(bars, j);
     }
     store_acc(dqkv + (long long)b * T * 3LL * C + h * HS, 3LL * C, dq, row_a, T, scale, scale);
 }
+
+#if DQ_PERSISTENT
+// dQ as a persistent kernel, as the persistent forward (FWD_PERSISTENT above) is: grid (blocks, 1, 1)
+// (attention.py: as many as the SMs hold), each block taking (query tile, head, batch) items from the
+// counter next_item in the block-per-item grid's order (item w: head and batch w / n_qt, query tile
+// n_qt - 1 - w % n_qt), thread 0 issuing the K and V stages WG_AHEAD ahead across items (never into
+// the item after next). Q and dY keep one slot, so that a block takes no more shared memory than
+// the block per item (three an SM): every thread arrives on q_empty once its last stage's S and dP
+// are done, and thread 0 then waits for that and asks for the next item's Q and dY, which come
+// while the last stage's dS and dQ are computed and stored. A block learns its next item (or that
+// none is left) from the slot_item entry thread 0 wrote before it issued that item's first stage,
+// and which that stage's full mbarrier makes visible; with none left, the stage is an arrival
+// without bytes. Dynamic shared: 1 KB slack, Q and dY (WG_GROUPS tiles each), the ring, its
+// mbarriers (`once`: Q and dY full), q_empty, then 6 ints: thread 0's cursor (4) and the item of
+// each parity (2).
+static_assert(!WG_PRODUCER, "the persistent dQ: thread 0 issues the copies, no producer warp");
+
+__device__ __forceinline__ int dq_item_q0(int w, int T) {
+    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
+    return (n_qt - 1 - w % n_qt) * WG_ROWS;
+}
+
+extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dq_persistent(
+        const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
+        const float* __restrict__ lse, float* __restrict__ delta, const floatX* __restrict__ y,
+        const floatX* __restrict__ res, const floatX* __restrict__ dy, floatX* __restrict__ dqkv, int T, int C,
+        int NH, float scale_log2, float scale, int B, int* __restrict__ next_item) {
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    unsigned char* sq = align_1024(flash_smem);
+    unsigned char* sg = sq + WG_GROUPS * WG_TILE_BYTES;
+    unsigned char* skv = sg + WG_GROUPS * WG_TILE_BYTES;
+    const unsigned bars = smem_u32(skv + WG_RING * 2 * WG_TILE_BYTES), q_empty = bars + WG_BARS_BYTES;
+    int* cursor = reinterpret_cast<int*>(skv + WG_RING * 2 * WG_TILE_BYTES + WG_BARS_BYTES + 8);
+    int* slot_item = cursor + 4;
+    const int HS = C / NH, n_qt = (T + WG_ROWS - 1) / WG_ROWS, items = n_qt * NH * B;
+    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
+    if (threadIdx.x == 0) {
+        mbar_init(bars, 1);
+        init_ring_slots(bars);
+        mbar_init(q_empty, WG_THREADS);
+        MBAR_FENCE_INIT();
+        cursor[1] = cursor[2] = cursor[3] = 0;
+    }
+    __syncthreads();
+    // thread 0, at tile t of its k-th item: the K and V stages up to tile t + WG_AHEAD, none of the
+    // item after next; a new item is taken from the counter as its first stage is issued
+    auto issue_ahead = [&](int t, int k) {
+        while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1) {
+            const int pk = cursor[1], pj = cursor[2];
+            if (pj == 0) {
+                const int w = atomicAdd(next_item, 1);
+                cursor[0] = slot_item[pk % 2] = min(w, items);
+                if (w >= items) {  // no item left: the stage the block waits on next says so, without bytes
+                    claim_slot(bars, cursor[3]++, 0);
+                    cursor[1] = 1 << 30;
+                    return;
+                }
+            }
+            const int w = cursor[0], q0 = dq_item_q0(w, T);
+            issue_kv(bars, smem_u32(skv), &qkv_map, cursor[3]++, pj, C, w / n_qt % NH * HS, w / n_qt / NH);
+            if (pj + 1 == (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS) cursor[1] = pk + 1, cursor[2] = 0;
+            else cursor[2] = pj + 1;
+        }
+    };
+    // thread 0: the k-th item's Q and dY into their slot once the item before has let go of it
+    auto issue_q = [&](int k) {
+        const int w = slot_item[k % 2];
+        if (w >= items) return;
+        if (k > 0) mbar_wait(q_empty, (k - 1) & 1);
+        mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
+        for (int i = 0; i < WG_GROUPS; i++) {
+            const int row = dq_item_q0(w, T) + 64 * i, hc = w / n_qt % NH * HS, b = w / n_qt / NH;
+            tma_load_3d(smem_u32(sq + i * WG_TILE_BYTES), &qkv_map, hc, row, b, bars);
+            tma_load_3d(smem_u32(sg + i * WG_TILE_BYTES), &dy_map, hc, row, b, bars);
+        }
+    };
+    if (threadIdx.x == 0) {
+        issue_ahead(0, 0);
+        issue_q(0);
+    }
+    int t = 0;  // the ring's tile this thread multiplies next
+    for (int k = 0;; k++) {  // the block's k-th item, w
+        if (threadIdx.x == 0) issue_ahead(t, k);
+        __syncwarp();
+        await_slot(bars, t);  // (its first stage: slot_item is written before it is issued)
+        const int w = slot_item[k % 2];
+        if (w >= items) break;
+        const int h = w / n_qt % NH, b = w / n_qt / NH, q0 = dq_item_q0(w, T), row_a = q0 + warp * 16 + g;
+        const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
+        const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_a + 8 < T ? lse_bh[row_a + 8] : POS_INF_F};
+        float d_row[2];
+        dq_row_deltas(d_row, delta + ((long long)b * NH + h) * L_STRIDE(T), y, res, dy, q0 + warp * 16, row_a, b, h, T, C,
+                      HS);
+        float dq[8][4];
+        zero_acc(dq);
+        mbar_wait(bars, k & 1);
+        const int keys = min(T, q0 + WG_ROWS);
+        for (int k0 = 0; k0 < keys; k0 += KEYS, t++) {
+            const bool last = k0 + KEYS >= keys;
+            if (threadIdx.x == 0) issue_ahead(t, k);
+            __syncwarp();
+            const unsigned sk = smem_u32(skv) + await_slot(bars, t) * 2 * WG_TILE_BYTES;
+            if (WG_GROUPS == 1 || k0 <= q0 + 64 * wg + 63)
+                dq_stage(dq, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sg + wg * WG_TILE_BYTES), sk, l_row, d_row, row_a,
+                         q0 + warp * 16, k0, T, scale_log2, last ? q_empty : 0);
+            else if (last)
+                mbar_arrive(q_empty);
+            release_slot(bars, t);
+            if (last && threadIdx.x == 0) issue_q(k + 1);
+            __syncwarp();
+        }
+        store_acc(dqkv + (long long)b * T * 3LL * C + h * HS, 3LL * C, dq, row_a, T, scale, scale);
+    }
+}
+#endif  // DQ_PERSISTENT
 #endif  // FLASH_WGMMA
 #endif  // HEAD_DIM

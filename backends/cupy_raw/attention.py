@@ -19,10 +19,11 @@ has the kernels, the math and the mma fragment layouts).
              every K and V stage they stream, 128 keys a stage (the backward keeps one warpgroup a
              block and 64-key tiles: registers).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
-    wgmma_next  wgmma with two changes not yet timed on the H200. The forward as a persistent kernel:
+    wgmma_next  wgmma with three changes not yet timed on the H200. The forward as a persistent kernel:
              two blocks an SM take the (query tile, head, batch) items from a counter, in the
              block-per-item grid's order, the next item's Q and first K and V stage copied while the
-             last one's are multiplied. No delta pass: the dQ kernel makes delta for its own rows
+             last one's are multiplied; dQ the same way (three blocks an SM, Q and dY in one slot
+             asked for once the last item's last S and dP are done). No delta pass: the dQ kernel makes delta for its own rows
              before its first tile (from y, res and dy read while its first copies are in flight),
              exactly as the pass would, and writes it for the dK/dV kernel, which then runs after it
              (one pass over 3 B T C 16-bit values and one launch less). The same outputs and
@@ -179,6 +180,11 @@ class Flash:
         forward's FlashSaved, for a backward kernel that reads y and res)."""
         return (qkv,) if dout is None else (qkv, dout, lse, delta)
 
+    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
+        """A backward kernel's grid, and its arguments after the common ones: a block per (tile of
+        `rows` keys or queries, head, batch), none."""
+        return (rt.cdiv(T, rows), n_head, B), ()
+
     def _backward_kernels(self, defines: dict):
         """The dK/dV and the dQ kernel: (kernel, keys or queries a block, threads, shared bytes) each."""
         return (("attention_flash_backward_dkdv", FLASH_KEYS, FLASH_THREADS,
@@ -221,8 +227,9 @@ class Flash:
                       rt.cdiv(B * T * n_head * lanes, 128), 128, (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
         for kernel, rows, threads, shared in self._backward_kernels(defines):
-            rt.launch(rt.function("attention", kernel, defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
-                      self._operands(kernel, defines, qkv, dout, saved.lse, delta, saved) + (dqkv,) + dims + scales,
+            grid, more = self._backward_grid(kernel, defines, B, T, n_head, rows, xp)
+            rt.launch(rt.function("attention", kernel, defines, arch=arch), grid, threads,
+                      self._operands(kernel, defines, qkv, dout, saved.lse, delta, saved) + (dqkv,) + dims + scales + more,
                       shared_mem=shared)
         return {"qkv": dqkv}
 
@@ -267,6 +274,9 @@ class Wgmma(Flash):
     #: items from a counter, the next item's copies under the last one's products): wgmma_next, until the H200 has
     #: timed both; persistent_blocks: its grid (None: as many blocks as the SMs hold, _persistent_per_sm)
     persistent_forward, persistent_blocks = False, None
+    #: dQ as a persistent kernel (attention.cu's DQ_PERSISTENT: the same scheduling, Q and dY in one
+    #: slot asked for as the last item's last S and dP are done): wgmma_next, until the H200 has timed it
+    persistent_dq = False
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
@@ -283,6 +293,11 @@ class Wgmma(Flash):
                 defines["FWD_PERSISTENT"] = 1
             if backward and self.delta_in_dq:
                 defines["DQ_DELTA"] = 1
+            if backward and self.persistent_dq:
+                if self.producer:
+                    raise ValueError("attention: the cupy_raw persistent wgmma dQ issues its copies from thread 0; "
+                                     "it takes no producer warp (producer=True)")
+                defines["DQ_PERSISTENT"] = 1
         return defines
 
     def _arch(self, defines: dict) -> str:
@@ -298,7 +313,7 @@ class Wgmma(Flash):
             return (qkv_map,)
         C = C3 // 3
         dy_map = _tma.tiled(dout, (C, T, B), (C, T * C), tile)
-        if kernel == "attention_wgmma_backward_dq":
+        if kernel.startswith("attention_wgmma_backward_dq"):
             return qkv_map, dy_map, lse, delta, saved.y, saved.res, dout  # (the last three read with DQ_DELTA)
         rows = [_tma.tiled(v, (T, B * v.shape[1]), (v.shape[2],), (FLASH_KEYS, 1), swizzle=False) for v in (lse, delta)]
         return (qkv_map, dy_map, *rows)
@@ -318,8 +333,17 @@ class Wgmma(Flash):
             return super()._forward_grid(defines, B, T, n_head, rows, xp)
         items = rt.cdiv(T, rows) * n_head * B
         next_item = xp.zeros((1,), dtype=np.int32)  # the blocks' counter of items taken
-        return (min(items, self.persistent_blocks or _persistent_per_sm(self._forward_kernel(defines)[3])
+        return (min(items, self.persistent_blocks or _persistent_per_sm(self._forward_kernel(defines)[3], 2)
                     * _common.num_sms(xp)),), (_common.i32(B), next_item)
+
+    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
+        if kernel != "attention_wgmma_backward_dq_persistent":
+            return super()._backward_grid(kernel, defines, B, T, n_head, rows, xp)
+        items = rt.cdiv(T, rows) * n_head * B
+        shared = next(k[3] for k in self._backward_kernels(defines) if k[0] == kernel)
+        next_item = xp.zeros((1,), dtype=np.int32)  # the blocks' counter of items taken
+        return (min(items, self.persistent_blocks or _persistent_per_sm(shared, 4) * _common.num_sms(xp)),), \
+            (_common.i32(B), next_item)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
@@ -330,13 +354,15 @@ class Wgmma(Flash):
                 _wgmma_shared(2 * g + 2 * ring, ring, 2 * FLASH_KEYS * ring))
         dq = ("attention_wgmma_backward_dq", 64 * g, threads,      # Q, dY a warpgroup; the ring of (K, V)
               _wgmma_shared(2 * g + 2 * ring, ring))
+        if "DQ_PERSISTENT" in defines:  # the same, then q_empty and thread 0's 6 ints
+            dq = ("attention_wgmma_backward_dq_persistent", 64 * g, threads, _wgmma_shared(2 * g + 2 * ring, ring, extra_bars=1) + 24)
         return (dq, dkdv) if "DQ_DELTA" in defines else (dkdv, dq)  # (dK/dV reads the delta dQ writes)
 
 
-def _persistent_per_sm(shared: int) -> int:
-    """Blocks of the persistent forward one SM holds at once: two by registers (its __launch_bounds__:
-    128 a thread at 256 threads), fewer where `shared` bytes a block do not fit twice."""
-    return max(1, min(2, rt.SM_SHARED // (shared + rt.BLOCK_RESERVED_SHARED)))
+def _persistent_per_sm(shared: int, most: int) -> int:
+    """Blocks of a persistent kernel one SM holds at once: `most` by registers (the forward: two of
+    256 threads at 128 registers; dQ: four of 128), fewer where `shared` bytes a block do not fit."""
+    return max(1, min(most, rt.SM_SHARED // (shared + rt.BLOCK_RESERVED_SHARED)))
 
 
 def _wgmma_threads(defines: dict) -> int:
@@ -355,11 +381,12 @@ wgmma = Wgmma()
 
 
 class WgmmaNext(Wgmma):
-    """wgmma with what is written for it but not yet timed on the H200: the forward as a persistent
-    kernel (FWD_PERSISTENT) and delta made by the dQ kernel (DQ_DELTA) instead of a pass of its own."""
+    """wgmma with what is written for it but not yet timed on the H200: the forward and dQ as
+    persistent kernels (FWD_PERSISTENT, DQ_PERSISTENT) and delta made by the dQ kernel (DQ_DELTA)
+    instead of a pass of its own."""
 
     name = "wgmma_next"
-    delta_in_dq = persistent_forward = True
+    delta_in_dq = persistent_forward = persistent_dq = True
 
 
 wgmma_next = WgmmaNext()
