@@ -559,8 +559,9 @@ def test_wgmma_persistent_forward_grid_is_what_the_sms_hold():
     for ring, per_sm in (((2, 1), 2), ((3, 1), 1)):
         v.forward_ring = ring
         defines = v._defines(qkv, 64, qkv)
-        assert v._forward_grid(defines, 32, 1024, 12, 128, np)[0] == (per_sm * sms,)
-    assert v._forward_grid(defines, 1, 128, 2, 128, np)[0] == (2,)
+        shared = v._forward_kernel(defines)[3]
+        assert v._forward_grid(defines, 32, 1024, 12, 128, shared, np)[0] == (per_sm * sms,)
+    assert v._forward_grid(defines, 1, 128, 2, 128, shared, np)[0] == (2,)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

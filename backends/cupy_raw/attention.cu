@@ -1139,6 +1139,42 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
     forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, h, b);
 }
 
+#if FWD_PERSISTENT || DQ_PERSISTENT
+// The persistent kernels' work item w (a query tile of WG_ROWS, its head and batch: w / n_qt; the
+// order the block-per-item grid is dispatched in): its first query, and its stages of `keys` keys
+// (recomputed where needed rather than held: the stage's registers are all the block can spare)
+__device__ __forceinline__ int item_q0(int w, int T) {
+    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
+    return (n_qt - 1 - w % n_qt) * WG_ROWS;
+}
+__device__ __forceinline__ int item_stages(int q0, int T, int keys) { return (min(T, q0 + WG_ROWS) + keys - 1) / keys; }
+
+// Thread 0 of a persistent kernel, at tile t of its k-th item: issue the ring's stages (TILES 64-row
+// tiles of K and then of V each) up to tile t + WG_AHEAD, but none of the item after next (the items'
+// own slots are two: that item's would wait for this one's to be let go of, and a lead of WG_AHEAD
+// stages spans two items where they are short). take_item(pk) begins the block's pk-th item as its
+// first stage is to be issued: it takes the item from the counter (with whatever the kernel loads
+// once an item) and returns it, or `items` where none is left, having then told the block so;
+// nothing more is issued after that. cursor (shared memory, thread 0's alone): the item, the block's
+// count of items before it, its next stage, the ring's next tile.
+template <int TILES, class TakeItem>
+__device__ __forceinline__ void issue_ahead(int* cursor, unsigned bars, unsigned skv, const TmaDescriptor* qkv_map,
+                                            int t, int k, int T, int C, int NH, int items, TakeItem take_item) {
+    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
+    while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1) {
+        const int pk = cursor[1], pj = cursor[2];
+        if (pj == 0 && (cursor[0] = take_item(pk)) >= items) {
+            cursor[1] = 1 << 30;
+            return;
+        }
+        const int w = cursor[0];
+        issue_kv<TILES>(bars, skv, qkv_map, cursor[3]++, pj, C, w / n_qt % NH * (C / NH), w / n_qt / NH);
+        if (pj + 1 == item_stages(item_q0(w, T), T, TILES * KEYS)) cursor[1] = pk + 1, cursor[2] = 0;
+        else cursor[2] = pj + 1;
+    }
+}
+#endif
+
 #if FWD_PERSISTENT
 // The forward as a persistent kernel: grid (blocks, 1, 1), `blocks` as many as the SMs hold at once
 // (attention.py: two an SM), each taking (query tile, head, batch) items one after another from a
@@ -1158,14 +1194,6 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
 static_assert(!WG_PRODUCER, "the persistent forward: thread 0 issues the copies, no producer warp");
 __device__ __forceinline__ unsigned q_full_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * slot; }
 __device__ __forceinline__ unsigned q_empty_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * (2 + slot); }
-
-// work item w's first query and stages of FWD_KEYS keys (recomputed where needed rather than held:
-// the stage's registers are all the block can spare at two blocks an SM)
-__device__ __forceinline__ int item_q0(int w, int T) {
-    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
-    return (n_qt - 1 - w % n_qt) * WG_ROWS;
-}
-__device__ __forceinline__ int item_stages(int q0, int T) { return (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS; }
 
 extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmma_forward_persistent(
         const __grid_constant__ TmaDescriptor qkv_map, floatX* __restrict__ y, floatX* __restrict__ res,
@@ -1192,37 +1220,27 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmm
         cursor[1] = cursor[2] = cursor[3] = 0;
     }
     __syncthreads();
-    // thread 0, at tile t of its k-th item: issue the stages up to tile t + WG_AHEAD (each item's Q
-    // with its first stage, the item taken from the counter then), but none of the item after next:
-    // Q has two slots, and that item's would wait for this one's to be let go of (a lead of WG_AHEAD
-    // stages spans two items where they are short). With no item left, the slot says so (its
-    // full mbarrier completed by thread 0's arrival alone) and nothing more is issued.
-    auto issue_ahead = [&](int t, int k) {
-        while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1) {
-            const int pk = cursor[1], pj = cursor[2];
-            if (pj == 0) {  // a new item, its Q into slot pk % 2 once the item two back has let go of it
-                mbar_wait(q_empty_bar(bars, pk % 2), ((pk / 2) & 1) ^ 1);
-                const int w = atomicAdd(next_item, 1);
-                cursor[0] = slot_item[pk % 2] = min(w, items);
-                if (w >= items) {
-                    mbar_arrive(q_full_bar(bars, pk % 2));
-                    cursor[1] = 1 << 30;  // never again: the consumers stop at this slot
-                    return;
-                }
-                mbar_expect_tx(q_full_bar(bars, pk % 2), WG_GROUPS * WG_TILE_BYTES);
-                for (int i = 0; i < WG_GROUPS; i++)
-                    tma_load_3d(smem_u32(sq + (pk % 2 * WG_GROUPS + i) * WG_TILE_BYTES), &qkv_map, w / n_qt % NH * (C / NH),
-                                item_q0(w, T) + 64 * i, w / n_qt / NH, q_full_bar(bars, pk % 2));
-            }
-            const int w = cursor[0], q0 = item_q0(w, T);
-            issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, cursor[3]++, pj, C, w / n_qt % NH * (C / NH), w / n_qt / NH);
-            if (pj + 1 == item_stages(q0, T)) cursor[1] = pk + 1, cursor[2] = 0;
-            else cursor[2] = pj + 1;
+    // thread 0: the block's pk-th item, its Q into slot pk % 2 once the item two back has let go of it;
+    // with none left the slot says so, its full mbarrier completed by thread 0's arrival alone
+    auto take_item = [&](int pk) {
+        mbar_wait(q_empty_bar(bars, pk % 2), ((pk / 2) & 1) ^ 1);
+        const int w = slot_item[pk % 2] = min(atomicAdd(next_item, 1), items);
+        if (w >= items) {
+            mbar_arrive(q_full_bar(bars, pk % 2));
+            return w;
         }
+        mbar_expect_tx(q_full_bar(bars, pk % 2), WG_GROUPS * WG_TILE_BYTES);
+        for (int i = 0; i < WG_GROUPS; i++)
+            tma_load_3d(smem_u32(sq + (pk % 2 * WG_GROUPS + i) * WG_TILE_BYTES), &qkv_map, w / n_qt % NH * (C / NH),
+                        item_q0(w, T) + 64 * i, w / n_qt / NH, q_full_bar(bars, pk % 2));
+        return w;
+    };
+    auto issue = [&](int t, int k) {
+        issue_ahead<TILES>(cursor, bars, smem_u32(skv), &qkv_map, t, k, T, C, NH, items, take_item);
     };
     int t = 0;  // the ring's tile this thread multiplies next
     for (int k = 0;; k++) {  // the block's k-th item, w
-        if (threadIdx.x == 0) issue_ahead(t, k);
+        if (threadIdx.x == 0) issue(t, k);
         __syncwarp();
         mbar_wait(q_full_bar(bars, k % 2), (k / 2) & 1);
         const int w = slot_item[k % 2];
@@ -1232,7 +1250,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmm
         float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
         zero_acc(o);
         for (int k0 = 0; k0 < keys; k0 += FWD_KEYS, t++) {
-            if (threadIdx.x == 0) issue_ahead(t, k);
+            if (threadIdx.x == 0) issue(t, k);
             __syncwarp();
             const unsigned sk = smem_u32(skv) + await_slot(bars, t) * 2 * TILES * WG_TILE_BYTES;
             if (k0 <= row_a - (warp % 4) * 16 - g + 63)
@@ -1448,11 +1466,6 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
 // each parity (2).
 static_assert(!WG_PRODUCER, "the persistent dQ: thread 0 issues the copies, no producer warp");
 
-__device__ __forceinline__ int dq_item_q0(int w, int T) {
-    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
-    return (n_qt - 1 - w % n_qt) * WG_ROWS;
-}
-
 extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dq_persistent(
         const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
         const float* __restrict__ lse, float* __restrict__ delta, const floatX* __restrict__ y,
@@ -1475,25 +1488,15 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         cursor[1] = cursor[2] = cursor[3] = 0;
     }
     __syncthreads();
-    // thread 0, at tile t of its k-th item: the K and V stages up to tile t + WG_AHEAD, none of the
-    // item after next; a new item is taken from the counter as its first stage is issued
-    auto issue_ahead = [&](int t, int k) {
-        while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1) {
-            const int pk = cursor[1], pj = cursor[2];
-            if (pj == 0) {
-                const int w = atomicAdd(next_item, 1);
-                cursor[0] = slot_item[pk % 2] = min(w, items);
-                if (w >= items) {  // no item left: the stage the block waits on next says so, without bytes
-                    claim_slot(bars, cursor[3]++, 0);
-                    cursor[1] = 1 << 30;
-                    return;
-                }
-            }
-            const int w = cursor[0], q0 = dq_item_q0(w, T);
-            issue_kv(bars, smem_u32(skv), &qkv_map, cursor[3]++, pj, C, w / n_qt % NH * HS, w / n_qt / NH);
-            if (pj + 1 == (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS) cursor[1] = pk + 1, cursor[2] = 0;
-            else cursor[2] = pj + 1;
-        }
+    // thread 0: the block's pk-th item; with none left, the stage the block waits on next says so
+    // (an arrival without bytes)
+    auto take_item = [&](int pk) {
+        const int w = slot_item[pk % 2] = min(atomicAdd(next_item, 1), items);
+        if (w >= items) claim_slot(bars, cursor[3]++, 0);
+        return w;
+    };
+    auto issue = [&](int t, int k) {
+        issue_ahead<1>(cursor, bars, smem_u32(skv), &qkv_map, t, k, T, C, NH, items, take_item);
     };
     // thread 0: the k-th item's Q and dY into their slot once the item before has let go of it
     auto issue_q = [&](int k) {
@@ -1502,23 +1505,23 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         if (k > 0) mbar_wait(q_empty, (k - 1) & 1);
         mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
         for (int i = 0; i < WG_GROUPS; i++) {
-            const int row = dq_item_q0(w, T) + 64 * i, hc = w / n_qt % NH * HS, b = w / n_qt / NH;
+            const int row = item_q0(w, T) + 64 * i, hc = w / n_qt % NH * HS, b = w / n_qt / NH;
             tma_load_3d(smem_u32(sq + i * WG_TILE_BYTES), &qkv_map, hc, row, b, bars);
             tma_load_3d(smem_u32(sg + i * WG_TILE_BYTES), &dy_map, hc, row, b, bars);
         }
     };
     if (threadIdx.x == 0) {
-        issue_ahead(0, 0);
+        issue(0, 0);
         issue_q(0);
     }
     int t = 0;  // the ring's tile this thread multiplies next
     for (int k = 0;; k++) {  // the block's k-th item, w
-        if (threadIdx.x == 0) issue_ahead(t, k);
+        if (threadIdx.x == 0) issue(t, k);
         __syncwarp();
         await_slot(bars, t);  // (its first stage: slot_item is written before it is issued)
         const int w = slot_item[k % 2];
         if (w >= items) break;
-        const int h = w / n_qt % NH, b = w / n_qt / NH, q0 = dq_item_q0(w, T), row_a = q0 + warp * 16 + g;
+        const int h = w / n_qt % NH, b = w / n_qt / NH, q0 = item_q0(w, T), row_a = q0 + warp * 16 + g;
         const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
         const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_a + 8 < T ? lse_bh[row_a + 8] : POS_INF_F};
         float d_row[2];
@@ -1530,7 +1533,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         const int keys = min(T, q0 + WG_ROWS);
         for (int k0 = 0; k0 < keys; k0 += KEYS, t++) {
             const bool last = k0 + KEYS >= keys;
-            if (threadIdx.x == 0) issue_ahead(t, k);
+            if (threadIdx.x == 0) issue(t, k);
             __syncwarp();
             const unsigned sk = smem_u32(skv) + await_slot(bars, t) * 2 * WG_TILE_BYTES;
             if (WG_GROUPS == 1 || k0 <= q0 + 64 * wg + 63)

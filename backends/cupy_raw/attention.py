@@ -170,9 +170,9 @@ class Flash:
         m_tiles = defines["FWD_M_TILES"]
         return "attention_flash_forward", FLASH_KEYS * m_tiles, FLASH_THREADS, _flash_shared(defines, m_tiles + 4)
 
-    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
-        """The forward's grid, and its arguments after the common ones: a block per (query tile of
-        `rows`, head, batch), none."""
+    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int, xp) -> tuple[tuple, tuple]:
+        """The forward's grid (its blocks of `shared` bytes), and its arguments after the common ones:
+        a block per (query tile of `rows`, head, batch), none."""
         return (rt.cdiv(T, rows), n_head, B), ()
 
     def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None, saved=None) -> tuple:
@@ -180,9 +180,10 @@ class Flash:
         forward's FlashSaved, for a backward kernel that reads y and res)."""
         return (qkv,) if dout is None else (qkv, dout, lse, delta)
 
-    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
-        """A backward kernel's grid, and its arguments after the common ones: a block per (tile of
-        `rows` keys or queries, head, batch), none."""
+    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int,
+                       xp) -> tuple[tuple, tuple]:
+        """A backward kernel's grid (its blocks of `shared` bytes), and its arguments after the common
+        ones: a block per (tile of `rows` keys or queries, head, batch), none."""
         return (rt.cdiv(T, rows), n_head, B), ()
 
     def _backward_kernels(self, defines: dict):
@@ -202,7 +203,7 @@ class Flash:
         lse = xp.empty((B, n_head, l_stride(T)), dtype=np.float32)
         defines = self._defines(qkv, HS, y, res)
         kernel, rows, threads, shared = self._forward_kernel(defines)
-        grid, more = self._forward_grid(defines, B, T, n_head, rows, xp)
+        grid, more = self._forward_grid(defines, B, T, n_head, rows, shared, xp)
         rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)), grid, threads,
                   self._operands(kernel, defines, qkv) + (y, res, lse, _common.i32(T), _common.i32(C),
                                                           _common.i32(n_head), _common.f32(LOG2E / math.sqrt(HS))) + more,
@@ -227,7 +228,7 @@ class Flash:
                       rt.cdiv(B * T * n_head * lanes, 128), 128, (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
         for kernel, rows, threads, shared in self._backward_kernels(defines):
-            grid, more = self._backward_grid(kernel, defines, B, T, n_head, rows, xp)
+            grid, more = self._backward_grid(kernel, defines, B, T, n_head, rows, shared, xp)
             rt.launch(rt.function("attention", kernel, defines, arch=arch), grid, threads,
                       self._operands(kernel, defines, qkv, dout, saved.lse, delta, saved) + (dqkv,) + dims + scales + more,
                       shared_mem=shared)
@@ -328,22 +329,23 @@ class Wgmma(Flash):
                     _wgmma_shared(2 * g + 2 * tiles * ring, ring, extra_bars=4) + 24)
         return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * tiles * ring, ring)
 
-    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
+    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int, xp) -> tuple[tuple, tuple]:
         if "FWD_PERSISTENT" not in defines:
-            return super()._forward_grid(defines, B, T, n_head, rows, xp)
-        items = rt.cdiv(T, rows) * n_head * B
-        next_item = xp.zeros((1,), dtype=np.int32)  # the blocks' counter of items taken
-        return (min(items, self.persistent_blocks or _persistent_per_sm(self._forward_kernel(defines)[3], 2)
-                    * _common.num_sms(xp)),), (_common.i32(B), next_item)
+            return super()._forward_grid(defines, B, T, n_head, rows, shared, xp)
+        return self._persistent_grid(B, T, n_head, rows, _persistent_per_sm(shared, 2), xp)
 
-    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, xp) -> tuple[tuple, tuple]:
+    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int,
+                       xp) -> tuple[tuple, tuple]:
         if kernel != "attention_wgmma_backward_dq_persistent":
-            return super()._backward_grid(kernel, defines, B, T, n_head, rows, xp)
+            return super()._backward_grid(kernel, defines, B, T, n_head, rows, shared, xp)
+        return self._persistent_grid(B, T, n_head, rows, _persistent_per_sm(shared, 4), xp)
+
+    def _persistent_grid(self, B: int, T: int, n_head: int, rows: int, per_sm: int, xp) -> tuple[tuple, tuple]:
+        """A persistent kernel's grid (per_sm blocks an SM, never more than the items) and its last
+        arguments: B and the blocks' counter of items taken, zero at launch."""
         items = rt.cdiv(T, rows) * n_head * B
-        shared = next(k[3] for k in self._backward_kernels(defines) if k[0] == kernel)
-        next_item = xp.zeros((1,), dtype=np.int32)  # the blocks' counter of items taken
-        return (min(items, self.persistent_blocks or _persistent_per_sm(shared, 4) * _common.num_sms(xp)),), \
-            (_common.i32(B), next_item)
+        next_item = xp.zeros((1,), dtype=np.int32)
+        return (min(items, self.persistent_blocks or per_sm * _common.num_sms(xp)),), (_common.i32(B), next_item)
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
