@@ -547,6 +547,19 @@ def test_wgmma_persistent_dq_makes_the_block_per_item_gradients_bit_for_bit(B, T
     _check_attention(qkv, dy, NH, "bfloat16", got)
 
 
+def test_wgmma_persistent_kernels_refuse_a_producer_warp():
+    """The persistent forward and dQ issue every copy from thread 0: asked for with a producer warp
+    too, the launcher says so before anything is compiled or launched."""
+    from backends.cupy_raw import _common, attention
+    qkv = np.zeros((1, 64, 3 * 64), dtype=_common.np_dtype("bfloat16"))
+    for change, backward in (("persistent_forward", False), ("persistent_dq", True)):
+        v = attention.Wgmma()
+        v.producer = True
+        setattr(v, change, True)
+        with pytest.raises(ValueError, match="no producer warp"):
+            v._defines(qkv, 64, qkv, backward=backward)
+
+
 def test_wgmma_persistent_forward_grid_is_what_the_sms_hold():
     """The persistent forward's grid: two blocks an SM at the shipped ring (two 32 KB slots, two Q
     slots: ~97 KB a block), one where a third ring slot makes a block too big to fit twice; never
