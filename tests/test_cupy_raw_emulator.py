@@ -432,8 +432,7 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     rng = np.random.default_rng(3)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
     kernels, y, dqkv = _run_attention(attention.wgmma, qkv, dy, NH, dtype)
-    assert kernels == ["attention_wgmma_forward", "attention_flash_delta", "attention_wgmma_backward_dkdv",
-                       "attention_wgmma_backward_dq"]
+    assert kernels == ["attention_wgmma_forward", "attention_wgmma_backward_dq", "attention_wgmma_backward_dkdv"]
     _check_attention(qkv, dy, NH, dtype, dqkv, y)
     with rt.recording() as rec:
         attention.wgmma.forward({"qkv": _as(dtype, rng.standard_normal((1, 8, 3 * 64)))}, {"n_head": 2})
@@ -443,153 +442,42 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
 @pytest.mark.parametrize("groups", [1, 2], ids=["1-warpgroup", "2-warpgroups"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (1, 64, 1)], ids=["T201-ragged", "T64-one-tile"])
-def test_wgmma_delta_in_dq_gives_the_delta_pass_gradients_bit_for_bit(B, T, NH, dtype, groups, monkeypatch):
-    """delta_in_dq (wgmma_next's backward): the dQ kernel makes delta from y, res and dy before its
+def test_wgmma_dq_writes_the_delta_pass_delta_bit_for_bit(B, T, NH, dtype, groups, monkeypatch):
+    """The wgmma backward has no delta pass: its dQ kernel makes delta from y, res and dy before its
     first tile (a warp's 16 rows four at a time, rows past T reading row T - 1 and counting 0: T201's
-    last block holds 9 live rows of 64) and writes it for the dK/dV kernel, which runs after it; no
-    delta pass. Its launches, then dqkv (poisoned first) bitwise the same as wgmma's with the pass,
-    with one and two warpgroups a block, and against float64 naive (_check_attention)."""
+    last block holds 9 live rows of 64) and writes it for the dK/dV kernel, launched after it. The
+    delta it writes (poisoned first), row by row up to T, bitwise the delta pass's on the same
+    tensors with the same defines, with one and two warpgroups a block."""
     from backends.cupy_raw import attention
-    fused = attention.Wgmma()
-    fused.delta_in_dq = True
-    for impl in (attention.wgmma, fused):
-        monkeypatch.setattr(impl, "backward_groups", groups)
+    monkeypatch.setattr(attention.wgmma, "backward_groups", groups)
     C = 64 * NH
     rng = np.random.default_rng(11)
     qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
-    with rt.recording() as rec:
-        fused.backward(fused.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
-    assert [k.kernel for k in rec] == ["attention_wgmma_forward", "attention_wgmma_backward_dq",
-                                       "attention_wgmma_backward_dkdv"]
-    assert [k.defines.get("DQ_DELTA") for k in rec] == [None, 1, 1]
+    launched, launch = [], rt.launch
+
+    def noting(k, grid, block, args, shared_mem=0):
+        launched.append((k, args))
+        if k.name == "attention_wgmma_backward_dq":
+            args[3][...] = np.nan  # delta, as the launcher allocated it
+        launch(k, grid, block, args, shared_mem)
+
+    monkeypatch.setattr(rt, "launch", noting)
     with rt.emulation():
         _, saved = attention.wgmma.forward({"qkv": qkv}, {"n_head": NH})
-        want, got = _poisoned((B, T, 3 * C), dtype), _poisoned((B, T, 3 * C), dtype)
-        attention.wgmma.backward(saved, dy, {"qkv": want})
-        fused.backward(saved, dy, {"qkv": got})
+        attention.wgmma.backward(saved, dy, {})
+        assert [k.name for k, _ in launched] == ["attention_wgmma_forward", "attention_wgmma_backward_dq",
+                                                 "attention_wgmma_backward_dkdv"]
+        dq_kernel, dq_args = launched[1]
+        got = dq_args[3]
+        want = np.full_like(got, np.nan)
+        lanes = dq_kernel.defines["DELTA_LANES"]
+        launch(rt.function("attention", "attention_flash_delta", dq_kernel.defines, arch="sm_90a"),
+               rt.cdiv(B * T * NH * lanes, 128), 128,
+               (saved.y, saved.res, dy, want, np.int32(B), np.int32(T), np.int32(C), np.int32(NH)))
+    got, want = got[:, :, :T], want[:, :, :T]  # (the padding past T is never written)
+    assert np.isfinite(got).all(), "the dQ kernel left rows of delta unwritten"
     assert got.tobytes() == want.tobytes(), \
-        f"dqkv differs from the delta pass's in {int((got != want).sum())} of {got.size} elements"
-    _check_attention(qkv, dy, NH, dtype, got)
-
-
-@pytest.mark.parametrize("groups,ring,keys,blocks", [(2, (2, 1), 128, 3), (2, (3, 2), 128, 2), (1, (3, 1), 128, 5),
-                                                     (2, (4, 2), 64, 3), (2, (2, 1), 128, 64)],
-                         ids=["2-warpgroups-ring2-3-blocks", "ring3-ahead2-2-blocks", "1-warpgroup-5-blocks",
-                              "64-keys-ring4", "a-block-an-item"])
-@pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (2, 64, 3)], ids=["T201-ragged", "T64"])
-def test_wgmma_persistent_forward_makes_the_block_per_item_outputs_bit_for_bit(B, T, NH, groups, ring, keys, blocks,
-                                                                              monkeypatch):
-    """persistent_forward (wgmma_next's forward): `blocks` blocks take the (query tile, head, batch)
-    items from a counter, thread 0 issuing each item's Q (two slots) with its first K and V stage
-    while the last item's stages are multiplied, the ring of stages running on across items. The
-    emulator runs the blocks one after another, so the first walks every item (a Q slot's parity
-    turns over, the ring wraps across items of different stage counts: T201 has 1- and 2-stage
-    items at 128 rows a block) and the others find none left, the path that ends a block. y, res and
-    L (the saved tensors) bitwise those of the block-per-item kernel, y poisoned first, and y
-    against float64 naive."""
-    from backends.cupy_raw import attention
-    from backends.naive import attention as naive
-    plain, persistent = attention.Wgmma(), attention.Wgmma()
-    persistent.persistent_forward, persistent.persistent_blocks = True, blocks
-    for impl in (plain, persistent):
-        impl.forward_groups, impl.forward_ring, impl.forward_keys = groups, ring, keys
-    C = 64 * NH
-    rng = np.random.default_rng(13)
-    qkv = _as("bfloat16", rng.standard_normal((B, T, 3 * C)))
-    with rt.recording() as rec:
-        persistent.forward({"qkv": qkv}, {"n_head": NH})
-    items = -(-T // (64 * groups)) * NH * B
-    assert [(k.kernel, k.grid) for k in rec] == [("attention_wgmma_forward_persistent", (min(items, blocks), 1, 1))]
-    with rt.emulation():
-        want_y, want = plain.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "bfloat16"))
-        got_y, got = persistent.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "bfloat16"))
-    for name in ("y", "res"):
-        a, b = getattr(got, name), getattr(want, name)
-        assert a.tobytes() == b.tobytes(), f"{name} differs from the block-per-item kernel's in {int((a != b).sum())} elements"
-    lse_got, lse_want = got.lse[:, :, :T], want.lse[:, :, :T]  # (the padding past T is never written)
-    assert lse_got.tobytes() == lse_want.tobytes(), "L differs from the block-per-item kernel's"
-    _check("attention y", got_y, naive.forward({"qkv": qkv.astype(np.float64)}, {"n_head": NH})[0], "bfloat16", "forward")
-
-
-@pytest.mark.parametrize("groups,ring,blocks,delta_in_dq", [(1, (3, 2), 3, True), (1, (2, 1), 2, False),
-                                                            (2, (3, 2), 3, True), (1, (3, 2), 64, True)],
-                         ids=["ring3-3-blocks-delta-in-dq", "ring2-2-blocks-delta-pass", "2-warpgroups",
-                              "a-block-an-item"])
-@pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (2, 64, 3)], ids=["T201-ragged", "T64"])
-def test_wgmma_persistent_dq_makes_the_block_per_item_gradients_bit_for_bit(B, T, NH, groups, ring, blocks,
-                                                                          delta_in_dq):
-    """persistent_dq (wgmma_next's dQ): blocks take the (query tile, head, batch) items from a
-    counter, thread 0 issuing the K and V stages on across items and each item's Q and dY once the
-    item before has done its last S and dP; with delta made in dQ and from the delta pass. In the
-    emulator the first block walks every item (T201: 1- to 4-stage items, so the ring wraps across
-    items of different lengths and the one Q slot's parity turns over each item) and the others find
-    none left. dqkv (poisoned first) bitwise that of the block-per-item dQ, and the launches."""
-    from backends.cupy_raw import attention
-    plain, persistent = attention.Wgmma(), attention.Wgmma()
-    persistent.persistent_dq, persistent.persistent_blocks = True, blocks
-    for impl in (plain, persistent):
-        impl.backward_groups, impl.backward_ring, impl.delta_in_dq = groups, ring, delta_in_dq
-    C = 64 * NH
-    rng = np.random.default_rng(19)
-    qkv, dy = _as("bfloat16", rng.standard_normal((B, T, 3 * C))), _as("bfloat16", rng.standard_normal((B, T, C)))
-    with rt.recording() as rec:
-        persistent.backward(persistent.forward({"qkv": qkv}, {"n_head": NH})[1], dy, {})
-    items = -(-T // (64 * groups)) * NH * B
-    dq = [k for k in rec if k.kernel.startswith("attention_wgmma_backward_dq")]
-    assert [(k.kernel, k.grid) for k in dq] == [("attention_wgmma_backward_dq_persistent", (min(items, blocks), 1, 1))]
-    with rt.emulation():
-        _, saved = plain.forward({"qkv": qkv}, {"n_head": NH})
-        want, got = _poisoned((B, T, 3 * C), "bfloat16"), _poisoned((B, T, 3 * C), "bfloat16")
-        plain.backward(saved, dy, {"qkv": want})
-        persistent.backward(saved, dy, {"qkv": got})
-    assert got.tobytes() == want.tobytes(), \
-        f"dqkv differs from the block-per-item dQ's in {int((got != want).sum())} of {got.size} elements"
-    _check_attention(qkv, dy, NH, "bfloat16", got)
-
-
-def test_wgmma_persistent_kernels_refuse_a_producer_warp():
-    """The persistent forward and dQ issue every copy from thread 0: asked for with a producer warp
-    too, the launcher says so before anything is compiled or launched."""
-    from backends.cupy_raw import _common, attention
-    qkv = np.zeros((1, 64, 3 * 64), dtype=_common.np_dtype("bfloat16"))
-    for change, backward in (("persistent_forward", False), ("persistent_dq", True)):
-        v = attention.Wgmma()
-        v.producer = True
-        setattr(v, change, True)
-        with pytest.raises(ValueError, match="no producer warp"):
-            v._defines(qkv, 64, qkv, backward=backward)
-
-
-def test_wgmma_persistent_forward_grid_is_what_the_sms_hold():
-    """The persistent forward's grid: two blocks an SM at the shipped ring (two 32 KB slots, two Q
-    slots: ~97 KB a block), one where a third ring slot makes a block too big to fit twice; never
-    more blocks than items."""
-    from backends.cupy_raw import _common, attention
-    v = attention.Wgmma()
-    v.persistent_forward = True
-    qkv = np.zeros((32, 1024, 3 * 768), dtype=_common.np_dtype("bfloat16"))
-    sms = _common.num_sms(np)
-    for ring, per_sm in (((2, 1), 2), ((3, 1), 1)):
-        v.forward_ring = ring
-        defines = v._defines(qkv, 64, qkv)
-        shared = v._forward_kernel(defines)[3]
-        assert v._forward_grid(defines, 32, 1024, 12, 128, shared, np)[0] == (per_sm * sms,)
-    assert v._forward_grid(defines, 1, 128, 2, 128, shared, np)[0] == (2,)
-
-
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_wgmma_next_matches_float64(dtype):
-    """The registered wgmma_next (the persistent forward and dQ, delta in dQ, together) end to end: y and
-    dqkv, poisoned first, against float64 naive at a ragged T, and its launches."""
-    from backends.cupy_raw import attention
-    B, T, NH = 2, 201, 2
-    C = 64 * NH
-    rng = np.random.default_rng(17)
-    qkv, dy = _as(dtype, rng.standard_normal((B, T, 3 * C))), _as(dtype, rng.standard_normal((B, T, C)))
-    kernels, y, dqkv = _run_attention(attention.wgmma_next, qkv, dy, NH, dtype)
-    assert kernels == ["attention_wgmma_forward_persistent", "attention_wgmma_backward_dq_persistent",
-                       "attention_wgmma_backward_dkdv"]
-    _check_attention(qkv, dy, NH, dtype, dqkv, y)
+        f"delta differs from the delta pass's in {int((got != want).sum())} of {got.size} rows"
 
 
 @pytest.mark.parametrize("variant,keys", [("flash", 64), ("wgmma", 64), ("wgmma", 128)],

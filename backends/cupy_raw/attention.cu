@@ -546,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_forw
 // whose head starts at element `at` of y, res and dy: the 16-byte pieces from element 8 part on,
 // DELTA_LANES pieces apart; delta_lanes_sum adds the parts of a group of DELTA_LANES lanes
 // (aligned in the warp) by a butterfly, every lane of the group getting the sum. The delta pass
-// and the dQ kernel's prologue (DQ_DELTA) make delta with these two, so they make the same floats.
+// and the wgmma dQ kernel's prologue make delta with these two, so they make the same floats.
 __device__ __forceinline__ float delta_part(const floatX* __restrict__ y, const floatX* __restrict__ res,
                                             const floatX* __restrict__ dy, long long at, int part, int HS) {
     float acc = 0.0f;
@@ -790,7 +790,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS) attention_flash_back
 //   bits: for wgmma's A a warp's 16 rows are the mma.sync A fragment), B an MN-major tile (a row per
 //   key or query, the head dimension along it: the descriptor's transpose bit).
 // The schedules, masks and softmax are flash's (online_softmax, dkdv_probabilities,
-// dq_probabilities); results are stored from the registers as pairs.
+// dq_probabilities); results are stored from the registers as pairs. The backward has no delta pass:
+// the dQ kernel makes delta for its rows and runs first, dK/dV after it.
 #if FLASH_WGMMA
 #include "matmul_layout.cuh"
 #include "wgmma.cuh"
@@ -960,18 +961,13 @@ static_assert(WG_AHEAD >= 1 && WG_AHEAD < WG_RING, "tiles issued ahead: at least
 __device__ __forceinline__ unsigned full_bar(unsigned bars, int slot) { return bars + 8 * (1 + slot); }
 __device__ __forceinline__ unsigned empty_bar(unsigned bars, int slot) { return bars + 8 * (1 + WG_RING + slot); }
 
-// thread 0, before the block's first __syncthreads: the ring's full and empty mbarriers
-__device__ __forceinline__ void init_ring_slots(unsigned bars) {
+// thread 0, before the block's first __syncthreads: `once` and the ring's full and empty mbarriers
+__device__ __forceinline__ void init_ring(unsigned bars) {
+    mbar_init(bars, 1);
     for (int s = 0; s < WG_RING; s++) {
         mbar_init(full_bar(bars, s), 1);
         mbar_init(empty_bar(bars, s), WG_THREADS);
     }
-}
-
-// thread 0, before the block's first __syncthreads: `once` and the ring
-__device__ __forceinline__ void init_ring(unsigned bars) {
-    mbar_init(bars, 1);
-    init_ring_slots(bars);
     MBAR_FENCE_INIT();
 }
 
@@ -994,18 +990,17 @@ __device__ __forceinline__ int await_slot(unsigned bars, int t) {
 // Every thread, once done with tile t (its wgmma waited for).
 __device__ __forceinline__ void release_slot(unsigned bars, int t) { mbar_arrive(empty_bar(bars, t % WG_RING)); }
 
-// The issuing thread: the K and V tiles of keys j 64 TILES.. of head column hc (batch b) into the
-// slot of the ring's tile t (of a ring of (K, V) stages at skv; t = j but in the persistent forward,
-// whose ring runs on across its work items): TILES 64-row boxes of K back to back (one tile of 64
-// TILES rows), then as many of V.
+// The issuing thread: the K and V tiles of keys t 64 TILES.. of head column hc (batch b) into tile
+// t's slot of a ring of (K, V) stages at skv: TILES 64-row boxes of K back to back (one tile of
+// 64 TILES rows), then as many of V.
 template <int TILES = 1>
-__device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int j,
-                                         int C, int hc, int b) {
+__device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int C,
+                                         int hc, int b) {
     const int slot = claim_slot(bars, t, 2 * TILES * WG_TILE_BYTES);
     const unsigned dst = skv + slot * 2 * TILES * WG_TILE_BYTES;
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
-        const int row = (j * TILES + i) * KEYS;
+        const int row = (t * TILES + i) * KEYS;
         tma_load_3d(dst + i * WG_TILE_BYTES, qkv_map, C + hc, row, b, full_bar(bars, slot));
         tma_load_3d(dst + (TILES + i) * WG_TILE_BYTES, qkv_map, 2 * C + hc, row, b, full_bar(bars, slot));
     }
@@ -1115,7 +1110,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = qt * WG_ROWS, row_a = q0 + warp * 16 + g, wg_last = q0 + 64 * wg + 63;
     const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
-    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, t, C, h * HS, b); };
+    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {
@@ -1138,131 +1133,6 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
     }
     forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, h, b);
 }
-
-#if FWD_PERSISTENT || DQ_PERSISTENT
-// The persistent kernels' work item w (a query tile of WG_ROWS, its head and batch: w / n_qt; the
-// order the block-per-item grid is dispatched in): its first query, and its stages of `keys` keys
-// (recomputed where needed rather than held: the stage's registers are all the block can spare)
-__device__ __forceinline__ int item_q0(int w, int T) {
-    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
-    return (n_qt - 1 - w % n_qt) * WG_ROWS;
-}
-__device__ __forceinline__ int item_stages(int q0, int T, int keys) { return (min(T, q0 + WG_ROWS) + keys - 1) / keys; }
-
-// Thread 0 of a persistent kernel, at tile t of its k-th item: issue the ring's stages (TILES 64-row
-// tiles of K and then of V each) up to tile t + WG_AHEAD, but none of the item after next (the items'
-// own slots are two: that item's would wait for this one's to be let go of, and a lead of WG_AHEAD
-// stages spans two items where they are short). take_item(pk) begins the block's pk-th item as its
-// first stage is to be issued: it takes the item from the counter (with whatever the kernel loads
-// once an item) and returns it, or `items` where none is left, having then told the block so;
-// nothing more is issued after that. cursor (shared memory, thread 0's alone): the item, the block's
-// count of items before it, its next stage, the ring's next tile.
-template <int TILES, class TakeItem>
-__device__ __forceinline__ void issue_ahead(int* cursor, unsigned bars, unsigned skv, const TmaDescriptor* qkv_map,
-                                            int t, int k, int T, int C, int NH, int items, TakeItem take_item) {
-    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS;
-    while (cursor[3] <= t + WG_AHEAD && cursor[1] <= k + 1) {
-        const int pk = cursor[1], pj = cursor[2];
-        if (pj == 0 && (cursor[0] = take_item(pk)) >= items) {
-            cursor[1] = 1 << 30;
-            return;
-        }
-        const int w = cursor[0];
-        issue_kv<TILES>(bars, skv, qkv_map, cursor[3]++, pj, C, w / n_qt % NH * (C / NH), w / n_qt / NH);
-        if (pj + 1 == item_stages(item_q0(w, T), T, TILES * KEYS)) cursor[1] = pk + 1, cursor[2] = 0;
-        else cursor[2] = pj + 1;
-    }
-}
-#endif
-
-#if FWD_PERSISTENT
-// The forward as a persistent kernel: grid (blocks, 1, 1), `blocks` as many as the SMs hold at once
-// (attention.py: two an SM), each taking (query tile, head, batch) items one after another from a
-// counter (next_item, zero at launch: attention.py makes it), in the order the block-per-item grid
-// is dispatched in: item w is head and batch w / n_qt (h = that % NH, b = that / NH), query tile
-// n_qt - 1 - w % n_qt, so the blocks running at once share a few heads' K and V in L2 and each head
-// goes heaviest tile first; a counter rather than a fixed share keeps the blocks level whatever the
-// items weigh. What it buys over a block per item: a new item's Q and first K and V stages are asked
-// for while the block still multiplies the last one's (the ring runs on from one item into the
-// next, Q in two slots of its own), so no warpgroup waits for a block to start and for its first
-// copies. Thread 0 takes the items and issues every copy, WG_AHEAD stages ahead as in the
-// block-per-item kernel, a new item's Q with its first stage, but never into the item after next
-// (issue_ahead). Dynamic shared: 1 KB of slack, two Q slots (WG_GROUPS tiles each), the ring, its
-// mbarriers (`once` unused), then Q's: full[2] (thread 0's arrival, with Q's bytes), empty[2] (every
-// multiplying thread's arrival once the item is done), then 6 ints: thread 0's cursor (4) and the
-// item in each Q slot (2; `items` there: no more).
-static_assert(!WG_PRODUCER, "the persistent forward: thread 0 issues the copies, no producer warp");
-__device__ __forceinline__ unsigned q_full_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * slot; }
-__device__ __forceinline__ unsigned q_empty_bar(unsigned bars, int slot) { return bars + WG_BARS_BYTES + 8 * (2 + slot); }
-
-extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS, 2) attention_wgmma_forward_persistent(
-        const __grid_constant__ TmaDescriptor qkv_map, floatX* __restrict__ y, floatX* __restrict__ res,
-        float* __restrict__ lse, int T, int C, int NH, float scale_log2, int B, int* __restrict__ next_item) {
-    extern __shared__ __align__(16) unsigned char flash_smem[];
-    constexpr int TILES = FWD_KEYS / KEYS;
-    unsigned char* sq = align_1024(flash_smem);                   // Q slot k: sq + k WG_GROUPS tiles
-    unsigned char* skv = sq + 2 * WG_GROUPS * WG_TILE_BYTES;
-    const unsigned bars = smem_u32(skv + WG_RING * 2 * TILES * WG_TILE_BYTES);
-    // thread 0's cursor over the stages to issue, in shared memory (no register of every thread held
-    // for it): the item (items: none left), the block's count of items before it, its next stage,
-    // the ring's tile; then the item whose Q each slot holds
-    int* cursor = reinterpret_cast<int*>(skv + WG_RING * 2 * TILES * WG_TILE_BYTES + WG_BARS_BYTES + 32);
-    int* slot_item = cursor + 4;
-    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
-    const int n_qt = (T + WG_ROWS - 1) / WG_ROWS, items = n_qt * NH * B;
-    if (threadIdx.x == 0) {
-        init_ring_slots(bars);
-        for (int k = 0; k < 2; k++) {
-            mbar_init(q_full_bar(bars, k), 1);
-            mbar_init(q_empty_bar(bars, k), WG_THREADS);
-        }
-        MBAR_FENCE_INIT();
-        cursor[1] = cursor[2] = cursor[3] = 0;
-    }
-    __syncthreads();
-    // thread 0: the block's pk-th item, its Q into slot pk % 2 once the item two back has let go of it;
-    // with none left the slot says so, its full mbarrier completed by thread 0's arrival alone
-    auto take_item = [&](int pk) {
-        mbar_wait(q_empty_bar(bars, pk % 2), ((pk / 2) & 1) ^ 1);
-        const int w = slot_item[pk % 2] = min(atomicAdd(next_item, 1), items);
-        if (w >= items) {
-            mbar_arrive(q_full_bar(bars, pk % 2));
-            return w;
-        }
-        mbar_expect_tx(q_full_bar(bars, pk % 2), WG_GROUPS * WG_TILE_BYTES);
-        for (int i = 0; i < WG_GROUPS; i++)
-            tma_load_3d(smem_u32(sq + (pk % 2 * WG_GROUPS + i) * WG_TILE_BYTES), &qkv_map, w / n_qt % NH * (C / NH),
-                        item_q0(w, T) + 64 * i, w / n_qt / NH, q_full_bar(bars, pk % 2));
-        return w;
-    };
-    auto issue = [&](int t, int k) {
-        issue_ahead<TILES>(cursor, bars, smem_u32(skv), &qkv_map, t, k, T, C, NH, items, take_item);
-    };
-    int t = 0;  // the ring's tile this thread multiplies next
-    for (int k = 0;; k++) {  // the block's k-th item, w
-        if (threadIdx.x == 0) issue(t, k);
-        __syncwarp();
-        mbar_wait(q_full_bar(bars, k % 2), (k / 2) & 1);
-        const int w = slot_item[k % 2];
-        if (w >= items) break;
-        const int row_a = item_q0(w, T) + warp * 16 + g;
-        const int keys = min(T, row_a - warp * 16 - g + WG_ROWS);
-        float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f};
-        zero_acc(o);
-        for (int k0 = 0; k0 < keys; k0 += FWD_KEYS, t++) {
-            if (threadIdx.x == 0) issue(t, k);
-            __syncwarp();
-            const unsigned sk = smem_u32(skv) + await_slot(bars, t) * 2 * TILES * WG_TILE_BYTES;
-            if (k0 <= row_a - (warp % 4) * 16 - g + 63)
-                forward_stage(o, m_run, l_run, smem_u32(sq) + (k % 2 * WG_GROUPS + wg) * WG_TILE_BYTES, sk, row_a, row_a - g,
-                              k0, T, scale_log2);
-            release_slot(bars, t);
-        }
-        mbar_arrive(q_empty_bar(bars, k % 2));
-        forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, w / n_qt % NH, w / n_qt / NH);
-    }
-}
-#endif  // FWD_PERSISTENT
 
 // dK, dV of the block's WG_ROWS keys (flash's attention_flash_backward_dkdv on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B); block WG_THREADS (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack,
@@ -1337,18 +1207,17 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     store_acc(out + 2 * C, ld, dv, key_a, T, 1.0f, 1.0f);
 }
 
-// delta of this thread's rows row_a and row_a + 8 (0 past T) for a dQ block of 64 WG_GROUPS queries
-// of head h, batch b (its warp's rows from q0w). With DQ_DELTA made here from y, res and dy and
-// written to delta_bh (the head's row of delta) for the dK/dV kernel: each warp its 16 rows, four at
-// a time (pass p: rows 4p .. 4p + 3, row 4p + lane / 8 by lanes 8 (lane / 8) ..), the delta pass's
-// own sums (delta_part, delta_lanes_sum: the same floats); no branch around the loads (a row past
-// T reads row T - 1 and counts 0), so that all twelve are in flight at once (HEAD_DIM as HS: one
-// piece a lane). Without, read from the delta pass's delta_bh.
+// delta of this thread's two rows (the warp's g and g + 8; 0 past T) for a dQ block of 64 WG_GROUPS
+// queries of head h, batch b (its warp's rows from q0w), made here from y, res and dy and written to
+// delta_bh (the head's row of delta) for the dK/dV kernel: each warp its 16 rows, four at a time
+// (pass p: rows 4p .. 4p + 3, row 4p + lane / 8 by lanes 8 (lane / 8) ..), the delta pass's own sums
+// (delta_part, delta_lanes_sum: the same floats); no branch around the loads (a row past T reads
+// row T - 1 and counts 0), so that all twelve are in flight at once (HEAD_DIM as HS: one piece a
+// lane).
 __device__ __forceinline__ void dq_row_deltas(float (&d_row)[2], float* __restrict__ delta_bh,
                                               const floatX* __restrict__ y, const floatX* __restrict__ res,
-                                              const floatX* __restrict__ dy, int q0w, int row_a, int b, int h, int T,
-                                              int C, int HS) {
-#if DQ_DELTA
+                                              const floatX* __restrict__ dy, int q0w, int b, int h, int T, int C,
+                                              int HS) {
     static_assert(DELTA_LANES == 8, "dQ's delta: 8 lanes a row of 64");
     const int lane = threadIdx.x % 32, g = lane / 4, part = lane % DELTA_LANES, row0 = q0w + lane / DELTA_LANES;
     float sums[4];
@@ -1370,25 +1239,19 @@ __device__ __forceinline__ void dq_row_deltas(float (&d_row)[2], float* __restri
     for (int p = 0; p < 4; p++) got[p] = __shfl_sync(0xffffffffu, sums[p], from);
     d_row[0] = g < 4 ? got[0] : got[1];
     d_row[1] = g < 4 ? got[2] : got[3];
-#else
-    d_row[0] = row_a < T ? delta_bh[row_a] : 0.0f;
-    d_row[1] = row_a + 8 < T ? delta_bh[row_a + 8] : 0.0f;
-#endif
 }
 
 // One dQ stage for this warpgroup's 64 queries (the warp's from q0w; this thread's rows row_a,
 // row_a + 8 with their L and delta): S = Q K^T and dP = dY V^T over the 64 keys from k0 (Q at sq,
-// dY at sg, K at sk, V after it), dS = P (dP - delta), dQ += dS K. Once both products are done, an
-// arrival on q_done where it is not 0 (the persistent dQ: Q and dY are free for the next item).
+// dY at sg, K at sk, V after it), dS = P (dP - delta), dQ += dS K.
 __device__ __forceinline__ void dq_stage(float (&dq)[8][4], unsigned sq, unsigned sg, unsigned sk,
                                          const float (&l_row)[2], const float (&d_row)[2], int row_a, int q0w, int k0,
-                                         int T, float scale_log2, unsigned q_done) {
+                                         int T, float scale_log2) {
     float s[8][4], dp[8][4];
     wgmma_fence();
     issue_nt(s, sq, sk, true);                    // S = Q K^T
     issue_nt(dp, sg, sk + WG_TILE_BYTES, true);   // dP = dY V^T
     finish_wgmma(s, dp);
-    if (q_done) mbar_arrive(q_done);
     const bool edge = k0 + KEYS - 1 > q0w || k0 + KEYS > T;
     dq_probabilities(s, dp, l_row, d_row, row_a, k0, T, edge, scale_log2);
     u32 sa[4][4];
@@ -1401,11 +1264,10 @@ __device__ __forceinline__ void dq_stage(float (&dq)[8][4], unsigned sq, unsigne
 // dQ of the block's WG_ROWS queries (flash's attention_flash_backward_dq on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B), the heaviest first; block WG_THREADS. Dynamic shared: 1 KB slack, then
 // WG_GROUPS swizzled Q and as many dY tiles, the ring of (K, V) stages, its mbarriers.
-// Built with DQ_DELTA, the kernel makes delta itself instead of reading the delta pass's
-// (dq_row_deltas: while the copies of Q, dY and the first K and V are in flight) and writes it for
-// the dK/dV kernel, which is launched after this one. So the backward makes one pass less over dy,
-// y and res (3 B T C 16-bit values) and launches one kernel less. (Without DQ_DELTA, y, res and dy
-// go unread and delta is only read.)
+// The kernel makes delta itself instead of a delta pass (dq_row_deltas: while the copies of Q, dY
+// and the first K and V are in flight) and writes it for the dK/dV kernel, launched after this one:
+// one pass less over dy, y and res (3 B T C 16-bit values) and one launch less a backward (measured
+// on the H200, reports/cupy_raw-h200: B=32 backward 0.529 against 0.534 ms with the pass).
 extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dq(
         const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
         const float* __restrict__ lse, float* __restrict__ delta, const floatX* __restrict__ y,
@@ -1419,7 +1281,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
-    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, t, C, h * HS, b); };
+    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {
@@ -1434,7 +1296,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
     const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_b < T ? lse_bh[row_b] : POS_INF_F};
     float d_row[2];
-    dq_row_deltas(d_row, delta + ((long long)b * NH + h) * L_STRIDE(T), y, res, dy, q0 + warp * 16, row_a, b, h, T, C, HS);
+    dq_row_deltas(d_row, delta + ((long long)b * NH + h) * L_STRIDE(T), y, res, dy, q0 + warp * 16, b, h, T, C, HS);
     float dq[8][4];
     zero_acc(dq);
     mbar_wait(bars, 0);
@@ -1444,110 +1306,10 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
         unsigned char* sk = skv + await_slot(bars, j) * 2 * WG_TILE_BYTES;
         if (WG_GROUPS == 1 || k0 <= wg_last)  // (one warpgroup: every tile has a key at or before a row)
             dq_stage(dq, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sg + wg * WG_TILE_BYTES), smem_u32(sk), l_row, d_row,
-                     row_a, q0 + warp * 16, k0, T, scale_log2, 0);
+                     row_a, q0 + warp * 16, k0, T, scale_log2);
         release_slot(bars, j);
     }
     store_acc(dqkv + (long long)b * T * 3LL * C + h * HS, 3LL * C, dq, row_a, T, scale, scale);
 }
-
-#if DQ_PERSISTENT
-// dQ as a persistent kernel, as the persistent forward (FWD_PERSISTENT above) is: grid (blocks, 1, 1)
-// (attention.py: as many as the SMs hold), each block taking (query tile, head, batch) items from the
-// counter next_item in the block-per-item grid's order (item w: head and batch w / n_qt, query tile
-// n_qt - 1 - w % n_qt), thread 0 issuing the K and V stages WG_AHEAD ahead across items (never into
-// the item after next). Q and dY keep one slot, so that a block takes no more shared memory than
-// the block per item (three an SM): every thread arrives on q_empty once its last stage's S and dP
-// are done, and thread 0 then waits for that and asks for the next item's Q and dY, which come
-// while the last stage's dS and dQ are computed and stored. A block learns its next item (or that
-// none is left) from the slot_item entry thread 0 wrote before it issued that item's first stage,
-// and which that stage's full mbarrier makes visible; with none left, the stage is an arrival
-// without bytes. Dynamic shared: 1 KB slack, Q and dY (WG_GROUPS tiles each), the ring, its
-// mbarriers (`once`: Q and dY full), q_empty, then 6 ints: thread 0's cursor (4) and the item of
-// each parity (2).
-static_assert(!WG_PRODUCER, "the persistent dQ: thread 0 issues the copies, no producer warp");
-
-extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_backward_dq_persistent(
-        const __grid_constant__ TmaDescriptor qkv_map, const __grid_constant__ TmaDescriptor dy_map,
-        const float* __restrict__ lse, float* __restrict__ delta, const floatX* __restrict__ y,
-        const floatX* __restrict__ res, const floatX* __restrict__ dy, floatX* __restrict__ dqkv, int T, int C,
-        int NH, float scale_log2, float scale, int B, int* __restrict__ next_item) {
-    extern __shared__ __align__(16) unsigned char flash_smem[];
-    unsigned char* sq = align_1024(flash_smem);
-    unsigned char* sg = sq + WG_GROUPS * WG_TILE_BYTES;
-    unsigned char* skv = sg + WG_GROUPS * WG_TILE_BYTES;
-    const unsigned bars = smem_u32(skv + WG_RING * 2 * WG_TILE_BYTES), q_empty = bars + WG_BARS_BYTES;
-    int* cursor = reinterpret_cast<int*>(skv + WG_RING * 2 * WG_TILE_BYTES + WG_BARS_BYTES + 8);
-    int* slot_item = cursor + 4;
-    const int HS = C / NH, n_qt = (T + WG_ROWS - 1) / WG_ROWS, items = n_qt * NH * B;
-    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
-    if (threadIdx.x == 0) {
-        mbar_init(bars, 1);
-        init_ring_slots(bars);
-        mbar_init(q_empty, WG_THREADS);
-        MBAR_FENCE_INIT();
-        cursor[1] = cursor[2] = cursor[3] = 0;
-    }
-    __syncthreads();
-    // thread 0: the block's pk-th item; with none left, the stage the block waits on next says so
-    // (an arrival without bytes)
-    auto take_item = [&](int pk) {
-        const int w = slot_item[pk % 2] = min(atomicAdd(next_item, 1), items);
-        if (w >= items) claim_slot(bars, cursor[3]++, 0);
-        return w;
-    };
-    auto issue = [&](int t, int k) {
-        issue_ahead<1>(cursor, bars, smem_u32(skv), &qkv_map, t, k, T, C, NH, items, take_item);
-    };
-    // thread 0: the k-th item's Q and dY into their slot once the item before has let go of it
-    auto issue_q = [&](int k) {
-        const int w = slot_item[k % 2];
-        if (w >= items) return;
-        if (k > 0) mbar_wait(q_empty, (k - 1) & 1);
-        mbar_expect_tx(bars, 2 * WG_GROUPS * WG_TILE_BYTES);
-        for (int i = 0; i < WG_GROUPS; i++) {
-            const int row = item_q0(w, T) + 64 * i, hc = w / n_qt % NH * HS, b = w / n_qt / NH;
-            tma_load_3d(smem_u32(sq + i * WG_TILE_BYTES), &qkv_map, hc, row, b, bars);
-            tma_load_3d(smem_u32(sg + i * WG_TILE_BYTES), &dy_map, hc, row, b, bars);
-        }
-    };
-    if (threadIdx.x == 0) {
-        issue(0, 0);
-        issue_q(0);
-    }
-    int t = 0;  // the ring's tile this thread multiplies next
-    for (int k = 0;; k++) {  // the block's k-th item, w
-        if (threadIdx.x == 0) issue(t, k);
-        __syncwarp();
-        await_slot(bars, t);  // (its first stage: slot_item is written before it is issued)
-        const int w = slot_item[k % 2];
-        if (w >= items) break;
-        const int h = w / n_qt % NH, b = w / n_qt / NH, q0 = item_q0(w, T), row_a = q0 + warp * 16 + g;
-        const float* lse_bh = lse + ((long long)b * NH + h) * L_STRIDE(T);
-        const float l_row[2] = {row_a < T ? lse_bh[row_a] : POS_INF_F, row_a + 8 < T ? lse_bh[row_a + 8] : POS_INF_F};
-        float d_row[2];
-        dq_row_deltas(d_row, delta + ((long long)b * NH + h) * L_STRIDE(T), y, res, dy, q0 + warp * 16, row_a, b, h, T, C,
-                      HS);
-        float dq[8][4];
-        zero_acc(dq);
-        mbar_wait(bars, k & 1);
-        const int keys = min(T, q0 + WG_ROWS);
-        for (int k0 = 0; k0 < keys; k0 += KEYS, t++) {
-            const bool last = k0 + KEYS >= keys;
-            if (threadIdx.x == 0) issue(t, k);
-            __syncwarp();
-            const unsigned sk = smem_u32(skv) + await_slot(bars, t) * 2 * WG_TILE_BYTES;
-            if (WG_GROUPS == 1 || k0 <= q0 + 64 * wg + 63)
-                dq_stage(dq, smem_u32(sq + wg * WG_TILE_BYTES), smem_u32(sg + wg * WG_TILE_BYTES), sk, l_row, d_row, row_a,
-                         q0 + warp * 16, k0, T, scale_log2, last ? q_empty : 0);
-            else if (last)
-                mbar_arrive(q_empty);
-            release_slot(bars, t);
-            if (last && threadIdx.x == 0) issue_q(k + 1);
-            __syncwarp();
-        }
-        store_acc(dqkv + (long long)b * T * 3LL * C + h * HS, 3LL * C, dq, row_a, T, scale, scale);
-    }
-}
-#endif  // DQ_PERSISTENT
 #endif  // FLASH_WGMMA
 #endif  // HEAD_DIM

@@ -17,17 +17,11 @@ has the kernels, the math and the mma fragment layouts).
              fragments; the tiles come by TMA into a ring of slots behind mbarriers, so no
              block-wide barrier a tile; in the forward a block's two warpgroups (128 queries) share
              every K and V stage they stream, 128 keys a stage (the backward keeps one warpgroup a
-             block and 64-key tiles: registers).
+             block and 64-key tiles: registers). No delta pass: the dQ kernel makes delta for its
+             own rows before its first tile (from y, res and dy read while its first copies are in
+             flight), exactly as the pass would, and writes it for the dK/dV kernel, which runs after
+             it (one pass over 3 B T C 16-bit values and one launch less).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
-    wgmma_next  wgmma with three changes not yet timed on the H200. The forward as a persistent kernel:
-             two blocks an SM take the (query tile, head, batch) items from a counter, in the
-             block-per-item grid's order, the next item's Q and first K and V stage copied while the
-             last one's are multiplied; dQ the same way (three blocks an SM, Q and dY in one slot
-             asked for once the last item's last S and dP are done). No delta pass: the dQ kernel makes delta for its own rows
-             before its first tile (from y, res and dy read while its first copies are in flight),
-             exactly as the pass would, and writes it for the dK/dV kernel, which then runs after it
-             (one pass over 3 B T C 16-bit values and one launch less). The same outputs and
-             gradients bit for bit.
 
 Saved by flash for 16-bit inputs: L (B,NH,l_stride(T)) float32 (T padded to whole 16 bytes a row;
 the padding is never written nor read) and res = o - y in the input dtype. delta =
@@ -170,24 +164,18 @@ class Flash:
         m_tiles = defines["FWD_M_TILES"]
         return "attention_flash_forward", FLASH_KEYS * m_tiles, FLASH_THREADS, _flash_shared(defines, m_tiles + 4)
 
-    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int, xp) -> tuple[tuple, tuple]:
-        """The forward's grid (its blocks of `shared` bytes), and its arguments after the common ones:
-        a block per (query tile of `rows`, head, batch), none."""
-        return (rt.cdiv(T, rows), n_head, B), ()
-
     def _operands(self, kernel: str, defines: dict, qkv, dout=None, lse=None, delta=None, saved=None) -> tuple:
         """A kernel's leading arguments: the arrays it reads (the forward: qkv alone; `saved`, the
         forward's FlashSaved, for a backward kernel that reads y and res)."""
         return (qkv,) if dout is None else (qkv, dout, lse, delta)
 
-    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int,
-                       xp) -> tuple[tuple, tuple]:
-        """A backward kernel's grid (its blocks of `shared` bytes), and its arguments after the common
-        ones: a block per (tile of `rows` keys or queries, head, batch), none."""
-        return (rt.cdiv(T, rows), n_head, B), ()
+    def _delta_pass(self, defines: dict) -> bool:
+        """Whether the backward's kernels read delta from the delta pass (flash's do)."""
+        return True
 
     def _backward_kernels(self, defines: dict):
-        """The dK/dV and the dQ kernel: (kernel, keys or queries a block, threads, shared bytes) each."""
+        """The backward's kernels in launch order, dK/dV then dQ: (kernel, keys or queries a block,
+        threads, shared bytes) each."""
         return (("attention_flash_backward_dkdv", FLASH_KEYS, FLASH_THREADS,
                  _flash_shared(defines, 6, 4 * FLASH_KEYS)),  # K, V; 2 x (Q, dY); 2 x (L, delta)
                 ("attention_flash_backward_dq", FLASH_KEYS, FLASH_THREADS, _flash_shared(defines, 6)))  # Q, dY; 2 x (K, V)
@@ -203,10 +191,10 @@ class Flash:
         lse = xp.empty((B, n_head, l_stride(T)), dtype=np.float32)
         defines = self._defines(qkv, HS, y, res)
         kernel, rows, threads, shared = self._forward_kernel(defines)
-        grid, more = self._forward_grid(defines, B, T, n_head, rows, shared, xp)
-        rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)), grid, threads,
+        rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)),
+                  (rt.cdiv(T, rows), n_head, B), threads,
                   self._operands(kernel, defines, qkv) + (y, res, lse, _common.i32(T), _common.i32(C),
-                                                          _common.i32(n_head), _common.f32(LOG2E / math.sqrt(HS))) + more,
+                                                          _common.i32(n_head), _common.f32(LOG2E / math.sqrt(HS))),
                   shared_mem=shared)
         return y, FlashSaved(qkv, y, res, lse, n_head)
 
@@ -222,15 +210,14 @@ class Flash:
         defines = self._defines(qkv, HS, dout, dqkv, saved.y, saved.res, backward=True)
         arch = self._arch(defines)
         dims = (_common.i32(T), _common.i32(C), _common.i32(n_head))
-        if "DQ_DELTA" not in defines:  # (else the dQ kernel, launched first, makes delta)
+        if self._delta_pass(defines):
             lanes = defines.get("DELTA_LANES", 32)  # a (row, head)'s lanes in the delta pass: a warp without VEC
             rt.launch(rt.function("attention", "attention_flash_delta", defines, arch=arch),
                       rt.cdiv(B * T * n_head * lanes, 128), 128, (saved.y, saved.res, dout, delta, _common.i32(B)) + dims)
         scales = (_common.f32(LOG2E / math.sqrt(HS)), _common.f32(1 / math.sqrt(HS)))
         for kernel, rows, threads, shared in self._backward_kernels(defines):
-            grid, more = self._backward_grid(kernel, defines, B, T, n_head, rows, shared, xp)
-            rt.launch(rt.function("attention", kernel, defines, arch=arch), grid, threads,
-                      self._operands(kernel, defines, qkv, dout, saved.lse, delta, saved) + (dqkv,) + dims + scales + more,
+            rt.launch(rt.function("attention", kernel, defines, arch=arch), (rt.cdiv(T, rows), n_head, B), threads,
+                      self._operands(kernel, defines, qkv, dout, saved.lse, delta, saved) + (dqkv,) + dims + scales,
                       shared_mem=shared)
         return {"qkv": dqkv}
 
@@ -268,16 +255,6 @@ class Wgmma(Flash):
     #: 0.223 with 64 keys, B=16 level; in the B=64 training step 5.63 against 6.28 ms. dQ in 128-key
     #: stages was slower (218 registers, two blocks an SM where 64 keys leave three: 922e687).
     forward_keys = 128
-    #: the dQ kernel makes delta in its prologue (attention.cu's DQ_DELTA) and runs before dK/dV,
-    #: instead of the delta pass: wgmma_next, until the H200 has timed both
-    delta_in_dq = False
-    #: the forward as a persistent kernel (attention.cu's FWD_PERSISTENT: blocks that take the work
-    #: items from a counter, the next item's copies under the last one's products): wgmma_next, until the H200 has
-    #: timed both; persistent_blocks: its grid (None: as many blocks as the SMs hold, _persistent_per_sm)
-    persistent_forward, persistent_blocks = False, None
-    #: dQ as a persistent kernel (attention.cu's DQ_PERSISTENT: the same scheduling, Q and dY in one
-    #: slot asked for as the last item's last S and dP are done): wgmma_next, until the H200 has timed it
-    persistent_dq = False
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
@@ -287,18 +264,6 @@ class Wgmma(Flash):
                            WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer))
             if not backward and self.forward_keys != FLASH_KEYS:
                 defines["FWD_KEYS"] = self.forward_keys
-            if not backward and self.persistent_forward:
-                if self.producer:
-                    raise ValueError("attention: the cupy_raw persistent wgmma forward issues its copies from "
-                                     "thread 0; it takes no producer warp (producer=True)")
-                defines["FWD_PERSISTENT"] = 1
-            if backward and self.delta_in_dq:
-                defines["DQ_DELTA"] = 1
-            if backward and self.persistent_dq:
-                if self.producer:
-                    raise ValueError("attention: the cupy_raw persistent wgmma dQ issues its copies from thread 0; "
-                                     "it takes no producer warp (producer=True)")
-                defines["DQ_PERSISTENT"] = 1
         return defines
 
     def _arch(self, defines: dict) -> str:
@@ -314,8 +279,8 @@ class Wgmma(Flash):
             return (qkv_map,)
         C = C3 // 3
         dy_map = _tma.tiled(dout, (C, T, B), (C, T * C), tile)
-        if kernel.startswith("attention_wgmma_backward_dq"):
-            return qkv_map, dy_map, lse, delta, saved.y, saved.res, dout  # (the last three read with DQ_DELTA)
+        if kernel == "attention_wgmma_backward_dq":  # (it makes delta from y, res and dy, and writes it)
+            return qkv_map, dy_map, lse, delta, saved.y, saved.res, dout
         rows = [_tma.tiled(v, (T, B * v.shape[1]), (v.shape[2],), (FLASH_KEYS, 1), swizzle=False) for v in (lse, delta)]
         return (qkv_map, dy_map, *rows)
 
@@ -324,28 +289,15 @@ class Wgmma(Flash):
             return super()._forward_kernel(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]  # a Q tile a warpgroup; the ring of (K, V)
         tiles = defines.get("FWD_KEYS", FLASH_KEYS) // FLASH_KEYS  # 64-row tiles of K (and of V) a stage
-        if "FWD_PERSISTENT" in defines:  # two Q slots; after the ring's mbarriers Q's four, thread 0's 6 ints
-            return ("attention_wgmma_forward_persistent", 64 * g, _wgmma_threads(defines),
-                    _wgmma_shared(2 * g + 2 * tiles * ring, ring, extra_bars=4) + 24)
         return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * tiles * ring, ring)
 
-    def _forward_grid(self, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int, xp) -> tuple[tuple, tuple]:
-        if "FWD_PERSISTENT" not in defines:
-            return super()._forward_grid(defines, B, T, n_head, rows, shared, xp)
-        return self._persistent_grid(B, T, n_head, rows, _persistent_per_sm(shared, 2), xp)
-
-    def _backward_grid(self, kernel: str, defines: dict, B: int, T: int, n_head: int, rows: int, shared: int,
-                       xp) -> tuple[tuple, tuple]:
-        if kernel != "attention_wgmma_backward_dq_persistent":
-            return super()._backward_grid(kernel, defines, B, T, n_head, rows, shared, xp)
-        return self._persistent_grid(B, T, n_head, rows, _persistent_per_sm(shared, 4), xp)
-
-    def _persistent_grid(self, B: int, T: int, n_head: int, rows: int, per_sm: int, xp) -> tuple[tuple, tuple]:
-        """A persistent kernel's grid (per_sm blocks an SM, never more than the items) and its last
-        arguments: B and the blocks' counter of items taken, zero at launch."""
-        items = rt.cdiv(T, rows) * n_head * B
-        next_item = xp.zeros((1,), dtype=np.int32)
-        return (min(items, self.persistent_blocks or per_sm * _common.num_sms(xp)),), (_common.i32(B), next_item)
+    # No delta pass: the dQ kernel makes delta and runs first. Measured on the H200
+    # (reports/cupy_raw-h200/attention-78b8267, bf16, T=1024, B=32): backward 0.529 against 0.534 ms
+    # with the pass. Persistent forward and dQ kernels (blocks taking the (query tile, head, batch)
+    # items from a counter, the next item's first copies under the last one's products) were slower
+    # in the same run: forward 0.234 against 0.208 ms, backward 0.615 against 0.534 (78b8267 has them).
+    def _delta_pass(self, defines: dict) -> bool:
+        return "FLASH_WGMMA" not in defines
 
     def _backward_kernels(self, defines: dict):
         if "FLASH_WGMMA" not in defines:
@@ -356,15 +308,7 @@ class Wgmma(Flash):
                 _wgmma_shared(2 * g + 2 * ring, ring, 2 * FLASH_KEYS * ring))
         dq = ("attention_wgmma_backward_dq", 64 * g, threads,      # Q, dY a warpgroup; the ring of (K, V)
               _wgmma_shared(2 * g + 2 * ring, ring))
-        if "DQ_PERSISTENT" in defines:  # the same, then q_empty and thread 0's 6 ints
-            dq = ("attention_wgmma_backward_dq_persistent", 64 * g, threads, _wgmma_shared(2 * g + 2 * ring, ring, extra_bars=1) + 24)
-        return (dq, dkdv) if "DQ_DELTA" in defines else (dkdv, dq)  # (dK/dV reads the delta dQ writes)
-
-
-def _persistent_per_sm(shared: int, most: int) -> int:
-    """Blocks of a persistent kernel one SM holds at once: `most` by registers (the forward: two of
-    256 threads at 128 registers; dQ: four of 128), fewer where `shared` bytes a block do not fit."""
-    return max(1, min(most, rt.SM_SHARED // (shared + rt.BLOCK_RESERVED_SHARED)))
+        return dq, dkdv  # (dK/dV reads the delta dQ writes)
 
 
 def _wgmma_threads(defines: dict) -> int:
@@ -372,23 +316,12 @@ def _wgmma_threads(defines: dict) -> int:
     return 128 * defines["WG_GROUPS"] + 32 * defines["WG_PRODUCER"]
 
 
-def _wgmma_shared(tiles: int, ring: int, floats: int = 0, extra_bars: int = 0) -> int:
+def _wgmma_shared(tiles: int, ring: int, floats: int = 0) -> int:
     """Dynamic shared bytes of a wgmma kernel: 1 KB of slack to align the swizzled tiles to 1024 bytes,
     `tiles` 64 x 64 16-bit tiles (8 KB each), `floats` floats, then the mbarriers of a ring of `ring`
-    slots (attention.cu's WG_BARS_BYTES: `once`, full and empty, 8 bytes each) and `extra_bars` more."""
-    return 1024 + tiles * 8192 + 4 * floats + 8 * (1 + 2 * ring + extra_bars)
+    slots (attention.cu's WG_BARS_BYTES: `once`, full and empty, 8 bytes each)."""
+    return 1024 + tiles * 8192 + 4 * floats + 8 * (1 + 2 * ring)
 
 
 wgmma = Wgmma()
 
-
-class WgmmaNext(Wgmma):
-    """wgmma with what is written for it but not yet timed on the H200: the forward and dQ as
-    persistent kernels (FWD_PERSISTENT, DQ_PERSISTENT) and delta made by the dQ kernel (DQ_DELTA)
-    instead of a pass of its own."""
-
-    name = "wgmma_next"
-    delta_in_dq = persistent_forward = persistent_dq = True
-
-
-wgmma_next = WgmmaNext()

@@ -12,8 +12,6 @@ variant listed for an op is the backend's default for it.
     matmul        tiled      tensor-core GEMM (mma.sync, cp.async pipeline), bias and GELU epilogues (matmul.py)
     matmul        cublaslt   cuBLASLt called directly, capturable in a CUDA graph: the reference point
     attention     wgmma      FlashAttention-2's schedule on Hopper's wgmma for 16-bit heads of 64 (flash's otherwise)
-    attention     wgmma_next wgmma with a persistent forward and dQ (the next item's copies under the last
-                             one's products) and delta made by the dQ kernel (no delta pass); to be timed against wgmma
     attention     flash      FlashAttention-2 forward and backward on tensor cores (mma.sync m16n8k16)
     attention     simple     one block per query row, exact softmax in shared memory, no tensor cores
     attention_cached simple  generation with a KV cache: block per new query row, cache views in place
@@ -41,8 +39,6 @@ _VARIANTS = [
     ("matmul", "tiled", "matmul:tiled", "hand-written tensor-core GEMM, bias and GELU epilogues, fp32 accumulation"),
     ("matmul", "cublaslt", "matmul:cublaslt", "cuBLASLt called directly (ctypes), graph-capturable; the reference"),
     ("attention", "wgmma", "attention:wgmma", "FlashAttention-2's schedule on Hopper's wgmma (heads of 64, 16-bit)"),
-    ("attention", "wgmma_next", "attention:wgmma_next",
-     "wgmma with a persistent forward and dQ and delta made in the dQ kernel, no delta pass (to be timed against wgmma)"),
     ("attention", "flash", "attention:flash", "FlashAttention-2 on tensor cores (mma.sync), logsumexp saved"),
     ("attention", "simple", "attention:simple", "one block per query row, exact softmax, no tensor cores"),
     ("attention_cached", "simple", "attention_cached", "KV-cache attention: block per query row, cache views read in place"),

@@ -5,7 +5,7 @@
     python3 bench/device/cupy_raw_ops.py --emulate sanitize  # on the CPU: the same plan in the emulator
 
 sanitize (~3 s without a sanitizer; run under compute-sanitizer memcheck and racecheck): one forward
-and one backward of every variant (embedding, layernorm and layernorm_residual, attention simple, flash, wgmma and wgmma_next, attention_cached
+and one backward of every variant (embedding, layernorm and layernorm_residual, attention simple, flash and wgmma, attention_cached
 on the cache's views, gelu, residual, crossentropy (and crossentropy_onepass), adamw with param_copy and clipping, sumsq) in float32, float16 and bfloat16 (16-bit
 inputs with float32 parameter-gradient buffers), at shapes that reach every path: ragged T, C not a
 multiple of 8 (the element-wise paths), GPT-2's C=768 and heads of 64 (the vector paths), a
@@ -171,7 +171,7 @@ def sanitize(env: Env, tally: Tally) -> None:
             # own kernels at 64)
             for B, T, C, NH in ((1, 17, 36, 3), (1, 70, 128, 2), (1, 70, 256, 2)):
                 qkv = put(rng.standard_normal((B, T, 3 * C)), dtype)
-                for variant in (attention.simple, attention.flash, attention.wgmma, attention.wgmma_next):
+                for variant in (attention.simple, attention.flash, attention.wgmma):
                     y, saved = variant.forward({"qkv": qkv}, {"n_head": NH})
                     variant.backward(saved, put(rng.standard_normal((B, T, C)), dtype), {})
                     name = variant.name
@@ -248,7 +248,7 @@ def capture(env: Env, tally: Tally) -> None:
         def att_inputs():
             return {"qkv": put(rng.standard_normal((B, T, 3 * C)), bf), "dy": put(rng.standard_normal((B, T, C)), bf)}
 
-        for variant in ("simple", "flash", "wgmma", "wgmma_next"):
+        for variant in ("simple", "flash", "wgmma"):
             def att_run(a, out, v=getattr(attention, variant)):
                 y, saved = v.forward({"qkv": a["qkv"]}, {"n_head": 12}, out=out["y"])
                 v.backward(saved, a["dy"], {"qkv": out["dqkv"]})

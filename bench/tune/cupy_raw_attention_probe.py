@@ -3,9 +3,7 @@ GPU, in one process: the wgmma kernels' block shapes and rings of TMA slots, and
 
     python3 bench/tune/cupy_raw_attention_probe.py --out DIR      # the H200, ~1 min
 
-1. Check: each variant of ours (cupy_raw wgmma as shipped; wgmma_next, and each of its three changes
-   alone: the forward and dQ as persistent kernels, the dQ kernel making delta itself (no delta pass);
-   wgmma with two and with one warpgroup a block
+1. Check: each variant of ours (cupy_raw wgmma as shipped; wgmma with two and with one warpgroup a block
    in both directions (--sweeps groups), the forward's 128-key stages (keys), and with other rings of TMA slots (rings), "rings F/f, B/b": WG_RING / WG_AHEAD of
    the forward, then of the backward, or with a producer warp issuing the copies (WG_PRODUCER); cupy_raw flash with 128-query forward blocks, the default at
    heads of up to 64 other than 64; triton's attention) on fresh random inputs with NaN-poisoned
@@ -79,12 +77,7 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     from backends.triton import attention as tri
     from backends.cupy_raw import attention as raw
-    ours = {"cupy_raw wgmma (as shipped)": raw.wgmma, "cupy_raw wgmma_next (both below)": raw.wgmma_next}
-    for change, label in (("persistent_forward", "the forward persistent"), ("persistent_dq", "dQ persistent"),
-                          ("delta_in_dq", "delta made in dQ, no pass")):
-        v = raw.Wgmma()
-        setattr(v, change, True)
-        ours[f"cupy_raw wgmma ({label})"] = v
+    ours = {"cupy_raw wgmma (as shipped)": raw.wgmma}
     for groups in (2, 1) if "groups" in sweeps else ():
         v = raw.Wgmma()
         v.forward_groups = v.backward_groups = groups
