@@ -408,6 +408,23 @@ def test_tiled_kernels_in_the_emulator(dtype, shapes):
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+def test_simt_sums_each_64_deep_block_apart():
+    """gemm_simt's float32 sum over k is blocked (64 deep), so a long sum loses little to rounding: 2^24
+    then 1023 ones, where every + 1 onto 2^24 rounds away (a tie, to even). A sequential sum returns
+    2^24 (1023 lost, the kind of error that failed lm_head's float32 dx at depth 50304); blocks of 64
+    lose only the 63 ones that share the first block with 2^24."""
+    depth = 1024
+    x = np.ones((1, depth), np.float32)
+    x[0, 0] = 2.0 ** 24
+    w = np.ones((1, depth), np.float32)
+    y = np.full((1, 1), np.nan, np.float32)
+    with rt.emulation():
+        mm.gemm("mma", mm.Operand(x, depth, True), mm.Operand(w, depth, True), y, 1, 1, depth)
+    exact = 2.0 ** 24 + depth - 1
+    assert exact - 64 <= float(y[0, 0]) <= exact, f"float32 sum of depth {depth}: {float(y[0, 0])}, exact {exact}"
+
+
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
 def test_wgmma_kernel_in_the_emulator(monkeypatch):
     """gemm_wgmma's own loops on the CPU: the producer's and consumers' walk over work items, the
     ring's slots and mbarrier phases (a missed release deadlocks, and the emulator says so), TMA
