@@ -125,8 +125,12 @@ CONFIGS = {
     ("wgmma", "dx"): _wg(bn=256, store_cols=128),
     # dW's output is small (768 x 768: 18 such tiles) but deep: split-K, and 128 x 256 tiles too (their
     # float32 results in four passes of 64 columns, all the ring leaves): 0.97-1.22x cuBLASLt at the
-    # five linears' dW against 0.85-1.07x for 128 x 128 tiles (gemm-43345c6, probe.txt: dw256)
-    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.9, store_cols=64),
+    # five linears' dW against 0.85-1.07x for 128 x 128 tiles (gemm-43345c6, probe.txt: dw256). Waves at
+    # least 95% full: at B=64 (depth 65536) c_fc's and the projection's dW (72 tiles) then take 7 slices
+    # (504 items, 4 waves of 132) where 90% took 5 (360 items, 3 waves, 615 k-steps an SM against 588):
+    # 456 / 433 us against 470 / 440 with the finish, alone on the H200 (bench/tune/cupy_raw_step_gemm_sweep.py,
+    # reports/cupy_raw-h200/step-gemm-585a744); more slices (9, 11) gained no more, the finish reading them
+    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.95, store_cols=64),
     # The two GELU epilogues take the pingpong schedule (each consumer warpgroup its own 64 x 256 tile,
     # its whole share in one image, a 4-deep ring): a warpgroup's GELU (or gelu') then runs while the
     # other's tile multiplies, which pays more than the smaller tiles cost, unlike at the plain products.

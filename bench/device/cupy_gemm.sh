@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cupy_raw's hand-written GEMMs on the H200, checked then timed (issue 13):
-#   split   (GEMM_SPLIT=1 only, first) bench/tune/cupy_raw_split_sweep.py: dW's split-K slice counts at
-#           $SPLIT_ROWS (65536) rows, each checked then timed with its finish, beside cuBLASLt  (~60 s)
+#   split   (GEMM_SPLIT=1 only, first) bench/tune/cupy_raw_step_gemm_sweep.py at $SPLIT_ROWS (65536) rows:
+#           dW's split-K slice counts (each with its finish) and lm_head's forward configurations,
+#           checked then timed beside cuBLASLt; SPLIT_SWEEPS narrows them (split, lm_head)   (~90 s)
 #   matmul  bench/device/cupy_raw_matmul.py check capture bench --rows $GEMM_ROWS (default 16384):
 #           every variant checked against float64 and in a captured graph, then fwd / dx / dW of the
 #           five GPT-2 linears beside cuBLASLt                                        (~100 s)
@@ -9,14 +10,15 @@
 #   sanitize  compute-sanitizer memcheck and racecheck, side by side, on cupy_raw_matmul.py sanitize
 #           (every GEMM kernel once at small awkward shapes), after the timings         (~60 s)
 #   run(command="GIT_SHA=<sha> bash bench/device/round.sh cupy_gemm:200")
-# GEMM_PROBE=0 leaves the probe out, GEMM_MATMUL=0 the check and bench, GEMM_SANITIZE=0 the sanitizers, GEMM_SPLIT=1 adds the split sweep; PROBE_ARGS go to the probe
+# GEMM_PROBE=0 leaves the probe out, GEMM_MATMUL=0 the check and bench, GEMM_SANITIZE=0 the sanitizers,
+# GEMM_SPLIT=1 adds the step-shape sweep; PROBE_ARGS go to the probe
 # (e.g. "--variants tree,no_store,pingpong,pingpong_128x128"). Comes back as $OUT/cupy_gemm.tar.gz: cupy_gemm/{matmul.txt,
 # probe.json, probe.txt, split.json, split.txt, memcheck.txt, racecheck.txt}.
 set -uo pipefail
 OUT=${OUT:-/tmp/cupy-gemm-out}; D=$OUT/cupy_gemm; mkdir -p "$D"
 export PYTHONUNBUFFERED=1
 if [[ ${GEMM_SPLIT:-0} != 0 ]]; then
-  timeout ${SPLIT_T:-120} python3 bench/tune/cupy_raw_split_sweep.py --rows "${SPLIT_ROWS:-65536}" --out "$D/split.json" \
+  timeout ${SPLIT_T:-120} python3 bench/tune/cupy_raw_step_gemm_sweep.py --rows "${SPLIT_ROWS:-65536}" --sweeps "${SPLIT_SWEEPS:-split,lm_head}" --out "$D/split.json" \
     > "$D/split.txt" 2>&1; echo "split rc=$?"; cat "$D/split.txt"
 fi
 if [[ ${GEMM_MATMUL:-1} != 0 ]]; then
