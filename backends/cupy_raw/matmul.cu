@@ -194,6 +194,7 @@ __device__ __forceinline__ void epilogue_tile(const float* stage, int tid, int r
 #define SIMT_TILE 64
 #define SIMT_K 16
 #define SIMT_BLOCK_K 64
+static_assert(SIMT_BLOCK_K % SIMT_K == 0, "whole shared-memory steps of k per summed block");
 
 extern "C" __global__ void __launch_bounds__(256)
 gemm_simt(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, const floatX* bias, floatX* pre, int rows, int cols,

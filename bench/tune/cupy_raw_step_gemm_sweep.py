@@ -11,9 +11,10 @@ op bench's 16384 rows decide differently, beside cuBLASLt:
 
 Why split: dW's output is small (18 to 72 tiles of 128 x 256) and its depth is the batch (65536 at B=64),
 so split-K cuts the depth into S slices to give the SMs work. Items (tile, slice) run in waves of one
-per SM; matmul._split takes the fewest slices whose waves are at least `busy` (0.9) full. At 72 tiles
-on 132 SMs that is S = 5: 360 items in 3 waves (0.909 full), 615 k-steps an SM where the even share
-is 559; S = 11 fills 6 waves exactly but adds six float32 slices to splitk_finish's reads. Which wins
+per SM; matmul._split takes the fewest slices whose waves are at least `busy` full. At 72 tiles on
+132 SMs, busy 0.9 took S = 5: 360 items in 3 waves (0.909 full), 615 k-steps an SM where the even
+share is 559; S = 11 fills 6 waves exactly but adds six float32 slices to splitk_finish's reads (this
+sweep moved busy to 0.95, S = 7: reports/cupy_raw-h200/step-gemm-585a744). Which wins
 is the GPU's to say: each S is timed as the step runs it (the GEMM, then splitk_finish and the bias's
 colsum_finish), back to back between CUDA events (euler_core.measure.timing), after its result is
 checked against a float64 reference on fresh random inputs (dW and db start at random values: the
@@ -31,11 +32,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device"))
 
 from backends.cupy_raw import _common  # noqa: E402
 from backends.cupy_raw import _runtime as rt  # noqa: E402
 from backends.cupy_raw import matmul as mm  # noqa: E402
 from conformance.tolerances import tolerance  # noqa: E402
+from cupy_raw_matmul import _err  # noqa: E402  (bench/device/: the conformance bound, as its check holds it)
 
 #: linear -> (in features K, out features M): dW is (M, K)
 LINEARS = {"qkv": (768, 2304), "attn_proj": (768, 768), "fc": (768, 3072), "fc_proj": (3072, 768)}
@@ -50,7 +53,7 @@ def slice_plan(M: int, K: int, depth: int, sms: int) -> list[tuple[int, int, int
     """(S, k_split, waves) for every distinct slice count reachable by the dW configuration's split_k
     (the fullest waves up to each split_k), the current choice included."""
     base = mm.CONFIGS[("wgmma", "dW")]
-    tiles = rt.cdiv(M, 128) * rt.cdiv(K, base["bn"])
+    tiles = _dw_tiles(M, K)
     seen, plan = set(), []
     for most in range(1, base["split_k"] + 1):
         k_split = mm._split(dict(base, split_k=most, busy=1.01), tiles, depth, sms)
@@ -61,18 +64,13 @@ def slice_plan(M: int, K: int, depth: int, sms: int) -> list[tuple[int, int, int
     return plan
 
 
+def _dw_tiles(M: int, K: int) -> int:
+    """dW's (M, K) output in the dW configuration's 128 x bn tiles"""
+    return rt.cdiv(M, 128) * rt.cdiv(K, mm.CONFIGS[("wgmma", "dW")]["bn"])
+
+
 def current_slices(M: int, K: int, depth: int, sms: int) -> int:
-    base = mm.CONFIGS[("wgmma", "dW")]
-    tiles = rt.cdiv(M, 128) * rt.cdiv(K, base["bn"])
-    return rt.cdiv(depth, mm._split(base, tiles, depth, sms))
-
-
-def _within(cp, got, ref, rtol: float, atol: float) -> tuple[float, bool]:
-    """(worst |got - ref| / rms(ref), every element within rtol |ref| + atol rms(ref) and finite)"""
-    rms = float(cp.sqrt(cp.mean(ref * ref)))
-    diff = cp.abs(got.astype(cp.float64) - ref)
-    ok = bool(cp.all(diff <= rtol * cp.abs(ref) + atol * rms)) and bool(cp.all(cp.isfinite(got)))
-    return float(diff.max()) / rms, ok
+    return rt.cdiv(depth, mm._split(mm.CONFIGS[("wgmma", "dW")], _dw_tiles(M, K), depth, sms))
 
 
 def sweep_split(cp, rows: int, sms: int, timer, tcfg) -> tuple[list, int]:
@@ -90,17 +88,17 @@ def sweep_split(cp, rows: int, sms: int, timer, tcfg) -> tuple[list, int]:
             cfg = dict(mm.CONFIGS[("wgmma", "dW")], split_k=S, busy=1.01)
             dw, db = cp.empty((M, K), cp.float32), cp.empty(M, cp.float32)
 
-            def call(i, cfg=cfg, dw=dw, db=db, engine="wgmma"):
+            def call(i, cfg=cfg, dw=dw, db=db):
                 dy, x = sets[i]
-                mm.gemm(engine, mm.Operand(dy, M, False), mm.Operand(x, K, False), dw, M, K, rows, accumulate=True,
-                        rowsum=db, product="dW", weight_shape=(M, K), config=cfg if engine == "wgmma" else None)
+                mm.gemm("wgmma", mm.Operand(dy, M, False), mm.Operand(x, K, False), dw, M, K, rows, accumulate=True,
+                        rowsum=db, product="dW", weight_shape=(M, K), config=cfg)
 
             start_w = cp.random.standard_normal((M, K), dtype=cp.float32)
             start_b = cp.random.standard_normal(M, dtype=cp.float32)
             dw[...], db[...] = start_w, start_b
             call(0)
-            err_w, ok_w = _within(cp, dw - start_w, ref_dw, tol.rtol, tol.atol)
-            err_b, ok_b = _within(cp, db - start_b, ref_db, tol.rtol, tol.atol)
+            err_w, ok_w = _err(cp, dw - start_w, ref_dw, tol.rtol, tol.atol)
+            err_b, ok_b = _err(cp, db - start_b, ref_db, tol.rtol, tol.atol)
             good = ok_w and ok_b
             failures += not good
             t = measure_p50(call, timer, tcfg) if good else None
@@ -135,15 +133,15 @@ def sweep_lm_head(cp, rows: int, timer, tcfg) -> tuple[list, int]:
     for name, change in LM_HEAD.items():
         cfg = dict(base, **change)
 
-        def call(i, cfg=cfg, engine="wgmma"):
+        def call(i, cfg=cfg):
             x, w = sets[i]
-            mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), y, rows, M, K, product="forward",
-                    weight_shape=(M, K), config=cfg if engine == "wgmma" else None)
+            mm.gemm("wgmma", mm.Operand(x, K, True), mm.Operand(w, K, True), y, rows, M, K, product="forward",
+                    weight_shape=(M, K), config=cfg)
 
         y.fill(float("nan"))
         try:
             call(0)
-            err, good = _within(cp, y[sample], ref, tol.rtol, tol.atol)
+            err, good = _err(cp, y[sample], ref, tol.rtol, tol.atol)
             t = measure_p50(call, timer, tcfg) if good else None
         except Exception as e:  # a configuration the kernel refuses: say so, go on
             err, good, t = float("nan"), False, None
