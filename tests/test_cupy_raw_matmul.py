@@ -150,8 +150,9 @@ class _KernelModel:
         tiles, slices = rt.cdiv(rows, tile[0]) * rt.cdiv(cols, tile[1]), rt.cdiv(max(depth, 1), k_split)
         if items is None:  # a (tiles, slices) grid
             assert grid[:2] == (tiles, slices), (grid, rows, cols, tile)
-        else:              # blocks walking the tiles x slices work items
-            assert grid[1:] == (1, 1) and 1 <= grid[0] <= tiles * slices and (grid[0] == tiles * slices or items)
+        else:              # blocks walking the tiles x slices work items (or clusters: gemm_wgmma checks them)
+            assert grid[1:] == (1, 1) and 1 <= grid[0]
+            assert items == "clusters" or (grid[0] <= tiles * slices and (grid[0] == tiles * slices or items))
         floatx = {"float": "float32", "__half": "float16", "__nv_bfloat16": "bfloat16"}[defines["floatX"]]
         if flags & mm.FLAG_ROWSUM:
             assert not defines["A_KMAJOR"] and rowsum.shape == (slices, rows) and str(rowsum.dtype) == "float32"
@@ -190,9 +191,10 @@ class _KernelModel:
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
         assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"], d["WG_STORE_COLS"],
                                                d["WG_STORE_F32"], d["WG_STORE_DGELU"])
-        bm = d["WG_BM"]
+        bm, cluster = d["WG_BM"], d.get("WG_CLUSTER", 1)
         A = self._map_operand(ta, d["A_KMAJOR"], rows, depth, bm)
-        B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"])
+        # in a cluster each block loads its share of B's tile: K-major boxes of WG_BN / cluster rows
+        B = self._map_operand(tb, d["B_KMAJOR"], cols, depth, d["WG_BN"] // cluster)
         if d["WG_STORE_COLS"]:  # a TMA-store epilogue: C (or split-K's slices) through its own map
             target, *geometry = self.maps[int.from_bytes(tc.data[:8], "little")]
             assert target is c and flags & mm.FLAG_VEC
@@ -211,8 +213,15 @@ class _KernelModel:
             else:                  # 16-bit C, whole
                 assert cols % 8 == 0 and not flags & (mm.FLAG_ACCUMULATE | mm.FLAG_OUT_F32 | mm.FLAG_PARTIAL)
                 assert geometry == [1, rows, cols, 64, 64]
-        persistent = grid[0] == min(rt.cdiv(rows, bm) * rt.cdiv(cols, d["WG_BN"]) * rt.cdiv(max(depth, 1), k_split),
-                                    _common.H200_SMS * d["WG_CTAS"])
+        slices = rt.cdiv(max(depth, 1), k_split)
+        if cluster > 1:  # whole clusters, a persistent grid over the clusters' items (two tile rows each)
+            assert cluster == 2 and d["WG_STORE_COLS"] and not d["WG_PINGPONG"]
+            cluster_items = rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, d["WG_BN"]) * slices
+            assert grid[0] == cluster * min(cluster_items, _common.H200_SMS * d["WG_CTAS"] // cluster), grid
+            persistent = "clusters"
+        else:
+            persistent = grid[0] == min(rt.cdiv(rows, bm) * rt.cdiv(cols, d["WG_BN"]) * slices,
+                                        _common.H200_SMS * d["WG_CTAS"])
         assert persistent or not d["WG_PINGPONG"]
         self._gemm(d, grid, A, B, c, bias, pre, rows, cols, depth, k_split, flags, (bm, d["WG_BN"]), items=persistent,
                    rowsum=rowsum)
@@ -623,6 +632,44 @@ def test_pingpong_needs_a_persistent_grid(model):
             mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), y, 64, 64, 64, config=cfg)
 
 
+@pytest.mark.parametrize("kmajor_b", [True, False], ids=["forward", "dx"])
+def test_wgmma_clusters_host_side(model, kmajor_b):
+    """Clusters of two (TMA multicast of the shared B tile; matmul.cu's WG_CLUSTER, not emulated: the
+    emulator runs one block at a time): the module, B's tensor map cut for the cluster's shares, a
+    grid of whole clusters over their items (an odd number of tile rows: the last cluster's second
+    block takes a row past C), and the product the kernel model computes from those arguments."""
+    rng = np.random.default_rng(21)
+    rows, depth, cols = 3 * 128 + 5, 192, 384  # 4 tile rows (2 cluster rows), 2 tile columns at bn 256
+    x = rng.standard_normal((rows, depth)).astype(_common.np_dtype("bfloat16"))
+    w = rng.standard_normal((cols, depth) if kmajor_b else (depth, cols)).astype(x.dtype)
+    y = np.full((rows, cols), np.nan, dtype=x.dtype)
+    cfg = {**mm.CONFIGS[("wgmma", "forward")], "cluster": 2}
+    b = mm.Operand(w, depth, True) if kmajor_b else mm.Operand(w, cols, False)
+    mm.gemm("wgmma", mm.Operand(x, depth, True), b, y, rows, cols, depth, config=cfg)
+    (name, defines), = model.kernels
+    assert name == "gemm_wgmma" and defines["WG_CLUSTER"] == 2 and defines["B_KMAJOR"] == int(kmajor_b)
+    if kmajor_b:  # B's map: boxes of 128 of the tile's 256 rows
+        assert model.maps[1][4:] == (64, 128)
+    ref = x.astype(np.float64) @ (w.astype(np.float64).T if kmajor_b else w.astype(np.float64))
+    _close(y, ref, "bfloat16", "forward", "clustered wgmma")
+    # a C the TMA store cannot write (cols not a multiple of 8) takes the staged epilogue, and alone
+    model.kernels.clear()
+    y2 = np.empty((rows, 36), dtype=x.dtype)
+    mm.gemm("wgmma", mm.Operand(x, depth, True), mm.Operand(w[:36] if kmajor_b else w[:, :36].copy(), depth if kmajor_b else 36, kmajor_b),
+            y2, rows, 36, depth, config=cfg)
+    assert [d.get("WG_CLUSTER") for _, d in model.kernels] == [None]
+
+
+def test_wgmma_cluster_configurations_are_checked(model):
+    x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 256, "bfloat16", bias=False)
+    y = np.empty((64, 256), dtype=x.dtype)
+    for bad in (dict(cluster=3), dict(cluster=2, pingpong=True, bm=64), dict(cluster=2, persistent=False),
+                dict(cluster=2, store_cols=0)):
+        cfg = {**mm.CONFIGS[("wgmma", "forward")], **bad}
+        with pytest.raises(ValueError, match="cluster="):
+            mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), y, 64, 256, 64, config=cfg)
+
+
 def test_tma_store_configurations_are_checked(model):
     # store_cols: whole boxes that divide the tile; 16-bit C goes out in boxes of 64 columns
     x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 128, "bfloat16", bias=False)
@@ -793,6 +840,12 @@ def _used_modules(model) -> dict:
     _, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
     mm.wgmma.backward(saved, np.ones((256, 768), x.dtype), {"weight": np.zeros(w.shape, np.float32),
                                                            "bias": np.zeros(b.shape, np.float32)}, dgelu_at=x)
+    # the clustered modules (TMA multicast; the probe's), forward and dx at GPT-2's shapes, bf16
+    with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], cluster=2) for p in ("forward", "dx")}):
+        for N, K, M in _COMPILE_SHAPES[:5]:
+            x, w, b = _inputs(np.random.default_rng(4), N, K, M, "bfloat16")
+            y, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
+            mm.wgmma.backward(saved, y, {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)})
     # the pingpong schedule's modules too (the probe's; GPT-2's shapes, bf16)
     with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
         for N, K, M in _COMPILE_SHAPES[:5]:

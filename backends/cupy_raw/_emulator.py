@@ -41,8 +41,8 @@ _CTYPES = {"int": ctypes.c_int32, "int32_t": ctypes.c_int32, "unsigned": ctypes.
 
 _DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w\s]*?)\s+"
                              r"([A-Za-z_]\w*)\s*\[\s*\]\s*;")
-_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?void\s+'
-                     r"(?:__launch_bounds__\s*\([^)]*\)\s+)?([A-Za-z_]\w*)\s*\(([^)]*)\)")
+_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+' + _source.BOUNDS + r"void\s+" + _source.ATTRIBUTES
+                     + r"([A-Za-z_]\w*)\s*\(([^)]*)\)")
 
 
 def compiler() -> str | None:

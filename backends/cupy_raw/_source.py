@@ -110,13 +110,18 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*", " ", text)
 
 
+#: what may stand before a kernel's `void` (a __launch_bounds__(...)) and after it (that, then one
+#: attribute macro in capitals: matmul.cu's WG_CLUSTER_DIMS, a __cluster_dims__(...) or nothing)
+BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s+)?"
+ATTRIBUTES = BOUNDS + r"(?:[A-Z][A-Z0-9_]*\s+)?"
+
+
 def signature(src: str, kernel: str, defines: dict | None = None) -> list[Param]:
-    """The parameters of `extern "C" __global__ void <kernel>(...)` in `src` (a __launch_bounds__(...)
-    before or after `void` allowed), with the defines' values substituted for names used as types
+    """The parameters of `extern "C" __global__ void <kernel>(...)` in `src` (BOUNDS before `void`,
+    ATTRIBUTES after it allowed), with the defines' values substituted for names used as types
     (floatX -> __nv_bfloat16)."""
     text = _strip_comments(src)
-    bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s+)?"
-    m = re.search(r'extern\s+"C"\s+__global__\s+' + bounds + r"void\s+" + bounds + re.escape(kernel)
+    m = re.search(r'extern\s+"C"\s+__global__\s+' + BOUNDS + r"void\s+" + ATTRIBUTES + re.escape(kernel)
                   + r"\s*\(([^)]*)\)", text)
     if m is None:
         raise CompileError(f"cupy_raw: no kernel `extern \"C\" __global__ void {kernel}(...)` in the source")

@@ -481,7 +481,12 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 #define WG_CONSUMERS 2
 #define WG_THREADS (WG_CONSUMERS * 128 + 32)
 #define WG_MH (WG_PINGPONG ? WG_BM / 64 : 1)   // m64 blocks of the tile a consumer warpgroup multiplies
-#define WG_SLOT_READERS (WG_PINGPONG ? 128 : WG_CONSUMERS * 128)  // arrivals that release a ring slot
+#ifndef WG_CLUSTER
+#define WG_CLUSTER 1
+#endif
+// arrivals that release a ring slot: every thread that reads it, or in a cluster one a consumer warp
+// of each block (release_slot)
+#define WG_SLOT_READERS (WG_CLUSTER > 1 ? WG_CLUSTER * WG_CONSUMERS * 4 : WG_PINGPONG ? 128 : WG_CONSUMERS * 128)
 #define WG_TURN_BAR 3  // pingpong: named barriers 3 (warpgroup 0's turn) and 4 (warpgroup 1's); 1, 2: the epilogues'
 constexpr int WG_A_BYTES = WG_BM * TILE_ROW_BYTES, WG_B_BYTES = WG_BN * TILE_ROW_BYTES;
 constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
@@ -500,6 +505,17 @@ static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
 static_assert(WG_PINGPONG ? (WG_BM == 64 || WG_BM == 128) : WG_BM == 64 * WG_CONSUMERS,
               "cooperative: 64 rows per consumer warpgroup; pingpong: one or two m64 blocks per warpgroup");
+static_assert(WG_CLUSTER == 1 || (WG_CLUSTER == 2 && !WG_PINGPONG && WG_STORE_COLS > 0),
+              "clusters of two blocks: the cooperative schedule with the TMA-store epilogue (it clips the "
+              "tile rows past C that a cluster's second block may take)");
+#if WG_CLUSTER > 1
+#ifdef CUPY_RAW_EMULATOR
+#error "gemm_wgmma's clusters (WG_CLUSTER > 1) are not emulated: the emulator runs one block at a time"
+#endif
+#define WG_CLUSTER_DIMS __cluster_dims__(WG_CLUSTER, 1, 1)
+#else
+#define WG_CLUSTER_DIMS
+#endif
 
 #ifdef CUPY_RAW_EMULATOR
 #include <cstdio>
@@ -635,6 +651,43 @@ __device__ __forceinline__ void tma_tile(const TmaDescriptor* map, unsigned dst,
 #pragma unroll
         for (int p = 0; p < BMN / 64; ++p) tma_load_2d(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar);
     }
+}
+
+#if WG_CLUSTER > 1
+// The same tile in a cluster of WG_CLUSTER blocks that all multiply it (tiles of C in one column): this
+// block loads its share (the rank-th 1 / WG_CLUSTER of the tile's mn rows: one box of BMN / WG_CLUSTER
+// rows K-major, as matmul.py's map is cut for a cluster, or that share of the 64-wide panels
+// MN-major) and the copy engine writes it into every block of the cluster at the same offset,
+// completing the bytes at each block's barrier of that offset. Each block's full barrier so expects the
+// whole tile, its own share and the others'.
+template <bool KMAJOR, int BMN>
+__device__ __forceinline__ void tma_tile_multicast(const TmaDescriptor* map, unsigned dst, int mn0, int k0, unsigned bar,
+                                                   int rank) {
+    constexpr int SHARE = BMN / WG_CLUSTER;
+    constexpr unsigned short EVERY_BLOCK = (1u << WG_CLUSTER) - 1;
+    static_assert(SHARE % 64 == 0, "a cluster's shares of a tile: whole 64-row panels");
+    if (KMAJOR) {
+        tma_load_2d_multicast(dst + rank * SHARE * TILE_ROW_BYTES, map, k0, mn0 + rank * SHARE, bar, EVERY_BLOCK);
+    } else {
+#pragma unroll
+        for (int p = rank * SHARE / 64; p < (rank + 1) * SHARE / 64; ++p)
+            tma_load_2d_multicast(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar, EVERY_BLOCK);
+    }
+}
+#endif
+
+// A consumer thread is done reading ring slot `bar` (its wgmma waited for). Alone, every reading
+// thread arrives; in a cluster the slot is refilled in every block at once (tma_tile_multicast), so its
+// empty barrier in each block must count the readers of all of them: each consumer warp arrives once
+// at each block's barrier (lane r at rank r's), after all its lanes are done.
+__device__ __forceinline__ void release_slot(unsigned bar) {
+#if WG_CLUSTER > 1
+    __syncwarp();
+    const int lane = threadIdx.x & 31;
+    if (lane < WG_CLUSTER) mbar_arrive_cluster(bar, lane);
+#else
+    mbar_arrive(bar);
+#endif
 }
 
 // C[i, j..j+3] (F has FLAG_VEC: j % 4 == 0, all four columns inside C) from the float32 sums v, the
@@ -978,31 +1031,37 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], flo
             wgmma_wait<1>();
             fence_accumulators(acc);
             fence_accumulators(sums);
-            mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));
+            release_slot(empty_bar + 8 * ((it - 1) % WG_STAGES));
         }
     }
     if (hand_on) named_arrive(hand_on, 256);
     wgmma_wait<0>();
     fence_accumulators(acc);
     fence_accumulators(sums);
-    if (nk > 0) mbar_arrive(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
+    if (nk > 0) release_slot(empty_bar + 8 * ((it - 1) % WG_STAGES));  // the last slot, for the next item
 }
 
 // Work item `work` (tile-major within a k slice): its tile of C (tm, tn), k slice, first k and k-blocks.
+// In a cluster the items are the cluster's: WG_CLUSTER tiles of C one above the other (tile rows
+// WG_CLUSTER tm' + rank, tm' over cluster_rows = cdiv(tiles_m, WG_CLUSTER), group_m / WG_CLUSTER of
+// them walked together: as many tile rows as alone), which share their B tile; a last row past C
+// (tiles_m odd) is multiplied on the zeros TMA loads there, and its stores are clipped.
 struct WorkItem {
     int tm, tn, split, k_lo, nk;
 };
-__device__ __forceinline__ WorkItem work_item(int work, int tiles_m, int tiles_n, int group_m, int depth, int k_split) {
+__device__ __forceinline__ WorkItem work_item(int work, int cluster_rows, int tiles_n, int group_m, int depth,
+                                              int k_split, int rank) {
     WorkItem w;
-    const int tiles = tiles_m * tiles_n;
+    const int tiles = cluster_rows * tiles_n;
     w.split = work / tiles;
-    tile_of(work % tiles, tiles_m, tiles_n, group_m, w.tm, w.tn);
+    tile_of(work % tiles, cluster_rows, tiles_n, WG_CLUSTER > 1 ? max(1, group_m / WG_CLUSTER) : group_m, w.tm, w.tn);
+    w.tm = w.tm * WG_CLUSTER + rank;
     w.k_lo = w.split * k_split;
     w.nk = (min(depth, w.k_lo + k_split) - w.k_lo + TILE_K - 1) / TILE_K;
     return w;
 }
 
-extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS)
+extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS) WG_CLUSTER_DIMS
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
            const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ TmaDescriptor tma_pre, void* c,
            const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
@@ -1019,7 +1078,15 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
-    const int items = tiles_m * tiles_n * ((depth + k_split - 1) / k_split);  // k_split: a multiple of 64
+    const int cluster_rows = (tiles_m + WG_CLUSTER - 1) / WG_CLUSTER;
+    const int items = cluster_rows * tiles_n * ((depth + k_split - 1) / k_split);  // k_split: a multiple of 64
+    // this block's items: first, first + stride, ... (a cluster's blocks take the same ones, each its row)
+#if WG_CLUSTER > 1
+    const int rank = (int)cluster_ctarank();
+#else
+    const int rank = 0;
+#endif
+    const int first = blockIdx.x / WG_CLUSTER, stride = gridDim.x / WG_CLUSTER;
 
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
@@ -1038,23 +1105,34 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         WG_FENCE_PROXY_ASYNC();
     }
     __syncthreads();
+#if WG_CLUSTER > 1
+    cluster_sync();  // every block's mbarriers initialised before any copy or arrival reaches them
+#endif
 
     // ring position: k-blocks this block has moved through the ring so far (slot it % WG_STAGES,
     // pass it / WG_STAGES, whose parity the barriers' phases follow)
     int it = 0;
     if (warp == WG_CONSUMERS * 4) {  // the producer warp: one lane issues every copy
-        if (lane != 0) return;
-        for (int work = blockIdx.x; work < items; work += gridDim.x) {
-            const WorkItem w = work_item(work, tiles_m, tiles_n, group_m, depth, k_split);
-            for (int kb = 0; kb < w.nk; ++kb, ++it) {
-                const int s = it % WG_STAGES;
-                mbar_wait(empty_bar + 8 * s, ((it / WG_STAGES) & 1) ^ 1);  // slot free (first pass: at once)
-                mbar_expect_tx(full_bar + 8 * s, WG_A_BYTES + WG_B_BYTES);
-                const int k0 = w.k_lo + kb * TILE_K;
-                tma_tile<A_KMAJOR, WG_BM>(&tma_a, a_ring + s * WG_A_BYTES, w.tm * WG_BM, k0, full_bar + 8 * s);
-                tma_tile<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, w.tn * WG_BN, k0, full_bar + 8 * s);
+        if (lane == 0)
+            for (int work = first; work < items; work += stride) {
+                const WorkItem w = work_item(work, cluster_rows, tiles_n, group_m, depth, k_split, rank);
+                for (int kb = 0; kb < w.nk; ++kb, ++it) {
+                    const int s = it % WG_STAGES;
+                    mbar_wait(empty_bar + 8 * s, ((it / WG_STAGES) & 1) ^ 1);  // slot free (first pass: at once)
+                    mbar_expect_tx(full_bar + 8 * s, WG_A_BYTES + WG_B_BYTES);
+                    const int k0 = w.k_lo + kb * TILE_K;
+                    tma_tile<A_KMAJOR, WG_BM>(&tma_a, a_ring + s * WG_A_BYTES, w.tm * WG_BM, k0, full_bar + 8 * s);
+#if WG_CLUSTER > 1
+                    tma_tile_multicast<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, w.tn * WG_BN, k0,
+                                                        full_bar + 8 * s, rank);
+#else
+                    tma_tile<B_KMAJOR, WG_BN>(&tma_b, b_ring + s * WG_B_BYTES, w.tn * WG_BN, k0, full_bar + 8 * s);
+#endif
+                }
             }
-        }
+#if WG_CLUSTER > 1
+        cluster_sync();  // (the end of the kernel's: see there)
+#endif
         return;
     }
 
@@ -1066,9 +1144,9 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     DeferredGelu deferred{GELU_STEPS, 0, 0};
     PreFetch prefetch{pre_bar + 8 * wg, 0, 0, 0, rows, cols};
     // pingpong: warpgroup 0 has the first turn (the block's item 0): warpgroup 1 arrives for it
-    if (WG_PINGPONG && wg == 1 && (int)blockIdx.x < items) named_arrive(WG_TURN_BAR, 256);
-    for (int work = blockIdx.x, n = 0; work < items; work += gridDim.x, ++n) {
-        const WorkItem w = work_item(work, tiles_m, tiles_n, group_m, depth, k_split);
+    if (WG_PINGPONG && wg == 1 && first < items) named_arrive(WG_TURN_BAR, 256);
+    for (int work = first, n = 0; work < items; work += stride, ++n) {
+        const WorkItem w = work_item(work, cluster_rows, tiles_n, group_m, depth, k_split, rank);
         if (WG_PINGPONG && n % 2 != wg) {  // the other warpgroup's item: its k-blocks pass this one by
             it += w.nk;
             continue;
@@ -1084,7 +1162,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         }
         if (WG_PINGPONG) named_barrier(WG_TURN_BAR + wg, 256);  // this warpgroup's turn at the tensor cores
         // pingpong: the block's next item (the other warpgroup's) multiplies while this one writes out
-        const int hand_on = WG_PINGPONG && work + (int)gridDim.x < items ? WG_TURN_BAR + 1 - wg : 0;
+        const int hand_on = WG_PINGPONG && work + stride < items ? WG_TURN_BAR + 1 - wg : 0;
         prefetch.i = w.tm * WG_BM + a_row0;  // (WG_STORE_DGELU: one m64 block a warpgroup)
         prefetch.j = w.tn * WG_BN;
         if (with_sums)
@@ -1161,6 +1239,10 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     // the copy engine may still read this warpgroup's image (its last tile): the block's shared memory
     // must outlive that
     if (t == 0) tma_store_wait_all();
+#endif
+#if WG_CLUSTER > 1
+    // no block leaves while another may still arrive at its empty barriers or copy into its ring
+    cluster_sync();
 #endif
 }
 #endif  // GEMM_WGMMA

@@ -93,9 +93,10 @@ def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, spli
 
 
 def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8, pingpong=False, bm=128,
-        store_cols=0, store_buffers=1):
+        store_cols=0, store_buffers=1, cluster=1):
     return dict(engine="wgmma", bn=bn, bm=bm, stages=stages, ctas=ctas, persistent=persistent, pingpong=pingpong,
-                group_m=group_m, split_k=split_k, busy=busy, store_cols=store_cols, store_buffers=store_buffers)
+                group_m=group_m, split_k=split_k, busy=busy, store_cols=store_cols, store_buffers=store_buffers,
+                cluster=cluster)
 
 
 #: (engine, product) -> launch configuration. bm x bn: the tile of C (wgmma cooperative: bm 128;
@@ -107,7 +108,9 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: walked together (L2 reuse); split_k: the most k slices; busy: the wave occupancy that is enough
 #: (see _split); store_cols (wgmma): 0, or the columns a consumer warpgroup stages per pass of the
 #: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_kind); store_buffers (wgmma): 1, or
-#: 2 (those columns' shared memory as two buffers of half as many, filled in turn; not yet timed).
+#: 2 (those columns' shared memory as two buffers of half as many, filled in turn); cluster (wgmma): 1, or
+#: 2 (blocks in clusters of two that multiply tiles one above the other and share their B tile, each
+#: loading half of it for both: TMA multicast; cooperative and persistent, with the TMA-store epilogue).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -300,20 +303,23 @@ def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
                  depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
                  work_items: bool = False, k_split: int | None = None, flags: int = 0, partial=None,
-                 dgelu_at=None) -> None:
+                 dgelu_at=None, cluster: int = 1, cluster_tiles: int = 0) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
     depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
     gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
     ctas blocks per SM that walk the items. With more than one k slice (_split, or `k_split`), into
     float32 partials that splitk_finish then adds to c in order (into `partial`, (slices, rows, cols)
     float32, where the caller has it already). `flags`: more FLAG_ bits. `dgelu_at`: read through
-    the kernel's pre pointer (FLAG_DGELU; gemm's)."""
+    the kernel's pre pointer (FLAG_DGELU; gemm's). `cluster` > 1 (gemm_wgmma's WG_CLUSTER, persistent):
+    the items are the clusters', `cluster_tiles` a k slice, and the grid whole clusters."""
     xp = _common.xp_of(c)
     sms = _common.num_sms(xp)
     k_split = k_split or _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)
     slices = rt.cdiv(max(depth, 1), k_split)
     if not work_items:
         grid = (tiles, slices)
+    elif cluster > 1:
+        grid = (cluster * min(cluster_tiles * slices, sms * cfg["ctas"] // cluster),)
     else:
         grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
@@ -422,6 +428,10 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
         raise ValueError(f"matmul wgmma: store_cols={store_cols} must be whole boxes (32 columns) dividing bn={cfg['bn']}")
     if buffers not in (1, 2):
         raise ValueError(f"matmul wgmma: store_buffers={buffers}: 1 or 2")
+    cluster = cfg.get("cluster", 1)
+    if cluster not in (1, 2) or (cluster == 2 and (pingpong or not cfg.get("persistent") or not store_cols)):
+        raise ValueError(f"matmul wgmma: cluster={cluster}: 1, or 2 with the cooperative schedule, a persistent "
+                         "grid and the TMA-store epilogue (store_cols)")
     xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
     k_split = _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)
@@ -439,8 +449,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
         store = None  # (pre's TMA-store epilogue takes 64-row shares and one buffer: the staged one here)
     if store == "16bit" and dgelu_at is not None and ((pingpong and bm != 64) or buffers != 1 or store_cols != cfg["bn"]):
         store = None  # (the prefetch of pre fills one image with a warpgroup's whole 64-row share: else staged)
-    if store is None:
-        store_cols = 0
+    if store is None:  # (the staged epilogue, and alone: clusters need the TMA store, matmul.cu's static_assert)
+        store_cols, cluster = 0, 1
     f32 = store == "float32"
     defines = {"GEMM_WGMMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor),
                "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
@@ -448,10 +458,13 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                "WG_STORE_F32": int(f32), "WG_STORE_PRE": int(store == "16bit" and pre is not None),
                "WG_STORE_DGELU": int(store == "16bit" and dgelu_at is not None),
                "WG_STORE_BUFFERS": buffers if store_cols else 1}
+    if cluster > 1:
+        defines["WG_CLUSTER"] = cluster
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
     sums = xp.empty((slices, rows), dtype=np.float32) if rowsum is not None else None
-    maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"]))
+    # (in a cluster each block loads 1 / cluster of B's tile: K-major, boxes of that many rows)
+    maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"] // cluster))
     partial = xp.empty((slices, rows, cols), dtype=np.float32) if slices > 1 else None
     # tma_c: what the kernel writes (C, or the split-K slices as planes) in boxes of 64 rows x 128 bytes,
     # as the TMA store's image holds them; without that epilogue it is never read: any map fills it
@@ -463,7 +476,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32, defines["WG_STORE_DGELU"] == 1)
     _launch_gemm(kernel, tiles, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
                  (sums if sums is not None else c,), work_items=True, k_split=k_split,
-                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at)
+                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at,
+                 cluster=cluster, cluster_tiles=rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, cfg["bn"]))
     if sums is not None:
         _add_rows(sums, rowsum, a.array)
     return c

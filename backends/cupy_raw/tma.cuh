@@ -28,6 +28,14 @@
 //                              tma_store_wait_all until they are done. Shared-memory writes of the generic proxy must be fenced first
 //                              (WG_FENCE_PROXY_ASYNC, wgmma.cuh) by the threads that made them.
 //
+// In a cluster of blocks (gemm_wgmma's WG_CLUSTER; real hardware only, the emulator runs one block
+// at a time):
+//   cluster_ctarank()          this block's rank in its cluster
+//   cluster_sync()             a barrier over every thread of the cluster's blocks (release / acquire)
+//   mbar_arrive_cluster(bar, r)  one arrival at the mbarrier at offset bar of rank r's shared memory
+//   tma_load_2d_multicast      tma_load_2d into every block of `mask` at the same offset dst, the
+//                              bytes completing each one's mbarrier at offset bar
+//
 // The pattern both users follow: a ring of slots, each with a "full" barrier (one expect_tx arrival
 // by the issuing thread; the copies complete it) and an "empty" barrier (an arrival by every thread
 // that reads the slot). Pass u over slot s waits on full[s] for parity u & 1, and the issuer of
@@ -179,6 +187,26 @@ __device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, unsigned 
 __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
     asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
                  ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(src) : "memory");
+}
+__device__ __forceinline__ unsigned cluster_ctarank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDescriptor* map, int c0, int c1,
+                                                      unsigned bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%2, %3}], [%4], %5;\n"
+        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N = 0> __device__ __forceinline__ void tma_store_wait_read() {

@@ -4,7 +4,8 @@ op bench's 16384 rows decide differently, beside cuBLASLt:
   split    how many k slices the weight gradients take: dW += dy^T x (and db += sum dy) of the four
            GPT-2 linears, for every slice count the dW configuration can reach
   lm_head  the classifier's forward, logits (rows, 50304) = x W^T, the step's largest GEMM, at a few
-           tile-row groupings (group_m) and TMA-store passes
+           tile-row groupings (group_m) and TMA-store passes, and in clusters of two blocks that share
+           W's tile by TMA multicast (last: a launch that hangs ends the sweep there)
 
     python3 bench/tune/cupy_raw_step_gemm_sweep.py --out $OUT/step-gemm.json      # the GPU, ~1.5 min
     python3 bench/tune/cupy_raw_step_gemm_sweep.py --dry                          # the CPU: the plan only
@@ -46,7 +47,8 @@ SMS_DEFAULT = 132
 VOCAB = 50304
 #: lm_head forward candidates: name -> changes to its configuration (matmul.SHAPE_CONFIGS)
 LM_HEAD = {"now": {}, "group_m8": {"group_m": 8}, "group_m16": {"group_m": 16}, "group_m64": {"group_m": 64},
-           "store256_s3": {"store_cols": 256, "stages": 3}}
+           "store256_s3": {"store_cols": 256, "stages": 3}, "cluster2": {"cluster": 2},
+           "cluster2_group_m16": {"cluster": 2, "group_m": 16}}
 
 
 def slice_plan(M: int, K: int, depth: int, sms: int) -> list[tuple[int, int, int]]:

@@ -60,6 +60,9 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     pass waits only for the pass before the last to have been read (store_buffers 2;
                     forward / dx: two 64-column buffers, dW: two of 32 float32 columns)
     store256_double the same at store_cols 256 with a 3-deep ring: two 128-column buffers
+    cluster2        blocks in clusters of two taking tiles one above the other, which share their B
+                    tile: each block loads half of it and TMA multicasts it into both (WG_CLUSTER 2);
+                    a third less operand traffic from L2 a tile; forward and dx
     cooperative     (fc_fwd_pre and fc_proj_dx_dgelu only; their tree is the pingpong schedule, each
                     warpgroup's 64 x 256 tile, its share in one image, 4-deep ring, the GELU in the
                     epilogue while the other warpgroup multiplies) the cooperative schedule's 128 x 256
@@ -162,6 +165,7 @@ VARIANTS = {
     "pingpong_128x128": ({"pingpong": True, "bm": 128, "bn": 128, "stages": 6}, None, None),
     "store_double": ({"store_buffers": 2}, None, None),
     "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
+    "cluster2": ({"cluster": 2}, None, None),
     "cooperative": ({"pingpong": False, "bm": 128, "stages": 3}, None, None),
     "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
@@ -175,7 +179,7 @@ EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3")
 #: the variants run there only
 EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
-ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double")
+ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
