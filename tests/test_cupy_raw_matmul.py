@@ -497,6 +497,28 @@ def test_wgmma_tma_store_epilogue_in_the_emulator(monkeypatch, bn, store_cols, s
     assert {"16bit", "float32", None} <= set(taken), taken  # every epilogue ran
 
 
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("bn", [256, 128])
+def test_wgmma_clusters_in_the_emulator(monkeypatch, bn):
+    """Clusters of two (WG_CLUSTER 2; the emulator runs a cluster's blocks together, each its own
+    shared memory): each block multicasts half of the shared B tile into both (K-major: a box of half
+    the rows; MN-major, dx: half the 64-wide panels), each consumer warp releases a slot at both
+    blocks' empty barriers (a missed or doubled arrival deadlocks, and the emulator says so), the
+    cluster barriers at the start and the end. Four "SMs": two clusters, each walking several items;
+    520 rows are 5 tile rows, so the last cluster's second block multiplies a row past C (zeros) whose
+    stores the TMA clips. The forward and dx products in clusters, dW (split-K) alone."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 4)
+    for product in ("forward", "dx"):
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), dict(mm.CONFIGS[("wgmma", product)], bn=bn, cluster=2))
+    launched = []
+    real_launch = rt.launch
+    monkeypatch.setattr(rt, "launch", lambda k, *a, **kw: launched.append(k.defines.get("WG_CLUSTER")) or real_launch(k, *a, **kw))
+    with rt.emulation():
+        _check_against_naive(mm.wgmma, f"wgmma in clusters of two, bn {bn} (emulated)", "bfloat16",
+                             [(16, 64, 128), (520, 64, 520), (130, 192, 264)], np.random.default_rng(18))
+    assert 2 in launched
+
+
 def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True, bias: bool = True) -> None:
     """wgmma's forward with the GELU epilogue at (rows, 64) x (136, 64): pre (poisoned first, unless
     not `with_pre`) and gelu(pre) against float64."""

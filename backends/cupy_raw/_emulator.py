@@ -73,8 +73,10 @@ def emulator_source(name: str, defines: dict | None) -> str:
             f'extern "C" void {kernel}({params}) __attribute__((weak));\n'
             f'extern "C" int emu_launch_{kernel}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, '
             f"unsigned bz, size_t shared_bytes{', ' if params.strip() else ''}{params}) {{\n"
-            f"    return emu::launch(gx, gy, gz, bx, by, bz, shared_bytes, [&] {{ {kernel}({', '.join(names)}); }});\n}}")
-    return src + "\n// ---- launchers (emulator) ----\n" + "\n".join(launchers) + "\n"
+            f"    return emu::launch(gx, gy, gz, bx, by, bz, shared_bytes, EMU_CLUSTER_X, [&] {{ {kernel}({', '.join(names)}); }});\n}}")
+    # (a module's kernels launch in clusters of EMU_CLUSTER_X blocks where its source defines it)
+    return (src + "\n// ---- launchers (emulator) ----\n#ifndef EMU_CLUSTER_X\n#define EMU_CLUSTER_X 1\n#endif\n"
+            + "\n".join(launchers) + "\n")
 
 
 class _Struct128(ctypes.Structure):  # a 128-byte struct passed by value (_source.ByValue: a TMA descriptor)
@@ -100,8 +102,9 @@ class EmulatedFunction:
             else:
                 values.append(a.ctypes.data if p.pointer else a.item())
         if self.fn(*grid, *block, int(shared_mem), *values):
-            raise RuntimeError(f"cupy_raw emulator: kernel {self.name} deadlocked: a barrier (__syncthreads or a "
-                               "warp shuffle) that not every thread of a block or warp reaches")
+            raise RuntimeError(f"cupy_raw emulator: kernel {self.name} deadlocked: a barrier (__syncthreads, a "
+                               "warp shuffle, a cluster barrier) that not every thread of a block, warp or cluster "
+                               "reaches (or a grid that is not whole clusters)")
 
 
 _LIBRARIES: dict = {}

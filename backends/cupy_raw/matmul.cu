@@ -396,7 +396,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // WG_STORE_PRE (1: they are matmul_gelu's forward, pre and gelu(pre), with the bias), WG_STORE_DGELU
 // (1: they are FLAG_DGELU's dx, pre prefetched into the image: PreFetch), WG_STORE_BUFFERS
 // (1, or 2: the image cut into two buffers of WG_STORE_COLS / 2 columns filled in turn, so that a
-// pass need not wait for the copy engine to have read the pass before it; below).
+// pass need not wait for the copy engine to have read the pass before it; below), WG_CLUSTER (1, or
+// 2: blocks in clusters of two, below).
 // Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
@@ -427,6 +428,18 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 //       (WG_STORE_PRE, WG_STORE_DGELU) are heavier than the tiles' cost: there pingpong is the
 //       product's (fc's pre + GELU 0.73x against 0.68x, fc_proj's dx * gelu' 0.71x against 0.62x,
 //       reports/train-h200/9a4640e/cupy_gemm/probe.txt).
+//
+// Clusters (WG_CLUSTER 2, cooperative with the TMA-store epilogue; matmul.py's `cluster`): the grid's
+// blocks pair up (__cluster_dims__), and a pair's items are two tiles of C one above the other (tile
+// rows 2 r' and 2 r' + 1, one each), which read the same B tile at every k step. Each block's producer
+// loads its own A tile and half of B's, which the copy engine writes into both blocks' rings
+// (cp.async.bulk.tensor's .multicast::cluster), so a block's L2 reads a k step fall from 48 KB to 32
+// at 128 x 256 tiles. The price is coupling: a slot is refilled in both blocks at once, so its empty
+// barrier counts both blocks' consumers (each warp arrives at each block's, release_slot), and the
+// blocks walk their items in step; a cluster barrier at the start (every mbarrier initialised before a
+// copy or arrival from the other block lands) and at the end (no block leaves while the other may
+// still write into it). cuBLASLt's Hopper kernels run in clusters of two the same way (the lm_head
+// forward in the PyTorch reference's step: 192 x 192 tiles, 2 x 1 clusters).
 //
 // The epilogue (wgmma_epilogue). wgmma leaves each thread 2 columns x 2 rows of every 8-column group
 // (wgmma_acc_coords): stored from there, a warp instruction writes 8 rows x 16 bytes (bf16 pairs),
@@ -509,9 +522,7 @@ static_assert(WG_CLUSTER == 1 || (WG_CLUSTER == 2 && !WG_PINGPONG && WG_STORE_CO
               "clusters of two blocks: the cooperative schedule with the TMA-store epilogue (it clips the "
               "tile rows past C that a cluster's second block may take)");
 #if WG_CLUSTER > 1
-#ifdef CUPY_RAW_EMULATOR
-#error "gemm_wgmma's clusters (WG_CLUSTER > 1) are not emulated: the emulator runs one block at a time"
-#endif
+#define EMU_CLUSTER_X WG_CLUSTER  // (the emulator's launchers: the cluster's blocks run together)
 #define WG_CLUSTER_DIMS __cluster_dims__(WG_CLUSTER, 1, 1)
 #else
 #define WG_CLUSTER_DIMS
@@ -550,13 +561,14 @@ __device__ __forceinline__ void wgmma_rowsum(float (&d)[4], unsigned long long d
 struct EmuNamedBarriers {
     int arrived[16], generation[16];
 };
-__device__ __forceinline__ EmuNamedBarriers& emu_named_barriers() {
-    static thread_local EmuNamedBarriers bars;
-    return bars;
+__device__ __forceinline__ EmuNamedBarriers& emu_named_barriers() {  // the running block's (of its cluster)
+    static thread_local EmuNamedBarriers bars[16];
+    return bars[emu::block_rank];
 }
 // one arrival at barrier id; true when it completes the barrier's current generation (g: that generation)
 __device__ __forceinline__ bool emu_named_arrival(int id, int count, int& g) {
     EmuNamedBarriers& b = emu_named_barriers();
+    emu::progress++;
     g = b.generation[id];
     if (++b.arrived[id] < count) return false;
     b.arrived[id] = 0;
@@ -570,8 +582,8 @@ __device__ __forceinline__ void named_arrive(int id, int count) {
 __device__ __forceinline__ void named_barrier(int id, int count) {
     int g;
     if (emu_named_arrival(id, count, g)) return;
-    for (long spins = 0; emu_named_barriers().generation[id] == g; ++spins) {
-        if (spins > 20000000) {
+    for (emu::Spin spin; emu_named_barriers().generation[id] == g;) {
+        if (spin.stalled()) {
             fprintf(stderr, "matmul.cu (emulated): thread %d waits forever at named barrier %d\n", (int)threadIdx.x, id);
             abort();
         }

@@ -21,8 +21,11 @@ constexpr bool T_IS_BF16 = SameType<floatX, __nv_bfloat16>::value;
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return (unsigned)(static_cast<const unsigned char*>(p) - static_cast<const unsigned char*>(emu::dynamic_shared()));
 }
+// (an address with bits 24 and up set is another block's of the cluster, rank + 1 there: tma.cuh's emu_mapa)
 __device__ __forceinline__ unsigned char* smem_at(unsigned addr) {
-    return static_cast<unsigned char*>(emu::dynamic_shared()) + addr;
+    const unsigned rank_plus_1 = addr >> 24;
+    return static_cast<unsigned char*>(rank_plus_1 ? emu::dynamic_shared_of((int)rank_plus_1 - 1) : emu::dynamic_shared()) +
+           (addr & 0xffffffu);
 }
 
 // ldmatrix.x4: lane 8j + i addresses row i (16 bytes) of matrix j; lane l gets in register j row l/4,

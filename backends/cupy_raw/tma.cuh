@@ -28,8 +28,8 @@
 //                              tma_store_wait_all until they are done. Shared-memory writes of the generic proxy must be fenced first
 //                              (WG_FENCE_PROXY_ASYNC, wgmma.cuh) by the threads that made them.
 //
-// In a cluster of blocks (gemm_wgmma's WG_CLUSTER; real hardware only, the emulator runs one block
-// at a time):
+// In a cluster of blocks (gemm_wgmma's WG_CLUSTER; in the emulator the cluster's blocks run together,
+// another block's shared address carrying its rank + 1 in bits 24 and up: emu_mapa):
 //   cluster_ctarank()          this block's rank in its cluster
 //   cluster_sync()             a barrier over every thread of the cluster's blocks (release / acquire)
 //   mbar_arrive_cluster(bar, r)  one arrival at the mbarrier at offset bar of rank r's shared memory
@@ -60,7 +60,8 @@ struct EmuTensorMap {  // what _tma.tiled encodes in emulation
 };
 
 __device__ __forceinline__ EmuMbar& emu_mbar(unsigned bar) { return *reinterpret_cast<EmuMbar*>(smem_at(bar)); }
-__device__ __forceinline__ void emu_mbar_complete(EmuMbar& m) {
+__device__ __forceinline__ void emu_mbar_complete(EmuMbar& m) {  // (after every change: progress)
+    emu::progress++;
     if (m.pending == 0 && m.tx == 0) {
         m.count_phase ^= 0x8000;
         m.pending = m.count_phase & 0x7fff;
@@ -80,8 +81,8 @@ __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     emu_mbar_complete(m);
 }
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    for (long spins = 0; (unsigned)(emu_mbar(bar).count_phase >> 15) == parity; ++spins) {
-        if (spins > 20000000) {  // nothing will ever complete it: report instead of spinning forever
+    for (emu::Spin spin; (unsigned)(emu_mbar(bar).count_phase >> 15) == parity;) {
+        if (spin.stalled()) {  // nothing will ever complete it: report instead of spinning forever
             fprintf(stderr, "tma.cuh (emulated): thread %d waits forever on the mbarrier at %u for parity %u\n",
                     (int)threadIdx.x, bar, parity);
             abort();
@@ -145,6 +146,15 @@ __device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, unsigned 
 }
 __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsigned src, int c0, int c1, int c2) {
     emu_tma_box(EMU_BOX_ADD, src, map, c0, c1, c2);
+}
+__device__ __forceinline__ unsigned emu_mapa(unsigned addr, unsigned rank) { return (addr & 0xffffffu) | ((rank + 1u) << 24); }
+__device__ __forceinline__ unsigned cluster_ctarank() { return (unsigned)emu::block_rank; }
+__device__ __forceinline__ void cluster_sync() { emu::cluster_barrier(); }
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) { mbar_arrive(emu_mapa(bar, rank)); }
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDescriptor* map, int c0, int c1,
+                                                      unsigned bar, unsigned short mask) {
+    for (unsigned r = 0; r < 16; ++r)
+        if (mask >> r & 1u) tma_load_3d(emu_mapa(dst, r), map, c0, c1, 0, emu_mapa(bar, r));
 }
 __device__ __forceinline__ void tma_store_commit() {}
 template <int N = 0> __device__ __forceinline__ void tma_store_wait_read() {}

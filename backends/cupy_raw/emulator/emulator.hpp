@@ -1,9 +1,11 @@
 // emulator.hpp: just enough of CUDA to run this backend's kernels on the CPU, for tests on machines
 // with no GPU (backends/cupy_raw/_emulator.py compiles a .cu source with g++ after this header).
 //
-// A launch runs the grid's blocks one after another; the threads of a block are fibers on one OS
-// thread, switched at every barrier, so __syncthreads, warp shuffles and mma.sync are met by all of
-// them together, as on the GPU (and deterministically: the same interleaving on every run):
+// A launch runs the grid's blocks one after another (or a cluster of them at a time: a module that
+// defines EMU_CLUSTER_X launches in clusters of that many blocks along x, as __cluster_dims__ would;
+// each block its own shared memory, the cluster's fibers in one scheduler); the threads of a block are
+// fibers on one OS thread, switched at every barrier, so __syncthreads, warp shuffles and mma.sync are
+// met by all of them together, as on the GPU (and deterministically: the same interleaving on every run):
 //   __syncthreads()            a barrier over the block's threads that have not returned yet; one
 //                              that some threads never reach is reported (the launch fails), not hung
 //   __shfl_xor/up_sync         each lane publishes its value, a barrier over its warp, reads its partner's
@@ -11,14 +13,15 @@
 //   __threadfence              nothing to order: blocks run one after another
 //   atomicAdd                  a real atomic add
 //   __shared__ x[n]            a static local: one copy, shared by the block's threads (blocks run
-//                              one at a time); `extern __shared__` (dynamic) is rewritten by
+//                              one at a time: not for clustered kernels); `extern __shared__` (dynamic) is rewritten by
 //                              _emulator.py into a pointer to a buffer filled with 0xFF bytes (NaN as
 //                              floats) before each block, so a read of shared memory never written shows
 //   __nv_bfloat16, __half      16-bit storage with round-to-nearest-even conversions
 //   mma.sync.m16n8k16          emu_mma16816: the warp's fragments gathered by the layout of the PTX
 //                              ISA (the same table attention.cu's header quotes), multiplied in float
-// What it does not emulate: timing, the memory model beyond barriers, bank conflicts, cp.async,
-// ldmatrix, wgmma, TMA. It checks a kernel's index arithmetic, bounds, masks and barriers against
+//   cluster_barrier            barrier.cluster: over every thread of the cluster's blocks
+// What it does not emulate here: timing, the memory model beyond barriers, bank conflicts, cp.async
+// (ldmatrix, wgmma, TMA and mbarriers: tensor_core.cuh, wgmma.cuh, tma.cuh). It checks a kernel's index arithmetic, bounds, masks and barriers against
 // the reference, and catches a read of uninitialised shared memory.
 #pragma once
 #include <setjmp.h>
@@ -40,6 +43,7 @@
 #define __restrict__ __restrict
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)  // a module sets EMU_CLUSTER_X instead (below)
 #define __align__(n) alignas(n)
 #define CUPY_RAW_EMULATOR 1
 
@@ -109,8 +113,10 @@ namespace emu {
 // Each CUDA thread of a block is a fiber (ucontext) on this one OS thread; a scheduler runs them in
 // turn, each until it reaches a barrier (or returns). A barrier opens when every thread that has not
 // returned has reached it; if none can run and some have not returned (a __syncthreads that not
-// all threads reach), the launch stops with an error instead of hanging.
-enum Wait { RUNNING = 0, AT_BLOCK_BARRIER = 1, AT_WARP_BARRIER = 2 };
+// all threads reach), the launch stops with an error instead of hanging. A cluster's blocks (a
+// module's EMU_CLUSTER_X, below) run together: their fibers in one scheduler, each block with its own
+// shared memory, barrier and warps, the cluster barrier over all of them.
+enum Wait { RUNNING = 0, AT_BLOCK_BARRIER = 1, AT_WARP_BARRIER = 2, AT_CLUSTER_BARRIER = 3 };
 
 struct Fiber {
     ucontext_t context;             // its start (makecontext); afterwards it is resumed by jump
@@ -127,54 +133,100 @@ struct Warp {
     unsigned a[32][4], b[32][2];      // mma fragments
 };
 
+struct Block {                        // one block of the running cluster
+    uint3 index;
+    int active = 0, arrived = 0;      // its threads not returned; those at its barrier
+    std::vector<unsigned char> dynamic;
+};
+
 struct Launch {
     uint3 grid, block;
-    int threads = 0, block_active = 0, block_arrived = 0;
-    std::vector<Fiber> fibers;
-    std::vector<Warp> warps;
-    std::vector<unsigned char> dynamic;
+    int threads = 0, cluster = 1, warps_per_block = 0, cluster_active = 0, cluster_arrived = 0;
+    std::vector<Fiber> fibers;        // block r's thread t: fiber r threads + t
+    std::vector<Warp> warps;          // block r's warp w: r warps_per_block + w
+    std::vector<Block> blocks;        // the cluster's
     std::function<void()> body;
     jmp_buf scheduler;
 };
 
 inline Launch* current = nullptr;
-inline int linear_tid = 0;
+// Bumped by every barrier arrival and returned thread (and tma.cuh's and matmul.cu's emulated mbarrier
+// and named-barrier changes). A thread that waits by spinning (an mbarrier, a named barrier: each spin
+// one turn for every other runnable thread) through STALLED_SPINS spins in which it did not move is in a
+// deadlock, reported at once rather than after minutes of spinning.
+inline unsigned long long progress = 0;
+constexpr long STALLED_SPINS = 20000;
+struct Spin {
+    unsigned long long seen = ~0ull;
+    long still = 0;
+    bool stalled() {
+        if (progress != seen) {
+            seen = progress;
+            still = 0;
+            return false;
+        }
+        return ++still > STALLED_SPINS;
+    }
+};
+inline int linear_tid = 0;  // the running thread's index in its block
+inline int block_rank = 0;  // its block's rank in the cluster
 constexpr size_t STACK_BYTES = 64 * 1024;  // a kernel's frame here is a few KB
 
-inline Warp& my_warp() { return current->warps[linear_tid / 32]; }
-inline void* dynamic_shared() { return current->dynamic.data(); }
+inline int fiber_of(int rank, int t) { return rank * current->threads + t; }
+inline Warp& my_warp() { return current->warps[block_rank * current->warps_per_block + linear_tid / 32]; }
+inline void* dynamic_shared_of(int rank) { return current->blocks[rank].dynamic.data(); }
+inline void* dynamic_shared() { return dynamic_shared_of(block_rank); }
 
-inline void open_block_barrier(Launch& L) {
-    for (auto& f : L.fibers)
-        if (f.wait == AT_BLOCK_BARRIER) f.wait = RUNNING;
-    L.block_arrived = 0;
+inline void open_block_barrier(Launch& L, int rank) {
+    for (int t = 0; t < L.threads; t++)
+        if (L.fibers[rank * L.threads + t].wait == AT_BLOCK_BARRIER) L.fibers[rank * L.threads + t].wait = RUNNING;
+    L.blocks[rank].arrived = 0;
 }
 
-inline void open_warp_barrier(Launch& L, int w) {
+inline void open_warp_barrier(Launch& L, int rank, int w) {
     for (int t = w * 32; t < std::min(L.threads, w * 32 + 32); t++)
-        if (L.fibers[t].wait == AT_WARP_BARRIER) L.fibers[t].wait = RUNNING;
-    L.warps[w].arrived = 0;
+        if (L.fibers[rank * L.threads + t].wait == AT_WARP_BARRIER) L.fibers[rank * L.threads + t].wait = RUNNING;
+    L.warps[rank * L.warps_per_block + w].arrived = 0;
+}
+
+inline void open_cluster_barrier(Launch& L) {
+    for (auto& f : L.fibers)
+        if (f.wait == AT_CLUSTER_BARRIER) f.wait = RUNNING;
+    L.cluster_arrived = 0;
 }
 
 // Switching is _setjmp/_longjmp between the fibers' stacks (swapcontext would make two signal-mask
 // system calls per switch); makecontext/setcontext only start a fiber.
 inline void yield_to_scheduler() {
     Launch& L = *current;
-    if (!_setjmp(L.fibers[linear_tid].resume)) _longjmp(L.scheduler, 1);
+    if (!_setjmp(L.fibers[fiber_of(block_rank, linear_tid)].resume)) _longjmp(L.scheduler, 1);
 }
 
 inline void block_barrier() {
     Launch& L = *current;
-    L.fibers[linear_tid].wait = AT_BLOCK_BARRIER;
-    if (++L.block_arrived >= L.block_active) open_block_barrier(L);
+    progress++;
+    Block& b = L.blocks[block_rank];
+    L.fibers[fiber_of(block_rank, linear_tid)].wait = AT_BLOCK_BARRIER;
+    if (++b.arrived >= b.active) open_block_barrier(L, block_rank);
     yield_to_scheduler();
 }
 
 inline void warp_barrier() {
     Launch& L = *current;
+    progress++;
     const int w = linear_tid / 32;
-    L.fibers[linear_tid].wait = AT_WARP_BARRIER;
-    if (++L.warps[w].arrived >= L.warps[w].active) open_warp_barrier(L, w);
+    Warp& warp = my_warp();
+    L.fibers[fiber_of(block_rank, linear_tid)].wait = AT_WARP_BARRIER;
+    if (++warp.arrived >= warp.active) open_warp_barrier(L, block_rank, w);
+    yield_to_scheduler();
+}
+
+// barrier.cluster.arrive + wait: every thread of the cluster's blocks that has not returned
+inline void cluster_barrier() {
+    Launch& L = *current;
+    progress++;
+    L.fibers[fiber_of(block_rank, linear_tid)].wait = AT_CLUSTER_BARRIER;
+    if (++L.cluster_arrived >= L.cluster_active) open_cluster_barrier(L);
     yield_to_scheduler();
 }
 
@@ -187,31 +239,45 @@ namespace emu {
 inline void fiber_main() {
     Launch& L = *current;
     L.body();
-    const int t = linear_tid, w = t / 32;
-    L.fibers[t].done = true;
-    L.block_active--;
-    L.warps[w].active--;
-    if (L.block_arrived > 0 && L.block_arrived >= L.block_active) open_block_barrier(L);
-    if (L.warps[w].arrived > 0 && L.warps[w].arrived >= L.warps[w].active) open_warp_barrier(L, w);
-    _longjmp(L.scheduler, 1);  // never returns: its stack is abandoned, to be reused by the next block
+    progress++;
+    const int rank = block_rank, t = linear_tid, w = t / 32;
+    Block& b = L.blocks[rank];
+    Warp& warp = L.warps[rank * L.warps_per_block + w];
+    L.fibers[fiber_of(rank, t)].done = true;
+    b.active--;
+    warp.active--;
+    L.cluster_active--;
+    if (b.arrived > 0 && b.arrived >= b.active) open_block_barrier(L, rank);
+    if (warp.arrived > 0 && warp.arrived >= warp.active) open_warp_barrier(L, rank, w);
+    if (L.cluster_arrived > 0 && L.cluster_arrived >= L.cluster_active) open_cluster_barrier(L);
+    _longjmp(L.scheduler, 1);  // never returns: its stack is abandoned, to be reused by the next cluster
 }
 
-inline void set_thread(Launch& L, int t) {
-    linear_tid = t;
+inline void set_thread(Launch& L, int f) {
+    block_rank = f / L.threads;
+    linear_tid = f % L.threads;
+    const int t = linear_tid;
     threadIdx = {t % L.block.x, (t / L.block.x) % L.block.y, t / (L.block.x * L.block.y)};
+    blockIdx = L.blocks[block_rank].index;
 }
 
-// Runs one block; returns 0, or 1 when its threads can no longer make progress (a deadlock).
-inline int run_block(Launch& L) {
-    L.block_active = L.threads;
-    L.block_arrived = 0;
-    for (size_t w = 0; w < L.warps.size(); w++) {
-        L.warps[w].active = std::min(32, L.threads - (int)w * 32);
-        L.warps[w].arrived = 0;
+// Runs the cluster of blocks whose first is (x0, y, z); returns 0, or 1 when its threads can no
+// longer make progress (a deadlock).
+inline int run_cluster(Launch& L, unsigned x0, unsigned y, unsigned z) {
+    L.cluster_active = L.cluster * L.threads;
+    L.cluster_arrived = 0;
+    for (int r = 0; r < L.cluster; r++) {
+        Block& b = L.blocks[r];
+        b.index = {x0 + r, y, z};
+        b.active = L.threads;
+        b.arrived = 0;
+        std::memset(b.dynamic.data(), 0xff, b.dynamic.size());
+        for (int w = 0; w < L.warps_per_block; w++) {
+            L.warps[r * L.warps_per_block + w].active = std::min(32, L.threads - w * 32);
+            L.warps[r * L.warps_per_block + w].arrived = 0;
+        }
     }
-    std::memset(L.dynamic.data(), 0xff, L.dynamic.size());
-    for (int t = 0; t < L.threads; t++) {
-        Fiber& f = L.fibers[t];
+    for (auto& f : L.fibers) {
         f.wait = RUNNING;
         f.done = false;
         f.started = false;
@@ -223,16 +289,16 @@ inline int run_block(Launch& L) {
     }
     for (;;) {
         bool all_done = true, ran = false;
-        for (int t = 0; t < L.threads; t++) {
-            Fiber& f = L.fibers[t];
-            if (f.done) continue;
+        for (int f = 0; f < (int)L.fibers.size(); f++) {
+            Fiber& fiber = L.fibers[f];
+            if (fiber.done) continue;
             all_done = false;
-            if (f.wait != RUNNING) continue;
-            set_thread(L, t);
+            if (fiber.wait != RUNNING) continue;
+            set_thread(L, f);
             if (!_setjmp(L.scheduler)) {
-                if (f.started) _longjmp(f.resume, 1);
-                f.started = true;
-                setcontext(&f.context);
+                if (fiber.started) _longjmp(fiber.resume, 1);
+                fiber.started = true;
+                setcontext(&fiber.context);
             }
             ran = true;
         }
@@ -241,17 +307,22 @@ inline int run_block(Launch& L) {
     }
 }
 
-// Returns 0, or 1 for a deadlock (a barrier some threads never reach).
+// Returns 0, or 1 for a deadlock (a barrier some threads never reach). cluster: blocks along x run
+// together (gx a multiple of it).
 inline int launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                  size_t shared_bytes, std::function<void()> body) {
+                  size_t shared_bytes, int cluster, std::function<void()> body) {
+    if (cluster < 1 || gx % cluster != 0) return 1;
     Launch L;
     L.grid = {gx, gy, gz};
     L.block = {bx, by, bz};
     L.threads = (int)(bx * by * bz);
-    L.fibers = std::vector<Fiber>(L.threads);
+    L.cluster = cluster;
+    L.warps_per_block = (L.threads + 31) / 32;
+    L.fibers = std::vector<Fiber>(cluster * L.threads);
     for (auto& f : L.fibers) f.stack.reset(new char[STACK_BYTES]);
-    L.warps = std::vector<Warp>((L.threads + 31) / 32);
-    L.dynamic.assign(shared_bytes + 16, 0xff);
+    L.warps = std::vector<Warp>(cluster * L.warps_per_block);
+    L.blocks = std::vector<Block>(cluster);
+    for (auto& b : L.blocks) b.dynamic.assign(shared_bytes + 16, 0xff);
     L.body = std::move(body);
     current = &L;
     blockDim = L.block;
@@ -259,10 +330,7 @@ inline int launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned b
     int status = 0;
     for (unsigned z = 0; z < gz && !status; z++)
         for (unsigned y = 0; y < gy && !status; y++)
-            for (unsigned x = 0; x < gx && !status; x++) {
-                blockIdx = {x, y, z};
-                status = run_block(L);
-            }
+            for (unsigned x = 0; x < gx && !status; x += cluster) status = run_cluster(L, x, y, z);
     current = nullptr;
     return status;
 }
