@@ -110,7 +110,8 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_kind); store_buffers (wgmma): 1, or
 #: 2 (those columns' shared memory as two buffers of half as many, filled in turn); cluster (wgmma): 1, or
 #: 2 (blocks in clusters of two that multiply tiles one above the other and share their B tile, each
-#: loading half of it for both: TMA multicast; cooperative and persistent, with the TMA-store epilogue).
+#: loading half of it for both: TMA multicast; cooperative and persistent, with the TMA-store epilogue;
+#: checked in the CPU emulator, not yet timed on a GPU: bench/tune/cupy_raw_wgmma_probe.py's cluster2).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
