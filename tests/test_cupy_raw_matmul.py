@@ -656,30 +656,30 @@ def test_pingpong_needs_a_persistent_grid(model):
 
 @pytest.mark.parametrize("kmajor_b", [True, False], ids=["forward", "dx"])
 def test_wgmma_clusters_host_side(model, kmajor_b):
-    """Clusters of two (TMA multicast of the shared B tile; matmul.cu's WG_CLUSTER, not emulated: the
-    emulator runs one block at a time): the module, B's tensor map cut for the cluster's shares, a
-    grid of whole clusters over their items (an odd number of tile rows: the last cluster's second
-    block takes a row past C), and the product the kernel model computes from those arguments."""
+    """Clusters of two (TMA multicast of the shared B tile; matmul.cu's WG_CLUSTER), the host side:
+    the module, B's tensor map cut for the cluster's shares, a grid of whole clusters over their items
+    (the kernel model checks it: 5 tile rows are 3 cluster rows, the last cluster's second block a row
+    past C), and the product the model computes from those arguments; a C that only the staged
+    epilogue can write (36 columns) runs alone."""
     rng = np.random.default_rng(21)
-    rows, depth, cols = 3 * 128 + 5, 192, 384  # 4 tile rows (2 cluster rows), 2 tile columns at bn 256
-    x = rng.standard_normal((rows, depth)).astype(_common.np_dtype("bfloat16"))
-    w = rng.standard_normal((cols, depth) if kmajor_b else (depth, cols)).astype(x.dtype)
-    y = np.full((rows, cols), np.nan, dtype=x.dtype)
+    rows, depth, cols = 4 * 128 + 5, 192, 384  # 5 tile rows, 2 tile columns at bn 256
+    bf16 = _common.np_dtype("bfloat16")
+    x = rng.standard_normal((rows, depth)).astype(bf16)
     cfg = {**mm.CONFIGS[("wgmma", "forward")], "cluster": 2}
-    b = mm.Operand(w, depth, True) if kmajor_b else mm.Operand(w, cols, False)
-    mm.gemm("wgmma", mm.Operand(x, depth, True), b, y, rows, cols, depth, config=cfg)
-    (name, defines), = model.kernels
-    assert name == "gemm_wgmma" and defines["WG_CLUSTER"] == 2 and defines["B_KMAJOR"] == int(kmajor_b)
-    if kmajor_b:  # B's map: boxes of 128 of the tile's 256 rows
-        assert model.maps[1][4:] == (64, 128)
-    ref = x.astype(np.float64) @ (w.astype(np.float64).T if kmajor_b else w.astype(np.float64))
-    _close(y, ref, "bfloat16", "forward", "clustered wgmma")
-    # a C the TMA store cannot write (cols not a multiple of 8) takes the staged epilogue, and alone
-    model.kernels.clear()
-    y2 = np.empty((rows, 36), dtype=x.dtype)
-    mm.gemm("wgmma", mm.Operand(x, depth, True), mm.Operand(w[:36] if kmajor_b else w[:, :36].copy(), depth if kmajor_b else 36, kmajor_b),
-            y2, rows, 36, depth, config=cfg)
-    assert [d.get("WG_CLUSTER") for _, d in model.kernels] == [None]
+    for width, clustered in ((cols, 2), (36, None)):
+        # (MN-major: rows of 40, so that TMA can still read B where only 36 of its columns are C's)
+        w = rng.standard_normal((width, depth) if kmajor_b else (depth, 40 if width == 36 else width)).astype(bf16)
+        b = mm.Operand(w, depth, True) if kmajor_b else mm.Operand(w, w.shape[1], False)
+        y = np.full((rows, width), np.nan, dtype=bf16)
+        model.kernels.clear()
+        model.maps.clear()
+        mm.gemm("wgmma", mm.Operand(x, depth, True), b, y, rows, width, depth, config=cfg)
+        (name, defines), = model.kernels
+        assert name == "gemm_wgmma" and defines.get("WG_CLUSTER") == clustered
+        if kmajor_b and clustered:  # B's map: boxes of 128 of the tile's 256 rows
+            assert model.maps[1][4:] == (64, 128)
+        ref = x.astype(np.float64) @ (w.astype(np.float64).T if kmajor_b else w[:, :width].astype(np.float64))
+        _close(y, ref, "bfloat16", "forward", f"wgmma, cluster {clustered}, {width} columns")
 
 
 def test_wgmma_cluster_configurations_are_checked(model):
