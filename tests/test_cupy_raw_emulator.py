@@ -596,6 +596,31 @@ def test_the_emulator_reports_a_barrier_not_every_thread_reaches(tmp_path, monke
         rt.launch(rt.function("divergent", "divergent"), 1, 64, (x,))
 
 
+def test_the_emulator_reports_an_mbarrier_wait_nobody_ends(tmp_path, monkeypatch):
+    """A thread spinning on an mbarrier phase that no arrival will complete (every other thread spins
+    too, or is done) is reported at once, with the barrier, as the launch's error; not a hang, and not
+    an abort of the whole process."""
+    import shutil
+    from backends.cupy_raw import _source as real_source
+    for header in ("common.cuh", "tensor_core.cuh", "tma.cuh"):
+        shutil.copy(real_source.SOURCE_DIR / header, tmp_path / header)
+    (tmp_path / "stuck.cu").write_text(
+        '#include "common.cuh"\n#include "tensor_core.cuh"\n#include "tma.cuh"\n'
+        'extern "C" __global__ void stuck(float* x) {\n'
+        "    extern __shared__ __align__(16) unsigned char smem[];\n"
+        "    const unsigned bar = smem_u32(smem);\n"
+        "    if (threadIdx.x == 0) mbar_init(bar, 2);  // two arrivals a phase, and only thread 0 arrives\n"
+        "    __syncthreads();\n"
+        "    if (threadIdx.x == 0) mbar_arrive(bar);\n"
+        "    mbar_wait(bar, 0);\n"
+        "    x[threadIdx.x] = 1.0f;\n"
+        "}\n")
+    monkeypatch.setattr(_source, "SOURCE_DIR", tmp_path)
+    x = np.zeros(64, np.float32)
+    with rt.emulation(), pytest.raises(RuntimeError, match="stuck: .*thread \\d+ of block 0 waits forever on the mbarrier"):
+        rt.launch(rt.function("stuck", "stuck", {"floatX": "float"}), 1, 64, (x,), shared_mem=16)
+
+
 @pytest.mark.parametrize("barrier", [True, False], ids=["synchronised", "racy"])
 def test_the_emulator_runs_blocks_threads_shuffles_and_shared_memory(tmp_path, monkeypatch, barrier):
     """Each thread reads another's shared element: right after a barrier; without one, the emulator's

@@ -76,7 +76,7 @@ def emulator_source(name: str, defines: dict | None) -> str:
             f"    return emu::launch(gx, gy, gz, bx, by, bz, shared_bytes, EMU_CLUSTER_X, [&] {{ {kernel}({', '.join(names)}); }});\n}}")
     # (a module's kernels launch in clusters of EMU_CLUSTER_X blocks where its source defines it)
     return (src + "\n// ---- launchers (emulator) ----\n#ifndef EMU_CLUSTER_X\n#define EMU_CLUSTER_X 1\n#endif\n"
-            + "\n".join(launchers) + "\n")
+            + 'extern "C" const char* emu_last_error() { return emu::last_error; }\n' + "\n".join(launchers) + "\n")
 
 
 class _Struct128(ctypes.Structure):  # a 128-byte struct passed by value (_source.ByValue: a TMA descriptor)
@@ -90,6 +90,8 @@ class EmulatedFunction:
         self.name = name
         self.params = params
         self.fn = getattr(library, f"emu_launch_{name}")
+        self.last_error = library.emu_last_error
+        self.last_error.restype = ctypes.c_char_p
         self.fn.restype = ctypes.c_int
         self.fn.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_size_t] + [
             ctypes.c_void_p if p.pointer else _CTYPES.get(p.ctype, _Struct128) for p in params]
@@ -101,7 +103,10 @@ class EmulatedFunction:
                 values.append(_Struct128.from_buffer_copy(a.data))
             else:
                 values.append(a.ctypes.data if p.pointer else a.item())
-        if self.fn(*grid, *block, int(shared_mem), *values):
+        status = self.fn(*grid, *block, int(shared_mem), *values)
+        if status == 2:
+            raise RuntimeError(f"cupy_raw emulator: kernel {self.name}: {self.last_error().decode()}")
+        if status:
             raise RuntimeError(f"cupy_raw emulator: kernel {self.name} deadlocked: a barrier (__syncthreads, a "
                                "warp shuffle, a cluster barrier) that not every thread of a block, warp or cluster "
                                "reaches (or a grid that is not whole clusters)")

@@ -529,7 +529,6 @@ static_assert(WG_CLUSTER == 1 || (WG_CLUSTER == 2 && !WG_PINGPONG && WG_STORE_CO
 #endif
 
 #ifdef CUPY_RAW_EMULATOR
-#include <cstdio>
 // wgmma on the CPU: each thread computes its own accumulators at issue, register reg holding (row,
 // col) of wgmma_acc_coords, the operands read from shared memory by wgmma.cuh's emu_wgmma_operand;
 // fence / commit / wait have nothing to wait for (the mbarriers and TMA: tma.cuh)
@@ -584,8 +583,8 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
     if (emu_named_arrival(id, count, g)) return;
     for (emu::Spin spin; emu_named_barriers().generation[id] == g;) {
         if (spin.stalled()) {
-            fprintf(stderr, "matmul.cu (emulated): thread %d waits forever at named barrier %d\n", (int)threadIdx.x, id);
-            abort();
+            EMU_FAIL("matmul.cu (emulated): thread %d of block %d waits forever at named barrier %d", (int)threadIdx.x,
+                     (int)blockIdx.x, id);
         }
         emu::yield_to_scheduler();
     }

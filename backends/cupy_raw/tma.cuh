@@ -41,7 +41,6 @@
 // that reads the slot). Pass u over slot s waits on full[s] for parity u & 1, and the issuer of
 // pass u + 1 waits on empty[s] for parity u & 1 (so for parity 1 on the first pass: at once).
 #ifdef CUPY_RAW_EMULATOR
-#include <cstdio>
 // On the CPU (backends/cupy_raw/_emulator.py), by the PTX ISA's definitions:
 //   mbarrier   the arrival count (bit 15: the current phase's parity), the arrivals still pending,
 //              the transaction bytes still expected; a phase completes when both reach zero (then the
@@ -83,9 +82,8 @@ __device__ __forceinline__ void mbar_arrive(unsigned bar) {
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     for (emu::Spin spin; (unsigned)(emu_mbar(bar).count_phase >> 15) == parity;) {
         if (spin.stalled()) {  // nothing will ever complete it: report instead of spinning forever
-            fprintf(stderr, "tma.cuh (emulated): thread %d waits forever on the mbarrier at %u for parity %u\n",
-                    (int)threadIdx.x, bar, parity);
-            abort();
+            EMU_FAIL("tma.cuh (emulated): thread %d of block %d waits forever on the mbarrier at %u for parity %u",
+                     (int)threadIdx.x, (int)blockIdx.x, bar, parity);
         }
         emu::yield_to_scheduler();
     }
@@ -96,13 +94,11 @@ enum EmuBoxOp { EMU_BOX_LOAD, EMU_BOX_STORE, EMU_BOX_ADD };
 __device__ __forceinline__ void emu_tma_box(EmuBoxOp op, unsigned smem, const TmaDescriptor* map, int c0, int c1, int c2) {
     const EmuTensorMap& m = *reinterpret_cast<const EmuTensorMap*>(map);
     if (((long)c0 * m.elem_bytes) % 16 != 0) {  // the GPU faults on it (an illegal instruction)
-        fprintf(stderr, "tma.cuh (emulated): thread %d moves a box at column %d of %u-byte elements: not on 16 bytes\n",
-                (int)threadIdx.x, c0, m.elem_bytes);
-        abort();
+        EMU_FAIL("tma.cuh (emulated): thread %d moves a box at column %d of %u-byte elements: not on 16 bytes",
+                 (int)threadIdx.x, c0, m.elem_bytes);
     }
     if (op == EMU_BOX_ADD && m.elem_bytes != 4) {
-        fprintf(stderr, "tma.cuh (emulated): a reduce-add of %u-byte elements: only float32 maps here\n", m.elem_bytes);
-        abort();
+        EMU_FAIL("tma.cuh (emulated): a reduce-add of %u-byte elements: only float32 maps here", m.elem_bytes);
     }
     unsigned char* box = smem_at(smem);
     const unsigned box_row_bytes = m.box_cols * m.elem_bytes;

@@ -29,6 +29,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
@@ -168,6 +169,16 @@ struct Spin {
         return ++still > STALLED_SPINS;
     }
 };
+// A launch that can never finish (a wait nobody will end, tma.cuh's and matmul.cu's emulated ones) or
+// a copy the GPU would fault on stops with a message: fail() records it and jumps back to launch(),
+// which returns 2; the launcher's module exports it as emu_last_error (_emulator.py raises it).
+inline char last_error[512] = "";
+inline jmp_buf* abort_point = nullptr;
+#define EMU_FAIL(...)                                                        \
+    do {                                                                     \
+        std::snprintf(emu::last_error, sizeof emu::last_error, __VA_ARGS__); \
+        _longjmp(*emu::abort_point, 1);                                      \
+    } while (0)
 inline int linear_tid = 0;  // the running thread's index in its block
 inline int block_rank = 0;  // its block's rank in the cluster
 constexpr size_t STACK_BYTES = 64 * 1024;  // a kernel's frame here is a few KB
@@ -307,8 +318,8 @@ inline int run_cluster(Launch& L, unsigned x0, unsigned y, unsigned z) {
     }
 }
 
-// Returns 0, or 1 for a deadlock (a barrier some threads never reach). cluster: blocks along x run
-// together (gx a multiple of it).
+// Returns 0, 1 for a deadlock (a barrier some threads never reach), or 2 for a failure with a message
+// (EMU_FAIL: last_error). cluster: blocks along x run together (gx a multiple of it).
 inline int launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                   size_t shared_bytes, int cluster, std::function<void()> body) {
     if (cluster < 1 || gx % cluster != 0) return 1;
@@ -327,6 +338,13 @@ inline int launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned b
     current = &L;
     blockDim = L.block;
     gridDim = L.grid;
+    last_error[0] = 0;
+    jmp_buf failed;
+    abort_point = &failed;
+    if (_setjmp(failed)) {  // (EMU_FAIL, from some fiber's stack)
+        current = nullptr;
+        return 2;
+    }
     int status = 0;
     for (unsigned z = 0; z < gz && !status; z++)
         for (unsigned y = 0; y < gy && !status; y++)
