@@ -15,6 +15,7 @@ a skipped step, device scalars), sumsq, embedding's paths for tokens held by man
 """
 
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -584,41 +585,37 @@ def test_python_scalars_are_refused_at_launch():
 
 
 # ---- the emulator itself -------------------------------------------------------------------------
-def test_the_emulator_reports_a_barrier_not_every_thread_reaches(tmp_path, monkeypatch):
-    (tmp_path / "divergent.cu").write_text(
-        'extern "C" __global__ void divergent(float* x) {\n'
-        "    if (threadIdx.x % 32 < 16) x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);  // half a warp\n"
-        "    else __syncthreads();                                                           // the other half\n"
-        "}\n")
-    monkeypatch.setattr(_source, "SOURCE_DIR", tmp_path)
-    x = np.zeros(64, np.float32)
-    with rt.emulation(), pytest.raises(RuntimeError, match="divergent deadlocked"):
-        rt.launch(rt.function("divergent", "divergent"), 1, 64, (x,))
+#: kernels that can never finish -> (the backend's headers they include, body, defines, dynamic shared
+#: bytes, the error expected): a barrier half a warp never reaches (the scheduler finds no thread that
+#: can run), and a spin on an mbarrier phase no arrival will complete (every other thread done: the
+#: wait sees no progress anywhere and ends the launch with its message, not a hang or an abort)
+_NEVER_FINISH = {
+    "divergent": ((), "    if (threadIdx.x % 32 < 16) x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);  // half a warp\n"
+                      "    else __syncthreads();                                                  // the other half\n",
+                  None, 0, "divergent deadlocked"),
+    "stuck": (("common.cuh", "tensor_core.cuh", "tma.cuh"),
+              "    extern __shared__ __align__(16) unsigned char smem[];\n"
+              "    const unsigned bar = smem_u32(smem);\n"
+              "    if (threadIdx.x == 0) mbar_init(bar, 2);  // two arrivals a phase, and only thread 0 arrives\n"
+              "    __syncthreads();\n"
+              "    if (threadIdx.x == 0) mbar_arrive(bar);\n"
+              "    mbar_wait(bar, 0);\n"
+              "    x[threadIdx.x] = 1.0f;\n",
+              {"floatX": "float"}, 16, r"stuck: .*thread \d+ of block 0 waits forever on the mbarrier"),
+}
 
 
-def test_the_emulator_reports_an_mbarrier_wait_nobody_ends(tmp_path, monkeypatch):
-    """A thread spinning on an mbarrier phase that no arrival will complete (every other thread spins
-    too, or is done) is reported at once, with the barrier, as the launch's error; not a hang, and not
-    an abort of the whole process."""
-    import shutil
-    from backends.cupy_raw import _source as real_source
-    for header in ("common.cuh", "tensor_core.cuh", "tma.cuh"):
-        shutil.copy(real_source.SOURCE_DIR / header, tmp_path / header)
-    (tmp_path / "stuck.cu").write_text(
-        '#include "common.cuh"\n#include "tensor_core.cuh"\n#include "tma.cuh"\n'
-        'extern "C" __global__ void stuck(float* x) {\n'
-        "    extern __shared__ __align__(16) unsigned char smem[];\n"
-        "    const unsigned bar = smem_u32(smem);\n"
-        "    if (threadIdx.x == 0) mbar_init(bar, 2);  // two arrivals a phase, and only thread 0 arrives\n"
-        "    __syncthreads();\n"
-        "    if (threadIdx.x == 0) mbar_arrive(bar);\n"
-        "    mbar_wait(bar, 0);\n"
-        "    x[threadIdx.x] = 1.0f;\n"
-        "}\n")
+@pytest.mark.parametrize("name", list(_NEVER_FINISH))
+def test_the_emulator_reports_a_launch_that_cannot_finish(tmp_path, monkeypatch, name):
+    headers, body, defines, shared, match = _NEVER_FINISH[name]
+    for header in headers:
+        shutil.copy(_source.SOURCE_DIR / header, tmp_path / header)
+    (tmp_path / f"{name}.cu").write_text("".join(f'#include "{h}"\n' for h in headers)
+                                         + f'extern "C" __global__ void {name}(float* x) {{\n{body}}}\n')
     monkeypatch.setattr(_source, "SOURCE_DIR", tmp_path)
     x = np.zeros(64, np.float32)
-    with rt.emulation(), pytest.raises(RuntimeError, match="stuck: .*thread \\d+ of block 0 waits forever on the mbarrier"):
-        rt.launch(rt.function("stuck", "stuck", {"floatX": "float"}), 1, 64, (x,), shared_mem=16)
+    with rt.emulation(), pytest.raises(RuntimeError, match=match):
+        rt.launch(rt.function(name, name, defines), 1, 64, (x,), shared_mem=shared)
 
 
 @pytest.mark.parametrize("barrier", [True, False], ids=["synchronised", "racy"])
