@@ -304,15 +304,15 @@ def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
                  depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
                  work_items: bool = False, k_split: int | None = None, flags: int = 0, partial=None,
-                 dgelu_at=None, cluster: int = 1, cluster_tiles: int = 0) -> None:
+                 dgelu_at=None, cluster: int = 1) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
     depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
     gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
     ctas blocks per SM that walk the items. With more than one k slice (_split, or `k_split`), into
     float32 partials that splitk_finish then adds to c in order (into `partial`, (slices, rows, cols)
     float32, where the caller has it already). `flags`: more FLAG_ bits. `dgelu_at`: read through
-    the kernel's pre pointer (FLAG_DGELU; gemm's). `cluster` > 1 (gemm_wgmma's WG_CLUSTER, persistent):
-    the items are the clusters', `cluster_tiles` a k slice, and the grid whole clusters."""
+    the kernel's pre pointer (FLAG_DGELU; gemm's). `cluster` > 1 (gemm_wgmma's WG_CLUSTER, persistent,
+    `k_split` given): `tiles` counts the clusters' items of a k slice, and the grid is whole clusters."""
     xp = _common.xp_of(c)
     sms = _common.num_sms(xp)
     k_split = k_split or _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)
@@ -320,7 +320,7 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
     if not work_items:
         grid = (tiles, slices)
     elif cluster > 1:
-        grid = (cluster * min(cluster_tiles * slices, sms * cfg["ctas"] // cluster),)
+        grid = (cluster * min(tiles * slices, sms * cfg["ctas"] // cluster),)
     else:
         grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
@@ -475,10 +475,10 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     pre_read = pre if pre is not None else dgelu_at
     maps += (_tma.tiled_planes(pre_read, 1, rows, cols, 64, 64) if store_cols and pre_read is not None else maps[2],)
     shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32, defines["WG_STORE_DGELU"] == 1)
-    _launch_gemm(kernel, tiles, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
+    items = tiles if cluster == 1 else rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, cfg["bn"])  # a k slice's
+    _launch_gemm(kernel, items, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
                  (sums if sums is not None else c,), work_items=True, k_split=k_split,
-                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at,
-                 cluster=cluster, cluster_tiles=rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, cfg["bn"]))
+                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at, cluster=cluster)
     if sums is not None:
         _add_rows(sums, rowsum, a.array)
     return c

@@ -170,7 +170,7 @@ struct Spin {
     }
 };
 // A launch that can never finish (a wait nobody will end, tma.cuh's and matmul.cu's emulated ones) or
-// a copy the GPU would fault on stops with a message: fail() records it and jumps back to launch(),
+// a copy the GPU would fault on stops with a message: EMU_FAIL records it and jumps back to launch(),
 // which returns 2; the launcher's module exports it as emu_last_error (_emulator.py raises it).
 inline char last_error[512] = "";
 inline jmp_buf* abort_point = nullptr;
@@ -183,21 +183,22 @@ inline int linear_tid = 0;  // the running thread's index in its block
 inline int block_rank = 0;  // its block's rank in the cluster
 constexpr size_t STACK_BYTES = 64 * 1024;  // a kernel's frame here is a few KB
 
-inline int fiber_of(int rank, int t) { return rank * current->threads + t; }
-inline Warp& my_warp() { return current->warps[block_rank * current->warps_per_block + linear_tid / 32]; }
+inline int fiber_of(int rank, int t) { return rank * current->threads + t; }  // block rank's thread t
+inline Warp& warp_of(int rank, int w) { return current->warps[rank * current->warps_per_block + w]; }
+inline Warp& my_warp() { return warp_of(block_rank, linear_tid / 32); }
 inline void* dynamic_shared_of(int rank) { return current->blocks[rank].dynamic.data(); }
 inline void* dynamic_shared() { return dynamic_shared_of(block_rank); }
 
 inline void open_block_barrier(Launch& L, int rank) {
     for (int t = 0; t < L.threads; t++)
-        if (L.fibers[rank * L.threads + t].wait == AT_BLOCK_BARRIER) L.fibers[rank * L.threads + t].wait = RUNNING;
+        if (L.fibers[fiber_of(rank, t)].wait == AT_BLOCK_BARRIER) L.fibers[fiber_of(rank, t)].wait = RUNNING;
     L.blocks[rank].arrived = 0;
 }
 
 inline void open_warp_barrier(Launch& L, int rank, int w) {
     for (int t = w * 32; t < std::min(L.threads, w * 32 + 32); t++)
-        if (L.fibers[rank * L.threads + t].wait == AT_WARP_BARRIER) L.fibers[rank * L.threads + t].wait = RUNNING;
-    L.warps[rank * L.warps_per_block + w].arrived = 0;
+        if (L.fibers[fiber_of(rank, t)].wait == AT_WARP_BARRIER) L.fibers[fiber_of(rank, t)].wait = RUNNING;
+    warp_of(rank, w).arrived = 0;
 }
 
 inline void open_cluster_barrier(Launch& L) {
@@ -253,7 +254,7 @@ inline void fiber_main() {
     progress++;
     const int rank = block_rank, t = linear_tid, w = t / 32;
     Block& b = L.blocks[rank];
-    Warp& warp = L.warps[rank * L.warps_per_block + w];
+    Warp& warp = warp_of(rank, w);
     L.fibers[fiber_of(rank, t)].done = true;
     b.active--;
     warp.active--;
@@ -284,8 +285,8 @@ inline int run_cluster(Launch& L, unsigned x0, unsigned y, unsigned z) {
         b.arrived = 0;
         std::memset(b.dynamic.data(), 0xff, b.dynamic.size());
         for (int w = 0; w < L.warps_per_block; w++) {
-            L.warps[r * L.warps_per_block + w].active = std::min(32, L.threads - w * 32);
-            L.warps[r * L.warps_per_block + w].arrived = 0;
+            warp_of(r, w).active = std::min(32, L.threads - w * 32);
+            warp_of(r, w).arrived = 0;
         }
     }
     for (auto& f : L.fibers) {
