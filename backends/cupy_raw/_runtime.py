@@ -34,6 +34,7 @@ CuPy is imported lazily (first compile or launch); plugin.py imports neither CuP
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -300,10 +301,49 @@ def launch(k: Kernel, grid, block, args, shared_mem: int = 0) -> None:
         raise TypeError(f"cupy_raw: kernel {k.name}: a NumPy array passed to a GPU kernel "
                         "(the cupy_raw backend runs on CuPy arrays)")
     fn = k.fn
-    if shared_mem > DEFAULT_SHARED_LIMIT and fn.max_dynamic_shared_size_bytes < shared_mem:
-        fn.max_dynamic_shared_size_bytes = shared_mem
+    _allow_shared(fn, shared_mem)
     args = tuple(np.frombuffer(a.data, dtype=f"V{len(a.data)}") if isinstance(a, ByValue) else a for a in args)
     fn(grid, block, args, shared_mem=shared_mem)
+
+
+def _allow_shared(fn, shared_mem: int) -> None:
+    """Opt the CuPy function into `shared_mem` bytes of dynamic shared memory where that is above 48 KB."""
+    if shared_mem > DEFAULT_SHARED_LIMIT and fn.max_dynamic_shared_size_bytes < shared_mem:
+        fn.max_dynamic_shared_size_bytes = shared_mem
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h), without launch attributes
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+_CLUSTERS: dict = {}
+
+
+def max_active_clusters(k: Kernel, block: int, shared_mem: int, cluster: int, off_gpu: int) -> int:
+    """How many clusters of `cluster` blocks of `k` (a kernel with __cluster_dims__(cluster, 1, 1)) the
+    current GPU holds at once with `block` threads and `shared_mem` bytes a block: the driver's
+    cuOccupancyMaxActiveClusters, through ctypes (CuPy wraps no cluster occupancy query). A
+    persistent grid of clusters is no larger than this, since the clusters past it would start only
+    as the first ones finish all their work. Clusters are placed within one GPC, so where a GPC has
+    an odd number of free SMs this is less than SMs / cluster. `off_gpu` is the answer when
+    recording or emulating (nothing to ask)."""
+    if k.fn is None or is_emulating():
+        return off_gpu
+    import cupy
+    key = _key(k.module, k.defines) + (k.name, k.arch, cupy.cuda.Device().id, block, shared_mem, cluster)
+    if key not in _CLUSTERS:
+        _allow_shared(k.fn, shared_mem)
+        config = _LaunchConfig((cluster, 1, 1), (block, 1, 1), shared_mem, None, None, 0)
+        count = ctypes.c_int(0)
+        status = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(
+            ctypes.byref(count), ctypes.c_void_p(k.fn.kernel.ptr), ctypes.byref(config))
+        if status != 0 or count.value < 1:
+            raise RuntimeError(f"cupy_raw: kernel {k.name}: cuOccupancyMaxActiveClusters gave CUresult {status} "
+                               f"and {count.value} clusters of {cluster} x {block} threads with {shared_mem} bytes "
+                               "of shared memory (none fits: the launch would fail)")
+        _CLUSTERS[key] = count.value
+    return _CLUSTERS[key]
 
 
 # ---- compiling without a GPU ------------------------------------------------------------------

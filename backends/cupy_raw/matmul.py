@@ -319,8 +319,9 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
     slices = rt.cdiv(max(depth, 1), k_split)
     if not work_items:
         grid = (tiles, slices)
-    elif cluster > 1:
-        grid = (cluster * min(tiles * slices, sms * cfg["ctas"] // cluster),)
+    elif cluster > 1:  # (as many clusters as fit at once: rt.max_active_clusters)
+        fit = rt.max_active_clusters(kernel, threads, shared, cluster, off_gpu=sms * cfg["ctas"] // cluster)
+        grid = (cluster * min(tiles * slices, fit),)
     else:
         grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
