@@ -244,8 +244,10 @@ class _KernelModel:
         out[...] = (out.astype(np.float64) + partial[:groups].astype(np.float64).sum(axis=0)).astype(out.dtype)
 
     @staticmethod
-    def cublaslt(c, a, transa, b, transb, m, n, k, lda, ldb, ldc, bias=None, beta=0.0):
-        _real_cublaslt(c, a, transa, b, transb, m, n, k, lda, ldb, ldc, bias=bias, beta=beta)  # its checks
+    def cublaslt(c, a, transa, b, transb, m, n, k, lda, ldb, ldc, bias=None, beta=0.0, gelu=False, dgelu=False,
+                 aux=None):
+        _real_cublaslt(c, a, transa, b, transb, m, n, k, lda, ldb, ldc, bias=bias, beta=beta, gelu=gelu, dgelu=dgelu,
+                       aux=aux)  # its checks
 
         def column_major(x, r, cc, ld):  # the r x cc column-major matrix at x with leading dimension ld
             return x.reshape(-1)[np.arange(r)[:, None] + np.arange(cc)[None, :] * ld].astype(np.float64)
@@ -255,7 +257,14 @@ class _KernelModel:
         D = A @ B + (beta * column_major(c, m, n, ldc) if beta else 0.0)
         if bias is not None:
             D += bias.astype(np.float64)[:, None]
-        c.reshape(-1)[np.arange(m)[:, None] + np.arange(n)[None, :] * ldc] = D.astype(c.dtype)
+        at = np.arange(m)[:, None] + np.arange(n)[None, :] * ldc
+        if gelu:
+            if aux is not None:
+                aux.reshape(-1)[at] = D.astype(aux.dtype)
+            D = _gelu(D)
+        if dgelu:
+            D = D * _gelu_grad(aux.reshape(-1)[at].astype(np.float64))
+        c.reshape(-1)[at] = D.astype(c.dtype)
 
 
 _real_launch, _real_tiled_2d, _real_tiled_planes, _real_cublaslt = rt.launch, _tma.tiled_2d, _tma.tiled_planes, _cublaslt.matmul
@@ -328,10 +337,12 @@ def _check_against_naive(impl, variant, dtype, shapes, rng, biases=(True, False)
                 _close(got[name], ref[name], dtype, "gradient", f"{what} d{name}")
 
 
-@pytest.mark.parametrize("variant", ["tiled", "wgmma"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 def test_forward_gelu_epilogue(model, variant):
+    """pre and gelu(pre) from one GEMM; cuBLASLt's GELU_AUX_BIAS (the reference) on whole 8-column
+    groups, the hand-written epilogues on ragged widths too."""
     rng = np.random.default_rng(1)
-    for N, K, M in [(17, 36, 20), (128, 64, 96)]:
+    for N, K, M in [(17, 36, 24 if variant == "cublaslt" else 20), (128, 64, 96)]:
         x, w, b = _inputs(rng, N, K, M, "float16")
         pre = np.full((N, M), np.nan, dtype=x.dtype)
         y = VARIANTS[variant].forward_gelu(x, w, b, pre=pre)
@@ -374,14 +385,27 @@ def test_dx_with_the_gelu_backward_matches_float64(model, variant, dtype):
     assert bool(prefetched) == (variant == "wgmma" and dtype != "float32"), model.kernels
 
 
+def test_cublaslt_epilogue_codes_are_the_headers():
+    """cublasLtEpilogue_t as cublasLt.h numbers it: DEFAULT 1, BIAS 4, GELU 32, GELU_AUX 160,
+    GELU_BIAS 36, GELU_AUX_BIAS 164, DGELU 192 (a wrong code runs another epilogue, silently)."""
+    codes = {(bias, gelu, aux, dgelu): _cublaslt._epilogue(bias, gelu, aux, dgelu)
+             for bias in (False, True) for gelu in (False, True) for aux in (False, True) for dgelu in (False,)}
+    assert codes[(False, False, False, False)] == 1 and codes[(True, False, False, False)] == 4
+    assert codes[(False, True, False, False)] == 32 and codes[(True, True, False, False)] == 36
+    assert codes[(False, True, True, False)] == 160 and codes[(True, True, True, False)] == 164
+    assert _cublaslt._epilogue(False, False, True, True) == 192
+
+
 def test_dx_with_the_gelu_backward_is_refused_where_it_cannot_run(model):
     rng = np.random.default_rng(4)
     x, w, b = _inputs(rng, 16, 64, 32, "bfloat16")
     _, saved = mm.cublaslt.forward({"x": x, "weight": w, "bias": b}, {})
     grads = {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)}
     dy = np.ones((16, 32), x.dtype)
-    with pytest.raises(ValueError, match="cublaslt: no GELU epilogues"):
+    with pytest.raises(ValueError, match="cublaslt: no GELU backward in dx here: cuBLASLt's DGELU"):
         mm.cublaslt.backward(saved, dy, grads, dgelu_at=np.zeros_like(x))
+    with pytest.raises(ValueError, match="cublaslt: its GELU epilogue writes C .* whole 8-column groups"):
+        mm.cublaslt.forward_gelu(x, w[:30], b[:30])
     _, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
     launched = len(model.kernels)
     for bad, match in ((np.zeros((16, 63), x.dtype), "dgelu_at must be"), (np.zeros((16, 64), np.float32), "dgelu_at must be")):

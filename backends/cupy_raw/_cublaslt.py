@@ -11,6 +11,13 @@ The operation, in cuBLAS's column-major terms (matmul.py maps its row-major prod
 
     D (m x n) = op(A) op(B) + beta C (+ bias[i] on row i of D)      compute and scale in float32
 
+and its GELU epilogues (the references for the fused GELU products, what llm.c calls): with gelu,
+D = gelu(op(A) op(B) + bias), the GELU's input also written to `aux` (C's layout) when given; with
+dgelu, D = gelu'(aux) * op(A) op(B). cuBLASLt's GELU is the tanh form GPT-2 uses. DGELU gave a wrong
+D on an H100 for bf16 at depth 50304 (the heuristic's algorithm there; float16, float32 and every
+smaller depth right), so matmul.py's cublaslt engine does not offer it: only bench/tune's probe calls
+it, at depth 768, and checks the result before timing it.
+
 A and B in float16, bfloat16 or float32 (CUBLAS_COMPUTE_32F: float32 inputs are multiplied in
 IEEE float32, no TF32), C = D in the inputs' dtype or float32. alpha and beta are host floats, read
 when the call is made (a graph replays the values it was captured with: always 1 and 0 or 1 here).
@@ -33,7 +40,10 @@ CUBLAS_COMPUTE_32F = 68
 OP_N, OP_T = 0, 1
 # cublasLtMatmulDescAttributes_t
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8
-EPILOGUE_DEFAULT, EPILOGUE_BIAS = 1, 4
+DESC_EPILOGUE_AUX_POINTER, DESC_EPILOGUE_AUX_LD = 11, 12
+# cublasLtEpilogue_t: DEFAULT, BIAS (+ bias), GELU (D = gelu(...)); GELU | AUX also writes the GELU's
+# input to the aux matrix; DGELU: D = gelu'(aux) * (op(A) op(B))
+EPILOGUE_DEFAULT, EPILOGUE_BIAS, EPILOGUE_GELU, EPILOGUE_AUX, EPILOGUE_DGELU = 1, 4, 32, 128, 192
 # cublasLtMatmulPreferenceAttributes_t
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"A": 5, "B": 6, "C": 7, "D": 8}
@@ -146,16 +156,28 @@ class _Plan:
     algo: _Heuristic
 
 
-def _plan(dev: _Device, key: tuple) -> _Plan:
-    (a_type, c_type, transa, transb, m, n, k, lda, ldb, ldc, with_bias, aligns) = key
+def _epilogue(bias: bool, gelu: bool, aux: bool, dgelu: bool) -> int:
+    if dgelu:
+        return EPILOGUE_DGELU
+    if gelu:
+        return EPILOGUE_GELU | (EPILOGUE_AUX if aux else 0) | (EPILOGUE_BIAS if bias else 0)
+    return EPILOGUE_BIAS if bias else EPILOGUE_DEFAULT
+
+
+def _plan(dev: _Device, key: tuple, aux_pointer: int) -> _Plan:
+    """The plan of `key`; an aux matrix's pointer is set before the heuristic is asked (its alignment,
+    in the key, matters to the choice) and again at every call."""
+    (a_type, c_type, transa, transb, m, n, k, lda, ldb, ldc, epilogue, aligns) = key
     lib = _lib()
     desc = ctypes.c_void_p()
     _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), CUBLAS_COMPUTE_32F, _CUDA_TYPES["float32"]),
            "cublasLtMatmulDescCreate")
     _set(lib.cublasLtMatmulDescSetAttribute, desc, DESC_TRANSA, ctypes.c_int32(transa))
     _set(lib.cublasLtMatmulDescSetAttribute, desc, DESC_TRANSB, ctypes.c_int32(transb))
-    _set(lib.cublasLtMatmulDescSetAttribute, desc, DESC_EPILOGUE,
-         ctypes.c_uint32(EPILOGUE_BIAS if with_bias else EPILOGUE_DEFAULT))
+    _set(lib.cublasLtMatmulDescSetAttribute, desc, DESC_EPILOGUE, ctypes.c_uint32(epilogue))
+    if epilogue & EPILOGUE_AUX:
+        _set(lib.cublasLtMatmulDescSetAttribute, desc, DESC_EPILOGUE_AUX_POINTER, ctypes.c_void_p(aux_pointer))
+        _set(lib.cublasLtMatmulDescSetAttribute, desc, DESC_EPILOGUE_AUX_LD, ctypes.c_int64(ldc))
     layouts = []
     for dtype, rows, cols, ld in ((a_type, k if transa == OP_T else m, m if transa == OP_T else k, lda),
                                   (a_type, n if transb == OP_T else k, k if transb == OP_T else n, ldb),
@@ -183,9 +205,11 @@ def _pointer(a) -> int:
 
 
 def matmul(c, a, transa: int, b, transb: int, m: int, n: int, k: int, lda: int, ldb: int, ldc: int,
-           bias=None, beta: float = 0.0) -> None:
+           bias=None, beta: float = 0.0, gelu: bool = False, dgelu: bool = False, aux=None) -> None:
     """c (m x n, column-major, leading dimension ldc) = op(a) op(b) + beta c (+ bias[i] on row i),
-    op = transpose for OP_T; a and b in one float dtype, c in theirs or float32, bias in c's."""
+    op = transpose for OP_T; a and b in one float dtype, c in theirs or float32, bias in c's. With
+    gelu, c = gelu(op(a) op(b) + bias) and the GELU's input goes to `aux` if given; with dgelu,
+    c = gelu'(aux) * op(a) op(b). aux: c's dtype and layout (ldc a multiple of 8), beta 0."""
     a_type, c_type = str(a.dtype), str(c.dtype)
     if a_type not in _CUDA_TYPES or str(b.dtype) != a_type:
         raise TypeError(f"cuBLASLt matmul: A and B must share one of {', '.join(_CUDA_TYPES)}, "
@@ -196,19 +220,32 @@ def matmul(c, a, transa: int, b, transb: int, m: int, n: int, k: int, lda: int, 
         raise TypeError(f"cuBLASLt matmul: the bias must have C's dtype {c_type}, got {bias.dtype}")
     if min(m, n, k) < 1:
         raise ValueError(f"cuBLASLt matmul: m, n, k must be positive, got {m}, {n}, {k}")
+    if gelu or dgelu:
+        if (gelu and dgelu) or (dgelu and (aux is None or bias is not None)) or beta:
+            raise ValueError("cuBLASLt matmul: one GELU epilogue at a time, gelu (bias and aux optional) or dgelu "
+                             "(aux, no bias), with beta 0")
+        if aux is not None and (str(aux.dtype) != c_type or ldc % 8 or aux.size < c.size):
+            raise ValueError(f"cuBLASLt matmul: aux must be {c_type} like C, ldc {ldc} a multiple of 8, got "
+                             f"{aux.dtype} of {aux.size} elements")
+    elif aux is not None:
+        raise ValueError("cuBLASLt matmul: aux is the GELU epilogues' (gelu or dgelu)")
     if isinstance(c, np.ndarray):  # recording mode: nothing runs
         return
     import cupy
     dev = _device(cupy)
-    aligns = tuple(_alignment(_pointer(x)) for x in (a, b, c, c))
-    key = (a_type, c_type, transa, transb, m, n, k, lda, ldb, ldc, bias is not None, aligns)
+    aux_pointer = _pointer(aux) if aux is not None else 0
+    aligns = tuple(_alignment(_pointer(x)) for x in (a, b, c, c)) + ((_alignment(aux_pointer),) if aux is not None else ())
+    key = (a_type, c_type, transa, transb, m, n, k, lda, ldb, ldc,
+           _epilogue(bias is not None, gelu, aux is not None, dgelu), aligns)
     plan = _PLANS.get((cupy.cuda.Device().id,) + key)
     if plan is None:
-        plan = _plan(dev, key)
+        plan = _plan(dev, key, aux_pointer)
         _PLANS[(cupy.cuda.Device().id,) + key] = plan
     lib = _lib()
     if bias is not None:
         _set(lib.cublasLtMatmulDescSetAttribute, plan.desc, DESC_BIAS_POINTER, ctypes.c_void_p(_pointer(bias)))
+    if aux is not None:
+        _set(lib.cublasLtMatmulDescSetAttribute, plan.desc, DESC_EPILOGUE_AUX_POINTER, ctypes.c_void_p(aux_pointer))
     alpha, beta_ = ctypes.c_float(1.0), ctypes.c_float(beta)
     A, B, C = plan.layouts
     _check(lib.cublasLtMatmul(dev.handle, plan.desc, ctypes.byref(alpha), ctypes.c_void_p(_pointer(a)), A,

@@ -111,7 +111,9 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: 2 (those columns' shared memory as two buffers of half as many, filled in turn); cluster (wgmma): 1, or
 #: 2 (blocks in clusters of two that multiply tiles one above the other and share their B tile, each
 #: loading half of it for both: TMA multicast; cooperative and persistent, with the TMA-store epilogue;
-#: checked in the CPU emulator, not yet timed on a GPU: bench/tune/cupy_raw_wgmma_probe.py's cluster2).
+#: right on the GPU, but 0.54-0.63x cuBLASLt where one block alone is 0.88-1.03x, at every GPT-2
+#: product (reports/train-h100/fe8f063: bench/tune/cupy_raw_wgmma_probe.py's cluster2), so no
+#: configuration takes it).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -279,10 +281,13 @@ def gemm(engine: str, a: Operand, b: Operand, c, rows: int, cols: int, depth: in
         return _launch_wgmma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum,
                              _config("wgmma", product, weight_shape, config), dgelu_at)
     if engine == "cublaslt":
-        if gelu or pre is not None or dgelu_at is not None:
-            raise ValueError("matmul cublaslt: no GELU epilogues here (forward_gelu and the GELU's backward are "
-                             "tiled's and wgmma's)")
-        _cublaslt_gemm(a, b, c, rows, cols, depth, bias, accumulate)
+        if dgelu_at is not None:  # (_cublaslt_gemm can: bench/tune's reference, checked before it is timed)
+            raise ValueError("matmul cublaslt: no GELU backward in dx here: cuBLASLt's DGELU epilogue gave a wrong "
+                             "dx for bf16 at depth 50304 on an H100 (reports/train-h100/fe8f063/fused/check.txt)")
+        if (pre is not None and not gelu) or (gelu and (accumulate or cols % 8)):
+            raise ValueError("matmul cublaslt: its GELU epilogue writes C (no accumulation) of whole 8-column groups, "
+                             "pre only with gelu")
+        _cublaslt_gemm(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre)
     elif dt == "float32":
         _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, dgelu_at)
     elif engine in ("mma", "wgmma"):
@@ -485,14 +490,18 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     return c
 
 
-def _cublaslt_gemm(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate) -> None:
+def _cublaslt_gemm(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu=False, pre=None,
+                   dgelu_at=None) -> None:
     """Row-major C (rows x cols) is column-major C^T (cols x rows), C^T = op(B) op(A) with cuBLAS's
     m = cols, n = rows, k = depth: a K-major B is stored as column-major (depth x cols), so op = T;
     an MN-major one as (cols x depth), op = N; A the other way round. The bias (over cols) is
-    cuBLASLt's BIAS epilogue, added to each row of D = each column index j of C."""
+    cuBLASLt's BIAS epilogue, added to each row of D = each column index j of C; gelu and pre its
+    GELU_AUX epilogue's (pre the aux matrix, laid out as C), dgelu_at its DGELU's (bench/tune's
+    probe only: gemm does not offer it, _cublaslt.py says why)."""
     _cublaslt.matmul(c, b.array, _cublaslt.OP_T if b.kmajor else _cublaslt.OP_N,
                      a.array, _cublaslt.OP_N if a.kmajor else _cublaslt.OP_T,
-                     cols, rows, depth, b.ld, a.ld, cols, bias=bias, beta=1.0 if accumulate else 0.0)
+                     cols, rows, depth, b.ld, a.ld, cols, bias=bias, beta=1.0 if accumulate else 0.0,
+                     gelu=gelu, dgelu=dgelu_at is not None, aux=pre if pre is not None else dgelu_at)
 
 
 @dataclass
@@ -534,9 +543,8 @@ class Matmul:
         return y, Saved(x, weight, bias)
 
     def forward_gelu(self, x, weight, bias=None, out=None, pre=None):
-        """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward."""
-        if self.engine == "cublaslt":
-            raise ValueError("matmul cublaslt: forward_gelu is the hand-written GEMMs' epilogue (tiled, wgmma)")
+        """out = gelu(x @ W.T + bias) in one GEMM; pre (when given) = x @ W.T + bias, for the backward
+        (cublaslt: cuBLASLt's GELU_AUX_BIAS epilogue, the reference for tiled's and wgmma's)."""
         check_operands(x, weight, bias)
         N, K = x.shape
         M = weight.shape[0]

@@ -74,6 +74,11 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     (1 + tanh u) / 2) instead of an exp2 and a reciprocal: does the epilogue's SFU work
                     show? (a source edit; the kernel's arithmetic is then no longer gelu.cu's)
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
+    cublaslt_fused  (fc_fwd_pre and fc_proj_dx_dgelu only) cuBLASLt with the fused epilogue itself:
+                    GELU_AUX_BIAS (pre and gelu(pre)) and DGELU (times gelu'(pre); _cublaslt.py says
+                    why the product does not offer it), what llm.c calls;
+                    its ratio to cublaslt is what cuBLASLt's own fusion costs, the fair reference
+                    for the tree's fused kernels
 
 Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
 zeros) and checked against a float64 reference of the same rounded inputs (the conformance bf16
@@ -169,15 +174,16 @@ VARIANTS = {
     "cooperative": ({"pingpong": False, "bm": 128, "stages": 3}, None, None),
     "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
+    "cublaslt_fused": ({}, None, None),
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
-EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3"),
-                     "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3")}
+EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cublaslt_fused"),
+                     "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cublaslt_fused")}
 #: the variants run there only
-EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh")
+EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "cublaslt_fused")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2")
 
@@ -239,17 +245,21 @@ def _output_shape(product: str, rows: int, K: int, M: int) -> tuple:
 
 def _call(engine, cfg, product, x, w, b, dy, out, rows, K, M):
     """The product on `engine`; dW accumulates into out (M, K) and, given b (M), db into b; forward_pre
-    also writes pre, dx_dgelu multiplies by gelu'(x) (cuBLASLt, which has no such epilogues: the plain
-    forward, the plain dx)."""
-    if product == "forward_pre" and engine != "cublaslt":
+    also writes pre, dx_dgelu multiplies by gelu'(x) (engine "cublaslt": the plain forward, the plain
+    dx, the ratios' denominators; "cublaslt_fused": cuBLASLt's own GELU epilogues)."""
+    fused = engine != "cublaslt"
+    engine = "cublaslt" if engine == "cublaslt_fused" else engine
+    if product == "forward_pre" and fused:
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out[0], rows, M, K, bias=b, gelu=True,
                 pre=out[1], product="forward_pre", weight_shape=(M, K), config=cfg)
     elif product in ("forward", "forward_pre"):
         out = out[0] if product == "forward_pre" else out
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out, rows, M, K, bias=b,
                 product="forward", weight_shape=(M, K), config=cfg)
+    elif product == "dx_dgelu" and engine == "cublaslt" and fused:  # (DGELU: matmul.gemm does not offer it)
+        mm._cublaslt_gemm(mm.Operand(dy, M, True), mm.Operand(w, K, False), out, rows, K, M, None, False, dgelu_at=x)
     elif product in ("dx", "dx_dgelu"):
-        dgelu = product == "dx_dgelu" and engine != "cublaslt"
+        dgelu = product == "dx_dgelu" and fused
         mm.gemm(engine, mm.Operand(dy, M, True), mm.Operand(w, K, False), out, rows, K, M,
                 product="dx_dgelu" if dgelu else "dx", weight_shape=(M, K), config=cfg, dgelu_at=x if dgelu else None)
     else:
@@ -263,7 +273,7 @@ def plan(rows: int = 256) -> list[tuple[str, str, dict]]:
     bf16 = _common.np_dtype("bfloat16")
     for variant, (change, edit, bias_override) in VARIANTS.items():
         for pname, (product, K, M, with_bias) in PRODUCTS.items():
-            if not _runs_at(variant, pname):
+            if variant == "cublaslt_fused" or not _runs_at(variant, pname):  # (cuBLASLt's: no module of ours)
                 continue
             x, w, dy = np.zeros((rows, K), bf16), np.zeros((M, K), bf16), np.zeros((rows, M), bf16)
             gdt = np.float32 if product == "dW" else bf16   # dW, db: mixed precision's float32
@@ -487,7 +497,7 @@ def _measure(cp, data: _Product, variant: str, base: float, meta: dict, timer, t
     """One variant at one product: checked, then timed; the record."""
     change, edit, bias_override = VARIANTS.get(variant, ({}, None, None))
     bias = data.with_bias if bias_override is None else bias_override
-    engine, cfg = ("cublaslt", None) if variant == "cublaslt" else \
+    engine, cfg = (variant, None) if variant in ("cublaslt", "cublaslt_fused") else \
         ("wgmma", _config(data.product, data.M, data.K, change))
     rec = dict(op="matmul", variant=variant, product=data.name, direction=data.product, rows=data.shape[0],
                cols=data.shape[1], depth=data.depth, dtype="bfloat16", bias=bias, cfg=cfg, cublaslt_s=base, **meta)
