@@ -111,9 +111,10 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: 2 (those columns' shared memory as two buffers of half as many, filled in turn); cluster (wgmma): 1, or
 #: 2 (blocks in clusters of two that multiply tiles one above the other and share their B tile, each
 #: loading half of it for both: TMA multicast; cooperative and persistent, with the TMA-store epilogue;
-#: right on the GPU, but 0.54-0.63x cuBLASLt where one block alone is 0.88-1.03x, at every GPT-2
-#: product (reports/train-h100/fe8f063: bench/tune/cupy_raw_wgmma_probe.py's cluster2), so no
-#: configuration takes it).
+#: right on the GPU; on an H100 (reports/train-h100/fe8f063/clusters, bench/tune/cupy_raw_wgmma_probe.py's
+#: cluster2) as fast as one block alone at depth 768 (0.85-1.02x cuBLASLt against 0.89-1.02x) and
+#: faster at lm_head's dx, depth 50304 (1.09x against 1.01x). No configuration takes it yet: a
+#: training step with it has not been timed).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM

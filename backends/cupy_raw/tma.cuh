@@ -205,7 +205,10 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) {
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+    // (CTA-scoped release, the default: what it orders are this block's own reads of its slot, done
+    // before the arrival; .release.cluster made every clustered GEMM 0.54-0.63x cuBLASLt instead of
+    // 0.85-1.09x, reports/train-h100/fe8f063/clusters)
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDescriptor* map, int c0, int c1,
                                                       unsigned bar, unsigned short mask) {

@@ -63,6 +63,9 @@ Variants (all through matmul.gemm, the launcher the product uses):
     cluster2        blocks in clusters of two taking tiles one above the other, which share their B
                     tile: each block loads half of it and TMA multicasts it into both (WG_CLUSTER 2);
                     a third less operand traffic from L2 a tile; forward and dx
+    cluster2_no_multicast  the same clusters, each block loading the whole B tile itself: the blocks
+                    still wait for each other's consumers at every slot (what the multicast costs,
+                    against what the coupling costs; a source edit)
     cooperative     (fc_fwd_pre and fc_proj_dx_dgelu only; their tree is the pingpong schedule, each
                     warpgroup's 64 x 256 tile, its share in one image, 4-deep ring, the GELU in the
                     epilogue while the other warpgroup multiplies) the cooperative schedule's 128 x 256
@@ -148,6 +151,14 @@ EDITS = {
                     "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(tanh_u)\n"
                     "        : \"f\"(x * (0.7978845608f + 0.0356774081f * x2)));\n"
                     "    const float s = 0.5f + 0.5f * tanh_u;")],
+    # clusters of two without the multicast: each block loads the whole B tile itself (two boxes of the
+    # cluster's map), the slots' empty barriers still counting both blocks' consumers
+    "cluster_no_multicast": [
+        ("        tma_load_2d_multicast(dst + rank * SHARE * TILE_ROW_BYTES, map, k0, mn0 + rank * SHARE, bar, EVERY_BLOCK);",
+         "        for (int r = 0; r < WG_CLUSTER; ++r) tma_load_2d(dst + r * SHARE * TILE_ROW_BYTES, map, k0, mn0 + r * SHARE, bar);"),
+        ("        for (int p = rank * SHARE / 64; p < (rank + 1) * SHARE / 64; ++p)\n"
+         "            tma_load_2d_multicast(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar, EVERY_BLOCK);",
+         "        for (int p = 0; p < BMN / 64; ++p)\n            tma_load_2d(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar);")],
     "no_store": [(_DISPATCH, "float probe_sum = 0.0f;\n#pragma unroll\n"
                              "            for (int q = 0; q < WG_BN / 2; ++q) probe_sum += acc[h][q];\n"
                              "        if (probe_sum == 1234.5678f) switch (FLAGS_RUNTIME) {")],
@@ -171,6 +182,7 @@ VARIANTS = {
     "store_double": ({"store_buffers": 2}, None, None),
     "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
     "cluster2": ({"cluster": 2}, None, None),
+    "cluster2_no_multicast": ({"cluster": 2}, "cluster_no_multicast", None),
     "cooperative": ({"pingpong": False, "bm": 128, "stages": 3}, None, None),
     "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
@@ -185,7 +197,7 @@ EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3",
 #: the variants run there only
 EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "cublaslt_fused")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
-ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2")
+ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2", "cluster2_no_multicast")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
