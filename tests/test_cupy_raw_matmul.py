@@ -215,7 +215,7 @@ class _KernelModel:
                 assert geometry == [1, rows, cols, 64, 64]
         slices = rt.cdiv(max(depth, 1), k_split)
         if cluster > 1:  # whole clusters, a persistent grid over the clusters' items (two tile rows each)
-            assert cluster == 2 and d["WG_STORE_COLS"] and not d["WG_PINGPONG"]
+            assert cluster == 2 and d["WG_STORE_COLS"]
             cluster_items = rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, d["WG_BN"]) * slices
             assert grid[0] == cluster * min(cluster_items, _common.H200_SMS * d["WG_CTAS"] // cluster), grid
             persistent = "clusters"
@@ -669,6 +669,56 @@ def test_wgmma_pingpong_in_the_emulator(monkeypatch, bm, bn, stages):
         _check_wgmma_gelu(np.random.default_rng(12), 200, "emulated pingpong")
 
 
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+def test_wgmma_pingpong_clusters_in_the_emulator(monkeypatch):
+    """The pingpong schedule in clusters of two (WG_PINGPONG and WG_CLUSTER 2): the blocks'
+    warpgroups of one parity take a pair's item together, so a slot is released by one warpgroup of
+    each block (8 warp arrivals at each block's barrier: one missed or doubled deadlocks, and the
+    emulator says so) while the other warpgroups step over it. Four "SMs" (two clusters walking
+    several items each, turns taken in both blocks), 64-row tiles: 330 and 200 rows are 6 and 4 tile
+    rows, 40 rows one (the cluster's second block multiplies rows past C whose stores the TMA clips).
+    The plain forward and dx against float64; the two GELU epilogues of the product's own
+    configuration (matmul.CONFIGS, pingpong) in clusters: matmul_gelu's pre and gelu(pre) (gelu(pre)
+    bitwise gelu's kernel on the stored pre) and dx * gelu'(pre) with pre prefetched into the image
+    (bitwise the composition it replaces)."""
+    from backends.cupy_raw import gelu
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 4)
+    for product in ("forward", "dx"):
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), dict(mm.PINGPONG_CONFIGS[product], store_cols=256,
+                                                                 stages=4, cluster=2))
+    for product in ("forward_pre", "dx_dgelu"):
+        assert mm.CONFIGS[("wgmma", product)]["pingpong"]
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), dict(mm.CONFIGS[("wgmma", product)], cluster=2))
+    launched = []
+    real_launch = rt.launch
+    monkeypatch.setattr(rt, "launch", lambda k, *a, **kw: launched.append(
+        (k.defines.get("WG_PINGPONG"), k.defines.get("WG_CLUSTER"), k.defines.get("WG_STORE_PRE"),
+         k.defines.get("WG_STORE_DGELU"))) or real_launch(k, *a, **kw))
+    rng = np.random.default_rng(20)
+    with rt.emulation():
+        _check_against_naive(mm.wgmma, "wgmma pingpong in clusters of two (emulated)", "bfloat16",
+                             [(40, 64, 264), (330, 128, 520)], rng)
+        for N, H, M in [(330, 392, 576), (200, 312, 64), (40, 136, 64)]:
+            x, w_fc, b_fc = _inputs(rng, N, M, H, "bfloat16")
+            pre = np.full((N, H), np.nan, dtype=x.dtype)
+            h = mm.wgmma.forward_gelu(x, w_fc, b_fc, out=np.full((N, H), np.nan, dtype=x.dtype), pre=pre)
+            ref = x.astype(np.float64) @ w_fc.astype(np.float64).T + b_fc.astype(np.float64)
+            _close(pre, ref, "bfloat16", "forward", f"pingpong clusters, pre {N}x{M}x{H}")
+            composed, _ = gelu.forward({"x": pre}, {})
+            assert np.array_equal(h.view(np.uint16), composed.view(np.uint16)), f"gelu(pre) {N}x{M}x{H}"
+            _, w, b = _inputs(rng, N, H, M, "bfloat16")
+            _, saved = mm.wgmma.forward({"x": h, "weight": w, "bias": b}, {})
+            dy = rng.standard_normal((N, M)).astype(pre.dtype)
+            grads = {"x": np.full((N, H), np.nan, dtype=pre.dtype), "weight": np.zeros((M, H), np.float32),
+                     "bias": np.zeros(M, np.float32)}
+            dpre = mm.wgmma.backward(saved, dy, grads, dgelu_at=pre)["x"]
+            plain = mm.wgmma.backward(saved, dy, {"weight": np.zeros((M, H), np.float32),
+                                                  "bias": np.zeros(M, np.float32)})
+            composed = gelu.backward(gelu.Saved(pre), plain["x"], {})["x"]
+            assert np.array_equal(dpre.view(np.uint16), composed.view(np.uint16)), f"dx * gelu' {N}x{H}x{M}"
+    assert {(1, 2, 0, 0), (1, 2, 1, 0), (1, 2, 0, 1)} <= set(launched), launched
+
+
 def test_pingpong_needs_a_persistent_grid(model):
     x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 64, "bfloat16", bias=False)
     y = np.empty((64, 64), dtype=x.dtype)
@@ -709,8 +759,8 @@ def test_wgmma_clusters_host_side(model, kmajor_b):
 def test_wgmma_cluster_configurations_are_checked(model):
     x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 256, "bfloat16", bias=False)
     y = np.empty((64, 256), dtype=x.dtype)
-    for bad in (dict(cluster=3), dict(cluster=2, pingpong=True, bm=64), dict(cluster=2, persistent=False),
-                dict(cluster=2, store_cols=0)):
+    for bad in (dict(cluster=3), dict(cluster=2, persistent=False), dict(cluster=2, store_cols=0),
+                dict(cluster=2, pingpong=True, bm=64, store_cols=0)):
         cfg = {**mm.CONFIGS[("wgmma", "forward")], **bad}
         with pytest.raises(ValueError, match="cluster="):
             mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), y, 64, 256, 64, config=cfg)
@@ -892,6 +942,14 @@ def _used_modules(model) -> dict:
             x, w, b = _inputs(np.random.default_rng(4), N, K, M, "bfloat16")
             y, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
             mm.wgmma.backward(saved, y, {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)})
+    # the GELU epilogues (pingpong) in clusters (the probe's): c_fc's forward with pre, fc_proj's dx * gelu'
+    with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], cluster=2) for p in ("forward_pre", "dx_dgelu")}):
+        x, w, b = _inputs(np.random.default_rng(4), 256, 768, 3072, "bfloat16")
+        mm.wgmma.forward_gelu(x, w, b, pre=np.empty((256, 3072), x.dtype))
+        x, w, b = _inputs(np.random.default_rng(4), 256, 3072, 768, "bfloat16")
+        _, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
+        mm.wgmma.backward(saved, np.ones((256, 768), x.dtype), {"weight": np.zeros(w.shape, np.float32),
+                                                               "bias": np.zeros(b.shape, np.float32)}, dgelu_at=x)
     # the pingpong schedule's modules too (the probe's; GPT-2's shapes, bf16)
     with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
         for N, K, M in _COMPILE_SHAPES[:5]:

@@ -429,7 +429,7 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 //       product's (fc's pre + GELU 0.73x against 0.68x, fc_proj's dx * gelu' 0.71x against 0.62x,
 //       reports/train-h200/9a4640e/cupy_gemm/probe.txt).
 //
-// Clusters (WG_CLUSTER 2, cooperative with the TMA-store epilogue; matmul.py's `cluster`): the grid's
+// Clusters (WG_CLUSTER 2, with the TMA-store epilogue, either schedule; matmul.py's `cluster`): the grid's
 // blocks pair up (__cluster_dims__), and a pair's items are two tiles of C one above the other (tile
 // rows 2 r' and 2 r' + 1, one each), which read the same B tile at every k step. Each block's producer
 // loads its own A tile and half of B's, which the copy engine writes into both blocks' rings
@@ -439,7 +439,10 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // blocks walk their items in step; a cluster barrier at the start (every mbarrier initialised before a
 // copy or arrival from the other block lands) and at the end (no block leaves while the other may
 // still write into it). cuBLASLt's Hopper kernels run in clusters of two the same way (the lm_head
-// forward in the PyTorch reference's step: 192 x 192 tiles, 2 x 1 clusters).
+// forward in the PyTorch reference's step: 192 x 192 tiles, 2 x 1 clusters). In the pingpong schedule
+// the blocks' warpgroups of one parity take a pair's item together (each block's n-th item is the
+// pair's), so a slot's readers are one warpgroup of each block, and a block's L2 reads a k step fall
+// from 40 KB to 24 at 64 x 256 tiles: the traffic that pingpong's smaller tiles cost (above).
 //
 // The epilogue (wgmma_epilogue). wgmma leaves each thread 2 columns x 2 rows of every 8-column group
 // (wgmma_acc_coords): stored from there, a warp instruction writes 8 rows x 16 bytes (bf16 pairs),
@@ -499,7 +502,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 #endif
 // arrivals that release a ring slot: every thread that reads it, or in a cluster one a consumer warp
 // of each block (release_slot)
-#define WG_SLOT_READERS (WG_CLUSTER > 1 ? WG_CLUSTER * WG_CONSUMERS * 4 : WG_PINGPONG ? 128 : WG_CONSUMERS * 128)
+#define WG_SLOT_WARPGROUPS (WG_PINGPONG ? 1 : WG_CONSUMERS)  // the warpgroups that read each slot
+#define WG_SLOT_READERS (WG_CLUSTER > 1 ? WG_CLUSTER * WG_SLOT_WARPGROUPS * 4 : WG_SLOT_WARPGROUPS * 128)
 #define WG_TURN_BAR 3  // pingpong: named barriers 3 (warpgroup 0's turn) and 4 (warpgroup 1's); 1, 2: the epilogues'
 constexpr int WG_A_BYTES = WG_BM * TILE_ROW_BYTES, WG_B_BYTES = WG_BN * TILE_ROW_BYTES;
 constexpr int WG_RING_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES);
@@ -518,9 +522,9 @@ static_assert(WG_BN == 128 || WG_BN == 256, "wgmma tiles of 64 x 128 or 64 x 256
 static_assert(sizeof(floatX) == 2, "gemm_wgmma multiplies 16-bit operands");
 static_assert(WG_PINGPONG ? (WG_BM == 64 || WG_BM == 128) : WG_BM == 64 * WG_CONSUMERS,
               "cooperative: 64 rows per consumer warpgroup; pingpong: one or two m64 blocks per warpgroup");
-static_assert(WG_CLUSTER == 1 || (WG_CLUSTER == 2 && !WG_PINGPONG && WG_STORE_COLS > 0),
-              "clusters of two blocks: the cooperative schedule with the TMA-store epilogue (it clips the "
-              "tile rows past C that a cluster's second block may take)");
+static_assert(WG_CLUSTER == 1 || (WG_CLUSTER == 2 && WG_STORE_COLS > 0),
+              "clusters of two blocks, with the TMA-store epilogue (it clips the tile rows past C that a "
+              "cluster's second block may take)");
 #if WG_CLUSTER > 1
 #define EMU_CLUSTER_X WG_CLUSTER  // (the emulator's launchers: the cluster's blocks run together)
 #define WG_CLUSTER_DIMS __cluster_dims__(WG_CLUSTER, 1, 1)

@@ -110,7 +110,7 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: TMA-store epilogue (matmul.cu), taken where C allows it (_tma_store_kind); store_buffers (wgmma): 1, or
 #: 2 (those columns' shared memory as two buffers of half as many, filled in turn); cluster (wgmma): 1, or
 #: 2 (blocks in clusters of two that multiply tiles one above the other and share their B tile, each
-#: loading half of it for both: TMA multicast; cooperative and persistent, with the TMA-store epilogue;
+#: loading half of it for both: TMA multicast; persistent, either schedule, with the TMA-store epilogue;
 #: right on the GPU; on an H100 (reports/train-h100/fe8f063/clusters, bench/tune/cupy_raw_wgmma_probe.py's
 #: cluster2) as fast as one block alone at depth 768 (0.85-1.02x cuBLASLt against 0.89-1.02x) and
 #: faster at lm_head's dx, depth 50304 (1.09x against 1.01x). No configuration takes it yet: a
@@ -437,9 +437,9 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     if buffers not in (1, 2):
         raise ValueError(f"matmul wgmma: store_buffers={buffers}: 1 or 2")
     cluster = cfg.get("cluster", 1)
-    if cluster not in (1, 2) or (cluster == 2 and (pingpong or not cfg.get("persistent") or not store_cols)):
-        raise ValueError(f"matmul wgmma: cluster={cluster}: 1, or 2 with the cooperative schedule, a persistent "
-                         "grid and the TMA-store epilogue (store_cols)")
+    if cluster not in (1, 2) or (cluster == 2 and (not cfg.get("persistent") or not store_cols)):
+        raise ValueError(f"matmul wgmma: cluster={cluster}: 1, or 2 with a persistent grid and the TMA-store "
+                         "epilogue (store_cols)")
     xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
     k_split = _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)

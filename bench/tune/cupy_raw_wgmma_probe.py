@@ -66,6 +66,12 @@ Variants (all through matmul.gemm, the launcher the product uses):
     cluster2_no_multicast  the same clusters, each block loading the whole B tile itself: the blocks
                     still wait for each other's consumers at every slot (what the multicast costs,
                     against what the coupling costs; a source edit)
+                    At fc_fwd_pre and fc_proj_dx_dgelu, cluster2 is their pingpong tree in clusters:
+                    a block's L2 reads a k step 24 KB instead of 40 at 64 x 256 tiles
+    pingpong_store  pingpong (64 x 256 a warpgroup) with the TMA store of its whole tile in one pass
+                    and a 4-deep ring: the plain product in the GELU products' configuration
+    pingpong_cluster2  the same in clusters of two (a third of pingpong's operand traffic saved):
+                    does the traffic explain pingpong's loss at the plain products?
     cooperative     (fc_fwd_pre and fc_proj_dx_dgelu only; their tree is the pingpong schedule, each
                     warpgroup's 64 x 256 tile, its share in one image, 4-deep ring, the GELU in the
                     epilogue while the other warpgroup multiplies) the cooperative schedule's 128 x 256
@@ -183,6 +189,8 @@ VARIANTS = {
     "store256_double": ({"store_cols": 256, "stages": 3, "store_buffers": 2}, None, None),
     "cluster2": ({"cluster": 2}, None, None),
     "cluster2_no_multicast": ({"cluster": 2}, "cluster_no_multicast", None),
+    "pingpong_store": ({"pingpong": True, "store_cols": 256, "stages": 4}, None, None),
+    "pingpong_cluster2": ({"pingpong": True, "store_cols": 256, "stages": 4, "cluster": 2}, None, None),
     "cooperative": ({"pingpong": False, "bm": 128, "stages": 3}, None, None),
     "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
@@ -192,12 +200,14 @@ VARIANTS = {
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
-EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cublaslt_fused"),
-                     "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cublaslt_fused")}
+EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "cublaslt_fused"),
+                     "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cluster2",
+                                  "cublaslt_fused")}
 #: the variants run there only
 EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "cublaslt_fused")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
-ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2", "cluster2_no_multicast")
+ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2", "cluster2_no_multicast",
+            "pingpong_store", "pingpong_cluster2")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
@@ -359,7 +369,8 @@ def _emulate() -> int:
     real_sms, _common.num_sms = _common.num_sms, lambda xp: 2
     try:
         for variant in ("tree", "runtime_flags", "no_store", "no_bias", "store_off", "store256_s3", "store64",
-                        "pingpong", "pingpong_128x128", "store_double", "store256_double"):
+                        "pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2",
+                        "pingpong_store", "pingpong_cluster2"):
             change, edit, bias_override = VARIANTS[variant]
             with_bias = True if bias_override is None else bias_override
             out = np.full((rows, M), np.nan, dtype=bf16)
@@ -389,7 +400,7 @@ def _emulate() -> int:
             print(f"emulated {variant:16s} pre     {'ok' if ok and ok_g else 'FAIL'} (pre {err}, gelu {err_g})")
             bad += not (ok and ok_g)
         dgelu_ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(np, x.astype(np.float64))
-        for variant in ("tree", "cooperative", "store_off", "stages3"):  # (dgelu_tanh's PTX asm has no CPU
+        for variant in ("tree", "cooperative", "store_off", "stages3", "cluster2"):  # (dgelu_tanh's PTX asm has no CPU
             # emulation: nvcc above only)
             out = np.full((rows, K), np.nan, dtype=bf16)
             with rt.emulation():
