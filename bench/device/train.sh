@@ -56,8 +56,9 @@ else
   EXTRA=(--backend "triton,matmul_gelu=triton,classifier_crossentropy=triton")
 fi
 # a narrower re-run: TRAIN_BS=32 TRAIN_REFS=compile TRAIN_EXTRA="triton,classifier_crossentropy=triton" QUALITY=0
-# NO_COLD=1 (no cold-cache first step: one process fewer per system); TRAIN_EXTRA=none: the default selection alone
-BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS}
+# NO_COLD=1 (no cold-cache first step: one process fewer per system); TRAIN_EXTRA=none: the default selection alone;
+# TRAIN_BACKEND=cupy_raw TRAIN_EXTRA=none: cupy_raw alone
+BS=${TRAIN_BS:-$BS} REFS=${TRAIN_REFS:-$REFS} BACKEND=${TRAIN_BACKEND:-$BACKEND}   # TRAIN_BACKEND: the first selection
 [[ $REFS == none ]] && REFS=   # TRAIN_REFS=none: ours alone
 if [[ -n ${NO_COLD:-} ]]; then COLD=--no-cold; fi
 PROFILE_FLAG=; [[ ${PROFILE:-1} == 0 ]] && PROFILE_FLAG=--no-profile   # PROFILE=0: no eager per-op breakdown
