@@ -68,6 +68,10 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     against what the coupling costs; a source edit)
                     At fc_fwd_pre and fc_proj_dx_dgelu, cluster2 is their pingpong tree in clusters:
                     a block's L2 reads a k step 24 KB instead of 40 at 64 x 256 tiles
+    bn128           128 x 128 tiles (two m64n128 consumers) with a 6-deep ring, the whole tile in one TMA
+                    store pass: twice the tiles, 2/3 of the operand bytes per result (for attn_proj's
+                    768 columns: 6 tile columns, 5.8 waves of 132 at 16384 rows against 2.9)
+    bn128_s4        the same with a 4-deep ring
     pingpong_store  pingpong (64 x 256 a warpgroup) with the TMA store of its whole tile in one pass
                     and a 4-deep ring: the plain product in the GELU products' configuration
     pingpong_cluster2  the same in clusters of two (a third of pingpong's operand traffic saved):
@@ -190,6 +194,8 @@ VARIANTS = {
     "cluster2": ({"cluster": 2}, None, None),
     "cluster2_no_multicast": ({"cluster": 2}, "cluster_no_multicast", None),
     "pingpong_store": ({"pingpong": True, "store_cols": 256, "stages": 4}, None, None),
+    "bn128": ({"bn": 128, "store_cols": 128, "stages": 6}, None, None),
+    "bn128_s4": ({"bn": 128, "store_cols": 128, "stages": 4}, None, None),
     "pingpong_cluster2": ({"pingpong": True, "store_cols": 256, "stages": 4, "cluster": 2}, None, None),
     "cooperative": ({"pingpong": False, "bm": 128, "stages": 3}, None, None),
     "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
@@ -370,7 +376,7 @@ def _emulate() -> int:
     try:
         for variant in ("tree", "runtime_flags", "no_store", "no_bias", "store_off", "store256_s3", "store64",
                         "pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2",
-                        "pingpong_store", "pingpong_cluster2"):
+                        "pingpong_store", "pingpong_cluster2", "bn128"):
             change, edit, bias_override = VARIANTS[variant]
             with_bias = True if bias_override is None else bias_override
             out = np.full((rows, M), np.nan, dtype=bf16)
