@@ -113,8 +113,11 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: loading half of it for both: TMA multicast; persistent, either schedule, with the TMA-store epilogue;
 #: right on the GPU; on an H100 (reports/train-h100/fe8f063/clusters, bench/tune/cupy_raw_wgmma_probe.py's
 #: cluster2) as fast as one block alone at depth 768 (0.85-1.02x cuBLASLt against 0.89-1.02x) and
-#: faster at lm_head's dx, depth 50304 (1.09x against 1.01x). No configuration takes it yet: a
-#: training step with it has not been timed).
+#: faster at lm_head's dx, depth 50304 (1.09x against 1.01x), but the B=64 step with lm_head's dx
+#: clustered gained 0.14%, within its spread (reports/train-h100/ccce3ce); in the pingpong schedule
+#: clusters lift the plain products (fc forward 0.79x to 0.85x) but not the GELU ones, whose epilogue
+#: bounds them (0.70x either way, reports/train-h100/e0ce96d). So no configuration takes clusters:
+#: the probe's cluster2 and pingpong_cluster2 variants do).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
