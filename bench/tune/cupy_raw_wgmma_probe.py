@@ -83,6 +83,8 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     next tile's main loop (DeferredGelu): the configuration until 9a4640e
     pre128          (fc_fwd_pre only) cooperative, pre and gelu(pre) in two passes of 128 columns beside
                     a 4-deep ring, the first pass's GELU in the epilogue, the second's deferred
+    gelu_tanh       (fc_fwd_pre only) the GELU from one MUFU.TANH (0.5 x (1 + tanh u)) instead of an exp2
+                    and a reciprocal, as dgelu_tanh does gelu' (a source edit): the epilogue's SFU share
     dgelu_tanh      (fc_proj_dx_dgelu only) gelu' from one MUFU.TANH (tanh.approx.f32: sigmoid(2u) =
                     (1 + tanh u) / 2) instead of an exp2 and a reciprocal: does the epilogue's SFU work
                     show? (a source edit; the kernel's arithmetic is then no longer gelu.cu's)
@@ -161,6 +163,10 @@ EDITS = {
                     "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(tanh_u)\n"
                     "        : \"f\"(x * (0.7978845608f + 0.0356774081f * x2)));\n"
                     "    const float s = 0.5f + 0.5f * tanh_u;")],
+    "gelu_tanh": [("    return __fdividef(x, 1.0f + exp2f(x * (GELU_A + GELU_B * x * x)));",
+                   "    float tanh_u;\n"
+                   "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(tanh_u) : \"f\"(x * (0.7978845608f + 0.0356774081f * x * x)));\n"
+                   "    return 0.5f * x * (1.0f + tanh_u);")],
     # clusters of two without the multicast: each block loads the whole B tile itself (two boxes of the
     # cluster's map), the slots' empty barriers still counting both blocks' consumers
     "cluster_no_multicast": [
@@ -200,17 +206,19 @@ VARIANTS = {
     "cooperative": ({"pingpong": False, "bm": 128, "stages": 3}, None, None),
     "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
+    "gelu_tanh": ({}, "gelu_tanh", None),
     "cublaslt_fused": ({}, None, None),
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
-EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "cublaslt_fused"),
+EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "gelu_tanh",
+                                     "cublaslt_fused"),
                      "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cluster2",
                                   "cublaslt_fused")}
 #: the variants run there only
-EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "cublaslt_fused")
+EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "gelu_tanh", "cublaslt_fused")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2", "cluster2_no_multicast",
             "pingpong_store", "pingpong_cluster2")
@@ -397,7 +405,7 @@ def _emulate() -> int:
             bad += not (ok and ok_b)
         pre_ref = ref + b.astype(np.float64)
         gelu_ref = 0.5 * pre_ref * (1.0 + np.tanh(0.7978845608028654 * (pre_ref + 0.044715 * pre_ref ** 3)))
-        for variant in EPILOGUE_VARIANTS["forward_pre"]:
+        for variant in (v for v in EPILOGUE_VARIANTS["forward_pre"] if v != "gelu_tanh"):  # (its PTX asm: nvcc only)
             out = (np.full((rows, M), np.nan, dtype=bf16), np.full((rows, M), np.nan, dtype=bf16))
             with rt.emulation():
                 _call("wgmma", _config("forward_pre", M, K, VARIANTS[variant][0]), "forward_pre", x, w, b, None,
