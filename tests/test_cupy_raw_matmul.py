@@ -555,6 +555,45 @@ def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True, bias: b
     _close(y, _gelu(ref), "bfloat16", "forward", f"{label} gelu")
 
 
+def _check_pre_and_gelu_bitwise(rng, rows: int, K: int, M: int, label: str):
+    """wgmma's forward with pre (poisoned first) at (rows, K) x (M, K): pre against float64, and
+    gelu(pre) bitwise what gelu's kernel makes of the stored pre (the composition's arithmetic).
+    Returns gelu(pre)."""
+    from backends.cupy_raw import gelu
+    x, w, b = _inputs(rng, rows, K, M, "bfloat16")
+    pre = np.full((rows, M), np.nan, dtype=x.dtype)
+    y = mm.wgmma.forward_gelu(x, w, b, out=np.full((rows, M), np.nan, dtype=x.dtype), pre=pre)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+    _close(pre, ref, "bfloat16", "forward", f"{label} pre {rows}x{K}x{M}")
+    composed, _ = gelu.forward({"x": pre}, {})
+    bad = np.flatnonzero(y.view(np.uint16) != composed.view(np.uint16))
+    assert bad.size == 0, (f"{label} {rows}x{K}x{M}: gelu(pre) differs from gelu's kernel at {bad.size} elements, "
+                           f"first {np.unravel_index(bad[0], y.shape)}")
+    return y
+
+
+def _check_dx_dgelu_bitwise(impl, rng, N: int, H: int, M: int, label: str) -> None:
+    """impl's dx times gelu'(pre) (dgelu_at) of a (N, H) x (M, H) projection with pre random: bitwise
+    the composition it replaces (the plain dx, then gelu's backward kernel on its rounded output), and
+    against float64."""
+    from backends.cupy_raw import gelu
+    pre = (rng.standard_normal((N, H)) * 2).astype(_common.np_dtype("bfloat16"))
+    h, _ = gelu.forward({"x": pre}, {})
+    _, w, b = _inputs(rng, N, H, M, "bfloat16")
+    _, saved = impl.forward({"x": h, "weight": w, "bias": b}, {})
+    dy = rng.standard_normal((N, M)).astype(pre.dtype)
+    grads = {"x": np.full((N, H), np.nan, dtype=pre.dtype), "weight": np.zeros((M, H), np.float32),
+             "bias": np.zeros(M, np.float32)}
+    dpre = impl.backward(saved, dy, grads, dgelu_at=pre)["x"]
+    plain = impl.backward(saved, dy, {"weight": np.zeros((M, H), np.float32), "bias": np.zeros(M, np.float32)})
+    composed = gelu.backward(gelu.Saved(pre), plain["x"], {})["x"]
+    bad = np.flatnonzero(dpre.view(np.uint16) != composed.view(np.uint16))
+    assert bad.size == 0, (f"{label} {N}x{H}x{M}: dx * gelu' differs from the composition at {bad.size} "
+                           f"elements, first {np.unravel_index(bad[0], dpre.shape)}")
+    ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(pre.astype(np.float64))
+    _close(dpre, ref, "bfloat16", "gradient", f"{label} {N}x{H}x{M} against float64")
+
+
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
 @pytest.mark.parametrize("store_cols, stages, pingpong", [(256, 3, False), (128, 4, False), (256, 4, True)],
                          ids=["all-deferred", "last-pass-deferred", "pingpong"])
@@ -567,7 +606,6 @@ def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages, pi
     nothing is deferred: the epilogue stores pre, then gelu(pre) from the same image. pre must
     match float64, and gelu(pre) must be bitwise gelu's kernel applied to the stored pre (the
     composition's arithmetic)."""
-    from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     if not pingpong:  # (the product's configuration is the pingpong one: matmul.CONFIGS)
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_pre"),
@@ -583,15 +621,7 @@ def test_wgmma_deferred_gelu_in_the_emulator(monkeypatch, store_cols, stages, pi
     rng = np.random.default_rng(18)
     with rt.emulation():
         for rows, K, M in [(330, 576, 392), (200, 64, 312)]:
-            x, w, b = _inputs(rng, rows, K, M, "bfloat16")
-            pre = np.full((rows, M), np.nan, dtype=x.dtype)
-            y = mm.wgmma.forward_gelu(x, w, b, out=np.full((rows, M), np.nan, dtype=x.dtype), pre=pre)
-            ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
-            _close(pre, ref, "bfloat16", "forward", f"deferred GELU {store_cols}/{stages} pre {rows}x{K}x{M}")
-            composed, _ = gelu.forward({"x": pre}, {})
-            bad = np.flatnonzero(y.view(np.uint16) != composed.view(np.uint16))
-            assert bad.size == 0, (f"{store_cols}/{stages} {rows}x{K}x{M}: gelu(pre) differs from gelu's kernel at "
-                                   f"{bad.size} elements, first {np.unravel_index(bad[0], y.shape)}")
+            _check_pre_and_gelu_bitwise(rng, rows, K, M, f"deferred GELU {store_cols}/{stages}")
     assert taken and set(taken) == {"16bit"}, taken
     assert {(d.get("WG_STORE_PRE"), d.get("WG_PINGPONG")) for d in modules if d.get("GEMM_WGMMA")} == {(1, int(pingpong))}
 
@@ -607,7 +637,6 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
     schedule), the same in the pingpong schedule (matmul.CONFIGS, the product's: each warpgroup its own
     64 x 256 tiles, 6 x 2 of them, so each block's two warpgroups take several turns and prefetches
     each), wgmma's staged epilogue (store_cols 128: not the whole tile, so not prefetched) and gemm_mma."""
-    from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     cooperative = dict(mm.CONFIGS[("wgmma", "dx_dgelu")], pingpong=False, bm=128, stages=3)
     if epilogue in ("prefetched", "staged"):
@@ -626,21 +655,7 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
     rng = np.random.default_rng(19)
     with rt.emulation():
         for N, H, M in [(330, 392, 576), (200, 312, 64), (40, 136, 64)]:
-            pre = (rng.standard_normal((N, H)) * 2).astype(_common.np_dtype("bfloat16"))
-            h, _ = gelu.forward({"x": pre}, {})
-            _, w, b = _inputs(rng, N, H, M, "bfloat16")
-            _, saved = impl.forward({"x": h, "weight": w, "bias": b}, {})
-            dy = rng.standard_normal((N, M)).astype(pre.dtype)
-            grads = {"x": np.full((N, H), np.nan, dtype=pre.dtype), "weight": np.zeros((M, H), np.float32),
-                     "bias": np.zeros(M, np.float32)}
-            dpre = impl.backward(saved, dy, grads, dgelu_at=pre)["x"]
-            plain = impl.backward(saved, dy, {"weight": np.zeros((M, H), np.float32), "bias": np.zeros(M, np.float32)})
-            composed = gelu.backward(gelu.Saved(pre), plain["x"], {})["x"]
-            bad = np.flatnonzero(dpre.view(np.uint16) != composed.view(np.uint16))
-            assert bad.size == 0, (f"{epilogue} {N}x{H}x{M}: dx * gelu' differs from the composition at {bad.size} "
-                                   f"elements, first {np.unravel_index(bad[0], dpre.shape)}")
-            ref = (dy.astype(np.float64) @ w.astype(np.float64)) * _gelu_grad(pre.astype(np.float64))
-            _close(dpre, ref, "bfloat16", "gradient", f"{epilogue} {N}x{H}x{M} against float64")
+            _check_dx_dgelu_bitwise(impl, rng, N, H, M, epilogue)
     kinds = {(name, d.get("WG_STORE_DGELU"), d.get("WG_STORE_COLS"), d.get("WG_PINGPONG")) for name, d in fused}
     assert kinds == {"prefetched": {("gemm_wgmma", 1, 256, 0)}, "pingpong": {("gemm_wgmma", 1, 256, 1)},
                      "staged": {("gemm_wgmma", 0, 0, 0)}, "mma": {("gemm_mma", None, None, None)}}[epilogue], kinds
@@ -681,7 +696,6 @@ def test_wgmma_pingpong_clusters_in_the_emulator(monkeypatch):
     configuration (matmul.CONFIGS, pingpong) in clusters: matmul_gelu's pre and gelu(pre) (gelu(pre)
     bitwise gelu's kernel on the stored pre) and dx * gelu'(pre) with pre prefetched into the image
     (bitwise the composition it replaces)."""
-    from backends.cupy_raw import gelu
     monkeypatch.setattr(_common, "num_sms", lambda xp: 4)
     for product in ("forward", "dx"):
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), dict(mm.PINGPONG_CONFIGS[product], store_cols=256,
@@ -699,23 +713,8 @@ def test_wgmma_pingpong_clusters_in_the_emulator(monkeypatch):
         _check_against_naive(mm.wgmma, "wgmma pingpong in clusters of two (emulated)", "bfloat16",
                              [(40, 64, 264), (330, 128, 520)], rng)
         for N, H, M in [(330, 392, 576), (200, 312, 64), (40, 136, 64)]:
-            x, w_fc, b_fc = _inputs(rng, N, M, H, "bfloat16")
-            pre = np.full((N, H), np.nan, dtype=x.dtype)
-            h = mm.wgmma.forward_gelu(x, w_fc, b_fc, out=np.full((N, H), np.nan, dtype=x.dtype), pre=pre)
-            ref = x.astype(np.float64) @ w_fc.astype(np.float64).T + b_fc.astype(np.float64)
-            _close(pre, ref, "bfloat16", "forward", f"pingpong clusters, pre {N}x{M}x{H}")
-            composed, _ = gelu.forward({"x": pre}, {})
-            assert np.array_equal(h.view(np.uint16), composed.view(np.uint16)), f"gelu(pre) {N}x{M}x{H}"
-            _, w, b = _inputs(rng, N, H, M, "bfloat16")
-            _, saved = mm.wgmma.forward({"x": h, "weight": w, "bias": b}, {})
-            dy = rng.standard_normal((N, M)).astype(pre.dtype)
-            grads = {"x": np.full((N, H), np.nan, dtype=pre.dtype), "weight": np.zeros((M, H), np.float32),
-                     "bias": np.zeros(M, np.float32)}
-            dpre = mm.wgmma.backward(saved, dy, grads, dgelu_at=pre)["x"]
-            plain = mm.wgmma.backward(saved, dy, {"weight": np.zeros((M, H), np.float32),
-                                                  "bias": np.zeros(M, np.float32)})
-            composed = gelu.backward(gelu.Saved(pre), plain["x"], {})["x"]
-            assert np.array_equal(dpre.view(np.uint16), composed.view(np.uint16)), f"dx * gelu' {N}x{H}x{M}"
+            _check_pre_and_gelu_bitwise(rng, N, M, H, "pingpong clusters")
+            _check_dx_dgelu_bitwise(mm.wgmma, rng, N, H, M, "pingpong clusters")
     assert {(1, 2, 0, 0), (1, 2, 1, 0), (1, 2, 0, 1)} <= set(launched), launched
 
 
@@ -928,34 +927,31 @@ def _used_modules(model) -> dict:
                                                       "bias": np.zeros(b.shape, np.float32)})
                 if N * K < 1e5:
                     VARIANTS[variant].forward_gelu(x, w, b, pre=np.empty_like(y))
-    # matmul_gelu's forward at c_fc's shape: pre and gelu(pre) through the TMA store (WG_STORE_PRE)
-    x, w, b = _inputs(np.random.default_rng(4), 256, 768, 3072, "bfloat16")
-    mm.wgmma.forward_gelu(x, w, b, pre=np.empty((256, 3072), x.dtype))
-    # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image (WG_STORE_DGELU)
-    x, w, b = _inputs(np.random.default_rng(4), 256, 3072, 768, "bfloat16")
-    _, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
-    mm.wgmma.backward(saved, np.ones((256, 768), x.dtype), {"weight": np.zeros(w.shape, np.float32),
-                                                           "bias": np.zeros(b.shape, np.float32)}, dgelu_at=x)
-    # the clustered modules (TMA multicast; the probe's), forward and dx at GPT-2's shapes, bf16
-    with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], cluster=2) for p in ("forward", "dx")}):
-        for N, K, M in _COMPILE_SHAPES[:5]:
-            x, w, b = _inputs(np.random.default_rng(4), N, K, M, "bfloat16")
-            y, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
-            mm.wgmma.backward(saved, y, {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)})
-    # the GELU epilogues (pingpong) in clusters (the probe's): c_fc's forward with pre, fc_proj's dx * gelu'
-    with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], cluster=2) for p in ("forward_pre", "dx_dgelu")}):
+    def gelu_products():
+        # matmul_gelu's forward at c_fc's shape: pre and gelu(pre) through the TMA store (WG_STORE_PRE)
         x, w, b = _inputs(np.random.default_rng(4), 256, 768, 3072, "bfloat16")
         mm.wgmma.forward_gelu(x, w, b, pre=np.empty((256, 3072), x.dtype))
+        # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image (WG_STORE_DGELU)
         x, w, b = _inputs(np.random.default_rng(4), 256, 3072, 768, "bfloat16")
         _, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
         mm.wgmma.backward(saved, np.ones((256, 768), x.dtype), {"weight": np.zeros(w.shape, np.float32),
                                                                "bias": np.zeros(b.shape, np.float32)}, dgelu_at=x)
-    # the pingpong schedule's modules too (the probe's; GPT-2's shapes, bf16)
-    with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
+
+    def linear_products():  # forward, dx and dW at GPT-2's shapes, bf16
         for N, K, M in _COMPILE_SHAPES[:5]:
             x, w, b = _inputs(np.random.default_rng(4), N, K, M, "bfloat16")
             y, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
             mm.wgmma.backward(saved, y, {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)})
+
+    gelu_products()
+    # the clustered modules (TMA multicast; the probe's): forward and dx, and the GELU epilogues (pingpong)
+    with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], cluster=2) for p in ("forward", "dx")}):
+        linear_products()
+    with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], cluster=2) for p in ("forward_pre", "dx_dgelu")}):
+        gelu_products()
+    # the pingpong schedule's modules too (the probe's)
+    with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
+        linear_products()
     for name, defines in model.kernels:
         key = tuple(sorted(defines.items()))
         modules[key] = "sm_90a" if "GEMM_WGMMA" in defines else "sm_90"
