@@ -718,6 +718,37 @@ def test_wgmma_pingpong_clusters_in_the_emulator(monkeypatch):
     assert {(1, 2, 0, 0), (1, 2, 1, 0), (1, 2, 0, 1)} <= set(launched), launched
 
 
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+def test_wgmma_bias_from_shared_memory_in_the_emulator(monkeypatch):
+    """bias_smem (WG_BIAS_SMEM): each thread's pair of the tile's bias, loaded before the main loop, put
+    into the warpgroup's 512 bytes of shared memory for the TMA-store epilogue. Bitwise the default
+    configuration's results (the same arithmetic), at the forward (cooperative, two passes) and
+    matmul_gelu's forward (pingpong, pre and gelu(pre)), two blocks walking several tiles each (the
+    copy rewritten per tile: a stale one gives the last tile's bias), ragged rows and columns."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    results = {}
+    with rt.emulation():
+        for smem in (False, True):
+            for product in ("forward", "forward_pre"):
+                monkeypatch.setitem(mm.CONFIGS, ("wgmma", product),
+                                    dict(mm.CONFIGS[("wgmma", product)], bias_smem=smem))
+            launched = []
+            real_launch = rt.launch
+            monkeypatch.setattr(rt, "launch", lambda k, *a, **kw: launched.append(k.defines.get("WG_BIAS_SMEM"))
+                                or real_launch(k, *a, **kw))
+            x, w, b = _inputs(np.random.default_rng(22), 330, 128, 776, "bfloat16")
+            y, _ = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
+            pre = np.full((330, 776), np.nan, dtype=x.dtype)
+            h = mm.wgmma.forward_gelu(x, w, b, out=np.full((330, 776), np.nan, dtype=x.dtype), pre=pre)
+            results[smem] = (y, pre, h)
+            monkeypatch.setattr(rt, "launch", real_launch)
+            assert set(launched) == ({1} if smem else {None}), launched
+    ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+    _close(results[True][0], ref, "bfloat16", "forward", "bias from shared memory")
+    for got, want, what in zip(results[True], results[False], ("y", "pre", "gelu(pre)")):
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), what
+
+
 def test_pingpong_needs_a_persistent_grid(model):
     x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 64, "bfloat16", bias=False)
     y = np.empty((64, 64), dtype=x.dtype)
@@ -734,8 +765,8 @@ def test_wgmma_clusters_host_side(model, kmajor_b):
     (the kernel model checks it: 5 tile rows are 3 cluster rows, the last cluster's second block a row
     past C), and the product the model computes from those arguments; a C that only the staged
     epilogue can write (36 columns) runs alone."""
-    rng = np.random.default_rng(21)
     rows, depth, cols = 4 * 128 + 5, 192, 384  # 5 tile rows, 2 tile columns at bn 256
+    rng = np.random.default_rng(21)
     bf16 = _common.np_dtype("bfloat16")
     x = rng.standard_normal((rows, depth)).astype(bf16)
     cfg = {**mm.CONFIGS[("wgmma", "forward")], "cluster": 2}
@@ -952,6 +983,10 @@ def _used_modules(model) -> dict:
     # the pingpong schedule's modules too (the probe's)
     with _configs({("wgmma", product): cfg for product, cfg in mm.PINGPONG_CONFIGS.items()}):
         linear_products()
+    # the bias from shared memory (the probe's bias_smem)
+    with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], bias_smem=True) for p in ("forward", "forward_pre")}):
+        linear_products()
+        gelu_products()
     for name, defines in model.kernels:
         key = tuple(sorted(defines.items()))
         modules[key] = "sm_90a" if "GEMM_WGMMA" in defines else "sm_90"

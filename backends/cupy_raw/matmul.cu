@@ -397,7 +397,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // (1: they are FLAG_DGELU's dx, pre prefetched into the image: PreFetch), WG_STORE_BUFFERS
 // (1, or 2: the image cut into two buffers of WG_STORE_COLS / 2 columns filled in turn, so that a
 // pass need not wait for the copy engine to have read the pass before it; below), WG_CLUSTER (1, or
-// 2: blocks in clusters of two, below).
+// 2: blocks in clusters of two, below), WG_BIAS_SMEM (1: the TMA-store epilogue reads the bias from
+// shared memory, below).
 // Block: warps 0-3 and 4-7 are the two consumer warpgroups, warp 8 the producer.
 //
 // Work items are (tile of C, k slice) pairs, numbered slice-major; block b takes items b,
@@ -500,6 +501,16 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 #ifndef WG_CLUSTER
 #define WG_CLUSTER 1
 #endif
+// WG_BIAS_SMEM 1: each consumer thread loads one pair of the tile's bias before its main loop (the load's
+// latency under the multiplies) and, before the epilogue, puts it into the warpgroup's 512 bytes of the
+// tile of ones (FLAG_ROWSUM's, which a product with a bias never has); the TMA-store epilogue then
+// reads the bias there instead of issuing a global load per 8-column group and row pair (in the
+// pingpong GELU forward, ncu's stall samples put 5% on that load: reports/train-h100/12814eb).
+#ifndef WG_BIAS_SMEM
+#define WG_BIAS_SMEM 0
+#endif
+static_assert(!WG_BIAS_SMEM || (WG_STORE_COLS > 0 && WG_BN * 2 <= 512), "the bias in shared memory: the TMA-store "
+              "epilogue's, 512 bytes a warpgroup");
 // arrivals that release a ring slot: every thread that reads it, or in a cluster one a consumer warp
 // of each block (release_slot)
 #define WG_SLOT_WARPGROUPS (WG_PINGPONG ? 1 : WG_CONSUMERS)  // the warpgroups that read each slot
@@ -901,11 +912,12 @@ __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* i
 // with pre = sum + bias, stored through pre's map, then (once the copy engine has read that) with
 // gelu(pre) of pre rounded to floatX (the composition's arithmetic: bitwise what gelu.cu makes of the
 // stored pre), through C's; the last pass leaves its gelu(pre) to the next main loop (`deferred`,
-// DeferredGelu below), so that the tile's last image waits for nothing.
+// DeferredGelu below), so that the tile's last image waits for nothing. tile_bias: the bias of the
+// tile's first column (in global memory, or the warpgroup's copy in shared memory: WG_BIAS_SMEM).
 // Thread t holds, of every 8-column group g, columns 8 g + cc, + 1 of rows r and r + 8
 // (wgmma_acc_coords: registers 4 g + 2 h, + 1 for row r + 8 h).
 template <int F, typename OutT>
-__device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* bias,
+__device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* tile_bias,
                                                      const TmaDescriptor* map, const TmaDescriptor* pre_map,
                                                      unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce,
@@ -947,7 +959,7 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
         // computes every pass's addresses ahead while the accumulators are live, and spills)
         const int zero = opaque_zero();
         unsigned char* const row_at = image_at + r * 128 + zero;
-        const floatX* const bias_at = bias + j_pass + cc + zero;
+        const floatX* const bias_at = tile_bias + pass * FILL_COLS + cc + zero;
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) {
             const int q = pass * GROUPS + g;      // the 8-column group of the tile
@@ -1180,6 +1192,12 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         const int hand_on = WG_PINGPONG && work + stride < items ? WG_TURN_BAR + 1 - wg : 0;
         prefetch.i = w.tm * WG_BM + a_row0;  // (WG_STORE_DGELU: one m64 block a warpgroup)
         prefetch.j = w.tn * WG_BN;
+#if WG_BIAS_SMEM
+        // this thread's pair of the tile's bias, loaded now and put into shared memory after the main loop
+        unsigned bias_pair = 0;
+        const int j_bias = w.tn * WG_BN + 2 * t;  // (cols % 8 == 0 here: j_bias + 1 is inside too)
+        if ((flags & FLAG_BIAS) && 2 * t < WG_BN && j_bias < cols) bias_pair = *reinterpret_cast<const unsigned*>(bias + j_bias);
+#endif
         if (with_sums)
             consume_item<true>(acc, sums, w.nk, it, a_row0, hand_on, a_ring, b_ring, ones, full_bar, empty_bar,
                                deferred, image, &tma_c, 1 + wg, t, prefetch, &tma_pre);
@@ -1192,6 +1210,14 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 
         // the epilogue, per m64 block h: rows i_wg .. i_wg + 63 of C, the tile's columns from j_tile
         const int j_tile = w.tn * WG_BN;
+#if WG_BIAS_SMEM
+        // (the last tile's epilogue read its copy before its last barrier; this one's reads come after
+        // the first barrier of its own)
+        floatX* const tile_bias = reinterpret_cast<floatX*>(smem_raw + (ones - smem_u32(smem_raw)) + 512 * wg);
+        if ((flags & FLAG_BIAS) && 2 * t < WG_BN) *reinterpret_cast<unsigned*>(tile_bias + 2 * t) = bias_pair;
+#elif WG_STORE_COLS > 0
+        const floatX* const tile_bias = bias + j_tile;
+#endif
         int r, cc;  // this thread's first accumulator (wgmma_acc_coords)
         wgmma_acc_coords(t, 0, r, cc);
         // the pointers offset by a zero the compiler cannot see through, per tile: else it hoists
@@ -1211,7 +1237,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
 #if WG_STORE_COLS > 0
 #define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
-    wgmma_store_epilogue<F, OutT>(acc[h], bias + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
+    wgmma_store_epilogue<F, OutT>(acc[h], tile_bias + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
                                   reduce, deferred, prefetch)
 #if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);

@@ -93,10 +93,10 @@ def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, spli
 
 
 def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8, pingpong=False, bm=128,
-        store_cols=0, store_buffers=1, cluster=1):
+        store_cols=0, store_buffers=1, cluster=1, bias_smem=False):
     return dict(engine="wgmma", bn=bn, bm=bm, stages=stages, ctas=ctas, persistent=persistent, pingpong=pingpong,
                 group_m=group_m, split_k=split_k, busy=busy, store_cols=store_cols, store_buffers=store_buffers,
-                cluster=cluster)
+                cluster=cluster, bias_smem=bias_smem)
 
 
 #: (engine, product) -> launch configuration. bm x bn: the tile of C (wgmma cooperative: bm 128;
@@ -117,7 +117,9 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: clustered gained 0.14%, within its spread (reports/train-h100/ccce3ce); in the pingpong schedule
 #: clusters lift the plain products (fc forward 0.79x to 0.85x) but not the GELU ones, whose epilogue
 #: bounds them (0.70x either way, reports/train-h100/e0ce96d). So no configuration takes clusters:
-#: the probe's cluster2 and pingpong_cluster2 variants do).
+#: the probe's cluster2 and pingpong_cluster2 variants do); bias_smem (wgmma, TMA-store epilogue): the
+#: epilogue reads the bias from a copy in shared memory that each thread's one load, issued before the
+#: main loop, fills (matmul.cu's WG_BIAS_SMEM; the probe's bias_smem; not yet timed on a GPU).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -471,6 +473,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                "WG_STORE_BUFFERS": buffers if store_cols else 1}
     if cluster > 1:
         defines["WG_CLUSTER"] = cluster
+    if cfg.get("bias_smem") and store_cols and bias is not None:  # (its copy takes the tile of ones' shared
+        defines["WG_BIAS_SMEM"] = 1                                  # memory: only dW has row sums, and no bias)
     kernel = rt.function("matmul", "gemm_wgmma", defines, arch="sm_90a")
     # the row sums: one float32 row per k slice (tile column 0's blocks write them), added to rowsum after
     sums = xp.empty((slices, rows), dtype=np.float32) if rowsum is not None else None

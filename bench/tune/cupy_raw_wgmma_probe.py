@@ -72,6 +72,8 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     store pass: twice the tiles, 2/3 of the operand bytes per result (for attn_proj's
                     768 columns: 6 tile columns, 5.8 waves of 132 at 16384 rows against 2.9)
     bn128_s4        the same with a 4-deep ring
+    bias_smem       the TMA-store epilogue's bias from a copy in shared memory (WG_BIAS_SMEM: one load a
+                    thread before the main loop) instead of a global load per 8-column group
     pingpong_store  pingpong (64 x 256 a warpgroup) with the TMA store of its whole tile in one pass
                     and a 4-deep ring: the plain product in the GELU products' configuration
     pingpong_cluster2  the same in clusters of two (a third of pingpong's operand traffic saved):
@@ -207,6 +209,7 @@ VARIANTS = {
     "pre128": ({"pingpong": False, "bm": 128, "store_cols": 128, "stages": 4}, None, None),
     "dgelu_tanh": ({}, "dgelu_tanh", None),
     "gelu_tanh": ({}, "gelu_tanh", None),
+    "bias_smem": ({"bias_smem": True}, None, None),
     "cublaslt_fused": ({}, None, None),
 }
 #: the variants also run at the dW products
@@ -214,7 +217,7 @@ DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double")
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
 EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "gelu_tanh",
-                                     "cublaslt_fused"),
+                                     "bias_smem", "cublaslt_fused"),
                      "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cluster2",
                                   "cublaslt_fused")}
 #: the variants run there only
@@ -384,7 +387,7 @@ def _emulate() -> int:
     try:
         for variant in ("tree", "runtime_flags", "no_store", "no_bias", "store_off", "store256_s3", "store64",
                         "pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2",
-                        "pingpong_store", "pingpong_cluster2", "bn128"):
+                        "pingpong_store", "pingpong_cluster2", "bn128", "bias_smem"):
             change, edit, bias_override = VARIANTS[variant]
             with_bias = True if bias_override is None else bias_override
             out = np.full((rows, M), np.nan, dtype=bf16)
