@@ -557,8 +557,7 @@ def _check_wgmma_gelu(rng, rows: int, label: str, with_pre: bool = True, bias: b
 
 def _check_pre_and_gelu_bitwise(rng, rows: int, K: int, M: int, label: str):
     """wgmma's forward with pre (poisoned first) at (rows, K) x (M, K): pre against float64, and
-    gelu(pre) bitwise what gelu's kernel makes of the stored pre (the composition's arithmetic).
-    Returns gelu(pre)."""
+    gelu(pre) bitwise what gelu's kernel makes of the stored pre (the composition's arithmetic)."""
     from backends.cupy_raw import gelu
     x, w, b = _inputs(rng, rows, K, M, "bfloat16")
     pre = np.full((rows, M), np.nan, dtype=x.dtype)
@@ -569,7 +568,6 @@ def _check_pre_and_gelu_bitwise(rng, rows: int, K: int, M: int, label: str):
     bad = np.flatnonzero(y.view(np.uint16) != composed.view(np.uint16))
     assert bad.size == 0, (f"{label} {rows}x{K}x{M}: gelu(pre) differs from gelu's kernel at {bad.size} elements, "
                            f"first {np.unravel_index(bad[0], y.shape)}")
-    return y
 
 
 def _check_dx_dgelu_bitwise(impl, rng, N: int, H: int, M: int, label: str) -> None:
@@ -726,22 +724,22 @@ def test_wgmma_bias_from_shared_memory_in_the_emulator(monkeypatch):
     matmul_gelu's forward (pingpong, pre and gelu(pre)), two blocks walking several tiles each (the
     copy rewritten per tile: a stale one gives the last tile's bias), ragged rows and columns."""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    launched = []
+    real_launch = rt.launch
+    monkeypatch.setattr(rt, "launch", lambda k, *a, **kw: launched.append(k.defines.get("WG_BIAS_SMEM"))
+                        or real_launch(k, *a, **kw))
     results = {}
     with rt.emulation():
         for smem in (False, True):
             for product in ("forward", "forward_pre"):
                 monkeypatch.setitem(mm.CONFIGS, ("wgmma", product),
                                     dict(mm.CONFIGS[("wgmma", product)], bias_smem=smem))
-            launched = []
-            real_launch = rt.launch
-            monkeypatch.setattr(rt, "launch", lambda k, *a, **kw: launched.append(k.defines.get("WG_BIAS_SMEM"))
-                                or real_launch(k, *a, **kw))
+            launched.clear()
             x, w, b = _inputs(np.random.default_rng(22), 330, 128, 776, "bfloat16")
             y, _ = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
             pre = np.full((330, 776), np.nan, dtype=x.dtype)
             h = mm.wgmma.forward_gelu(x, w, b, out=np.full((330, 776), np.nan, dtype=x.dtype), pre=pre)
             results[smem] = (y, pre, h)
-            monkeypatch.setattr(rt, "launch", real_launch)
             assert set(launched) == ({1} if smem else {None}), launched
     ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
     _close(results[True][0], ref, "bfloat16", "forward", "bias from shared memory")

@@ -912,12 +912,12 @@ __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* i
 // with pre = sum + bias, stored through pre's map, then (once the copy engine has read that) with
 // gelu(pre) of pre rounded to floatX (the composition's arithmetic: bitwise what gelu.cu makes of the
 // stored pre), through C's; the last pass leaves its gelu(pre) to the next main loop (`deferred`,
-// DeferredGelu below), so that the tile's last image waits for nothing. tile_bias: the bias of the
-// tile's first column (in global memory, or the warpgroup's copy in shared memory: WG_BIAS_SMEM).
+// DeferredGelu below), so that the tile's last image waits for nothing. bias: the whole bias (global
+// memory), or with WG_BIAS_SMEM the warpgroup's copy of the tile's (shared memory, from column j_tile).
 // Thread t holds, of every 8-column group g, columns 8 g + cc, + 1 of rows r and r + 8
 // (wgmma_acc_coords: registers 4 g + 2 h, + 1 for row r + 8 h).
 template <int F, typename OutT>
-__device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* tile_bias,
+__device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* bias,
                                                      const TmaDescriptor* map, const TmaDescriptor* pre_map,
                                                      unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce,
@@ -959,7 +959,7 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
         // computes every pass's addresses ahead while the accumulators are live, and spills)
         const int zero = opaque_zero();
         unsigned char* const row_at = image_at + r * 128 + zero;
-        const floatX* const bias_at = tile_bias + pass * FILL_COLS + cc + zero;
+        const floatX* const bias_at = bias + (WG_BIAS_SMEM ? pass * FILL_COLS : j_pass) + cc + zero;
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) {
             const int q = pass * GROUPS + g;      // the 8-column group of the tile
@@ -1215,8 +1215,9 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         // the first barrier of its own)
         floatX* const tile_bias = reinterpret_cast<floatX*>(smem_raw + (ones - smem_u32(smem_raw)) + 512 * wg);
         if ((flags & FLAG_BIAS) && 2 * t < WG_BN) *reinterpret_cast<unsigned*>(tile_bias + 2 * t) = bias_pair;
-#elif WG_STORE_COLS > 0
-        const floatX* const tile_bias = bias + j_tile;
+#define WG_EPILOGUE_BIAS tile_bias
+#else
+#define WG_EPILOGUE_BIAS bias
 #endif
         int r, cc;  // this thread's first accumulator (wgmma_acc_coords)
         wgmma_acc_coords(t, 0, r, cc);
@@ -1237,7 +1238,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
 #if WG_STORE_COLS > 0
 #define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
-    wgmma_store_epilogue<F, OutT>(acc[h], tile_bias + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
+    wgmma_store_epilogue<F, OutT>(acc[h], WG_EPILOGUE_BIAS + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
                                   reduce, deferred, prefetch)
 #if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
@@ -1254,6 +1255,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             }
 #endif
 #undef WG_STORE_EPILOGUE
+#undef WG_EPILOGUE_BIAS
 #else
 #define WG_EPILOGUE(F) wgmma_epilogue<F>(o, acc[h], stage, 1 + wg, t, i_wg, j_tile, w.split)
             switch (flags & ~FLAG_ROWSUM) {
