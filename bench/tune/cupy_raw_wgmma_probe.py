@@ -210,6 +210,8 @@ VARIANTS = {
     "dgelu_tanh": ({}, "dgelu_tanh", None),
     "gelu_tanh": ({}, "gelu_tanh", None),
     "bias_smem": ({"bias_smem": True}, None, None),
+    "bias_smem_cluster2": ({"bias_smem": True, "cluster": 2}, None, None),
+    "bias_smem_double": ({"bias_smem": True, "store_buffers": 2}, None, None),
     "cublaslt_fused": ({}, None, None),
 }
 #: the variants also run at the dW products
@@ -224,7 +226,7 @@ EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3",
 EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "gelu_tanh", "cublaslt_fused")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2", "cluster2_no_multicast",
-            "pingpong_store", "pingpong_cluster2")
+            "pingpong_store", "pingpong_cluster2", "bias_smem_cluster2", "bias_smem_double")
 
 
 def edited_source(edit: str | None, name: str, defines: dict | None) -> str:
@@ -387,7 +389,8 @@ def _emulate() -> int:
     try:
         for variant in ("tree", "runtime_flags", "no_store", "no_bias", "store_off", "store256_s3", "store64",
                         "pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2",
-                        "pingpong_store", "pingpong_cluster2", "bn128", "bias_smem"):
+                        "pingpong_store", "pingpong_cluster2", "bn128", "bias_smem", "bias_smem_cluster2",
+                        "bias_smem_double"):
             change, edit, bias_override = VARIANTS[variant]
             with_bias = True if bias_override is None else bias_override
             out = np.full((rows, M), np.nan, dtype=bf16)
