@@ -74,6 +74,8 @@ Variants (all through matmul.gemm, the launcher the product uses):
     bn128_s4        the same with a 4-deep ring
     bias_smem       the TMA-store epilogue's bias from a copy in shared memory (WG_BIAS_SMEM: one load a
                     thread before the main loop) instead of a global load per 8-column group
+    bias_smem_cluster2  bias_smem in clusters of two (cluster2's TMA multicast)
+    bias_smem_double    bias_smem with the two-buffer TMA store (store_double)
     pingpong_store  pingpong (64 x 256 a warpgroup) with the TMA store of its whole tile in one pass
                     and a 4-deep ring: the plain product in the GELU products' configuration
     pingpong_cluster2  the same in clusters of two (a third of pingpong's operand traffic saved):
