@@ -164,6 +164,10 @@ class _KernelModel:
             if flags & mm.FLAG_PARTIAL:
                 assert c.shape == (slices, rows, cols) and str(c.dtype) == "float32"
                 c[s] = v
+            elif flags & mm.FLAG_SERIAL:  # each k slice added to the float32 C in turn (dW's gradient)
+                assert str(c.dtype) == "float32" and c.shape == (rows, cols)
+                assert flags & mm.FLAG_ACCUMULATE and flags & mm.FLAG_OUT_F32 and not flags & mm.FLAG_BIAS
+                c += v.astype(np.float32)
             else:
                 assert slices == 1
                 self._epilogue(c.reshape(rows, cols), v, bias if flags & mm.FLAG_BIAS else None,
@@ -187,7 +191,7 @@ class _KernelModel:
                    flags, (d["MMA_BM"], d["MMA_BN"]))
 
     def gemm_wgmma(self, d, grid, block, args, shared):
-        ta, tb, tc, tpre, c, bias, pre, rows, cols, depth, rowsum, k_split, group_m, flags = args
+        ta, tb, tc, tpre, c, bias, pre, rows, cols, depth, rowsum, chain, k_split, group_m, flags = args
         assert k_split % 64 == 0 and block[0] == mm.WG_THREADS and shared <= rt.MAX_SHARED_PER_BLOCK
         assert shared == mm.wgmma_shared_bytes(d["WG_BN"], d["WG_STAGES"], d["WG_BM"], d["WG_STORE_COLS"],
                                                d["WG_STORE_F32"], d["WG_STORE_DGELU"])
@@ -214,6 +218,9 @@ class _KernelModel:
                 assert cols % 8 == 0 and not flags & (mm.FLAG_ACCUMULATE | mm.FLAG_OUT_F32 | mm.FLAG_PARTIAL)
                 assert geometry == [1, rows, cols, 64, 64]
         slices = rt.cdiv(max(depth, 1), k_split)
+        if flags & mm.FLAG_SERIAL:  # a zeroed counter per 64-row share of C's tiles, the TMA store's reduce-add
+            assert slices > 1 and d["WG_STORE_F32"] and str(chain.dtype) == "int32" and not chain.any()
+            assert chain.shape == (rt.cdiv(rows, bm) * (bm // 64) * rt.cdiv(cols, d["WG_BN"]),)
         if cluster > 1:  # whole clusters, a persistent grid over the clusters' items (two tile rows each)
             assert cluster == 2 and d["WG_STORE_COLS"]
             cluster_items = rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, d["WG_BN"]) * slices
@@ -747,6 +754,51 @@ def test_wgmma_bias_from_shared_memory_in_the_emulator(monkeypatch):
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), what
 
 
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+def test_wgmma_split_k_in_order_in_the_emulator(monkeypatch):
+    """dW's split-K in order (CONFIGS' serial, matmul.cu's FLAG_SERIAL): each k slice adds itself to the
+    float32 gradient by the copy engine's reduce-add once the slices before it have (a counter per
+    64-row share of C: chain_wait, chain_release), so no splitk_finish. Bitwise the old gradient plus
+    the slices one after another in slice order, the slices being exactly what the planes path
+    (serial off) hands splitk_finish. 200 rows: the last tile's second 64-row share lies wholly
+    outside C (its counter exists, its boxes write nothing). In the emulator, which runs one block
+    after another, each work item gets its own block (a persistent block would wait for an item of
+    a block that has not run, and the emulator would report the wait that never ends). Three "SMs":
+    two tiles of dW take three slices, six items, which a persistent grid would walk in two waves."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 3)
+    planes, launches = [], []
+    real_finish, real_launch = mm._finish, rt.launch
+    monkeypatch.setattr(mm, "_finish", lambda partial, *a: planes.append(partial.copy()) or real_finish(partial, *a))
+    monkeypatch.setattr(rt, "launch", lambda k, grid, *a, **kw: launches.append((k.name, grid, k.defines))
+                        or real_launch(k, grid, *a, **kw))
+    rng = np.random.default_rng(23)
+    N, K, M = 2048, 136, 200
+    x, w, _ = _inputs(rng, N, K, M, "bfloat16", bias=False)
+    dy = rng.standard_normal((N, M)).astype(x.dtype)
+    start = rng.standard_normal((M, K)).astype(np.float32)
+    dw = {}
+    with rt.emulation():
+        _, saved = mm.wgmma.forward({"x": x, "weight": w}, {})
+        for serial in (False, True):
+            monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dW"), dict(mm.CONFIGS[("wgmma", "dW")], serial=serial))
+            launches.clear()
+            grads = {"x": np.full((N, K), np.nan, dtype=x.dtype), "weight": start.copy()}
+            dw[serial] = mm.wgmma.backward(saved, dy, grads)["weight"]
+            names = [name for name, _, _ in launches]
+            assert ("splitk_finish" in names) != serial, names
+    (slices,) = planes and [p.shape[0] for p in planes]
+    assert slices >= 3, slices
+    tiles = rt.cdiv(M, 128) * rt.cdiv(K, 256)
+    (dw_grid,) = [grid for name, grid, d in launches if name == "gemm_wgmma" and not d["A_KMAJOR"]]
+    assert dw_grid[0] == tiles * slices > 3, dw_grid  # one block an item (a persistent grid: 3)
+    want = start.copy()
+    for s in planes[0]:
+        want += s
+    assert np.array_equal(dw[True].view(np.uint32), want.view(np.uint32))
+    ref = start.astype(np.float64) + dy.astype(np.float64).T @ x.astype(np.float64)
+    _close(dw[True], ref, "bfloat16", "gradient", "dW split-K in order (emulated)")
+
+
 def test_pingpong_needs_a_persistent_grid(model):
     x, w, _ = _inputs(np.random.default_rng(13), 64, 64, 64, "bfloat16", bias=False)
     y = np.empty((64, 64), dtype=x.dtype)
@@ -832,10 +884,10 @@ def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):
 
 
 def test_each_variant_runs_the_kernels_it_says(model):
-    # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k, db's
-    # row sums fused into dW's kernel (their slices added by colsum_finish)
-    assert _kernels_of(model, "wgmma", 4096, 768, 768) == ["gemm_wgmma", "gemm_wgmma", "splitk_finish",
-                                                           "colsum_finish"]
+    # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k with its
+    # slices added to the gradient in order by the kernel itself (no splitk_finish), db's row sums
+    # fused into dW's kernel (their slices added by colsum_finish)
+    assert _kernels_of(model, "wgmma", 4096, 768, 768) == ["gemm_wgmma", "gemm_wgmma", "colsum_finish"]
     assert _kernels_of(model, "tiled", 4096, 768, 768)[:3] == ["gemm_mma", "gemm_mma", "splitk_finish"]
     # K = 37: rows not 16-byte aligned, so no TMA: wgmma falls back to the element-wise gemm_mma
     assert _kernels_of(model, "wgmma", 64, 37, 64)[:2] == ["gemm_mma", "gemm_mma"]

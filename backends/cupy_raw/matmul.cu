@@ -34,7 +34,8 @@
 //   GEMM_REDUCE  splitk_finish    the ordered sum of split-K's float32 slices (+ bias, + the old C)
 //                colsum_partial   bias gradient, pass 1: float32 column sums of row groups
 //                colsum_finish    pass 2: the groups summed in order and added to db
-//                Fixed summation orders, no atomics: every result is bitwise repeatable.
+//                Fixed summation orders, no atomics: every result is bitwise repeatable (so is
+//                gemm_wgmma's FLAG_SERIAL, split-K without splitk_finish: below).
 //
 // Shared-memory tiles of gemm_mma and gemm_wgmma: matmul_layout.cuh (128-byte swizzled rows).
 //
@@ -52,6 +53,12 @@
 // so that neither d(GELU output) nor a pass of gelu's backward over it is ever made. The arithmetic is
 // the composition's: the sum rounded to floatX as the plain dx would store it, then gelu.cu's
 // backward of that (common.cuh's gelu_tanh_backward), so the result is bitwise matmul then gelu.
+// FLAG_SERIAL (gemm_wgmma with WG_STORE_F32, FLAG_ACCUMULATE, more than one k slice): each k slice is
+// added to the float32 C by the copy engine's reduce-add, in slice order: slice s of a 64-row share of
+// C waits until that share's counter in `chain` (zeroed by the host) reads s, and sets it to s + 1
+// once its additions have completed (chain_wait, chain_release). Work items are numbered slice-major,
+// so a slice's predecessor has the lower number: a persistent grid (every block resident) always has
+// it running or done, and the wait chains end at slice 0. C = ((C + s0) + s1) + ...
 // FLAG_ROWSUM (gemm_wgmma, A MN-major): the blocks of tile column 0 also sum A's rows over their k slice, one
 // more wgmma per step (A @ ones), into rowsum[slice, i] (float32): dW's A is dy^T, so these are the
 // bias gradient's column sums of dy, with no second pass over dy (colsum_finish adds the slices).
@@ -73,6 +80,7 @@
 #define FLAG_VEC 64
 #define FLAG_ROWSUM 128
 #define FLAG_DGELU 256
+#define FLAG_SERIAL 512
 
 // ---- the epilogue --------------------------------------------------------------------------------
 struct Out {
@@ -604,6 +612,22 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
         emu::yield_to_scheduler();
     }
 }
+// split-K in order (FLAG_SERIAL; the GPU's, below, has the protocol): the emulator runs one block after
+// another, so a slice's predecessor has run unless the grid gave one block several items (the launcher
+// gives each its own here): a wait that never ends is reported
+__device__ __forceinline__ void chain_wait(const int* counter, int value) {
+    for (emu::Spin spin; __atomic_load_n(counter, __ATOMIC_ACQUIRE) != value;) {
+        if (spin.stalled()) {
+            EMU_FAIL("matmul.cu (emulated): block %d waits forever for k slice %d of its share of C (split-K in order)",
+                     (int)blockIdx.x, value);
+        }
+        emu::yield_to_scheduler();
+    }
+}
+__device__ __forceinline__ void chain_release(int* counter, int value) {
+    emu::progress++;
+    __atomic_store_n(counter, value, __ATOMIC_RELEASE);
+}
 #else
 #define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                  "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -663,6 +687,23 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
 // bar.arrive id, count: this warp's arrival at the barrier, without waiting for the others
 __device__ __forceinline__ void named_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// split-K in order (FLAG_SERIAL): k slice s of a 64-row share of C adds itself in (the copy engine's
+// reduce-add) once the share's counter reads s (chain_wait, acquire), and sets it to s + 1 once those
+// additions are done (tma_store_wait_all, then chain_release). The fences order the copy engine's
+// accesses (the async proxy) with the counter's (the generic one) on either side.
+__device__ __forceinline__ void chain_wait(const int* counter, int value) {
+    int seen;
+    for (;;) {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+        if (seen == value) break;
+        __nanosleep(64);
+    }
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+__device__ __forceinline__ void chain_release(int* counter, int value) {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
 }
 #endif  // CUPY_RAW_EMULATOR
 
@@ -921,7 +962,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                                                      const TmaDescriptor* map, const TmaDescriptor* pre_map,
                                                      unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce,
-                                                     DeferredGelu& deferred, PreFetch& prefetch) {
+                                                     DeferredGelu& deferred, PreFetch& prefetch,
+                                                     int* chain = nullptr, int split = 0) {
     int r, cc;
     wgmma_acc_coords(t, 0, r, cc);
     constexpr int BOX_COLS = 128 / sizeof(OutT);   // columns of a 128-byte box row: 64 (16-bit), 32 (float)
@@ -999,6 +1041,9 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
         WG_FENCE_PROXY_ASYNC();   // this thread's writes, visible to the copy engine
         named_barrier(bar, 128);  // everyone's
         if (t == 0) {
+#if WG_STORE_F32
+            if (chain != nullptr && pass == 0) chain_wait(chain, split);  // the share's earlier slices added
+#endif
 #pragma unroll
             for (int b = 0; b < FILL_COLS / BOX_COLS; ++b) {
                 const unsigned src = smem_u32(image_at + b * WG_BOX_BYTES);
@@ -1006,6 +1051,12 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                 else tma_store_3d(image_of == 0 ? pre_map : map, src, j_pass + BOX_COLS * b, i_wg, plane);
             }
             tma_store_commit();
+#if WG_STORE_F32
+            if (chain != nullptr && pass == PASSES - 1) {  // this slice's additions done: the next slice's turn
+                tma_store_wait_all();
+                chain_release(chain, split + 1);
+            }
+#endif
         }
     }
 }
@@ -1091,8 +1142,8 @@ __device__ __forceinline__ WorkItem work_item(int work, int cluster_rows, int ti
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_CTAS) WG_CLUSTER_DIMS
 gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
            const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ TmaDescriptor tma_pre, void* c,
-           const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, int k_split, int group_m,
-           int flags) {
+           const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, void* chain, int k_split,
+           int group_m, int flags) {
     // tma_c: C's 3-D tensor map (boxes of 64 rows x 128 bytes, swizzled; dW's split-K slices its planes)
     // where WG_STORE_COLS > 0, else never read; tma_pre: pre's, as C's, read with FLAG_PRE there (stored)
     // or WG_STORE_DGELU (loaded) only
@@ -1240,8 +1291,13 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
 #define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
     wgmma_store_epilogue<F, OutT>(acc[h], WG_EPILOGUE_BIAS + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
                                   reduce, deferred, prefetch)
-#if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE)
+#if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE),
+                  // with FLAG_SERIAL each k slice in turn (its 64-row share's counter in chain)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
+            else if (flags & FLAG_SERIAL)
+                wgmma_store_epilogue<0, float>(acc[h], WG_EPILOGUE_BIAS + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile,
+                                               cols, 0, true, deferred, prefetch,
+                                               static_cast<int*>(chain) + (size_t)(i_wg / 64) * tiles_n + w.tn, w.split);
             else WG_STORE_EPILOGUE(0, float, 0, (flags & FLAG_ACCUMULATE) != 0);
 #elif WG_STORE_PRE  // matmul_gelu's forward: pre and gelu(pre) (a module of its own: beside the
             WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU | FLAG_PRE, floatX, 0, false);  // others, ptxas spilled)

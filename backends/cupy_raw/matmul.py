@@ -43,8 +43,8 @@ their buffers in the buffer's dtype: the inputs' or float32 (mixed precision). d
 of dy, comes out of wgmma's dW kernel itself (one more wgmma per step against a tile of ones, for
 the blocks of tile column 0: dy is not read a second time); tiled and cublaslt run matmul.cu's
 two-pass column sum. Everything is deterministic: split-K adds its slices in order, and wgmma's
-reduce-add into a float32 gradient gives each element one addition per product (no atomics that
-race).
+reduce-add into a float32 gradient gives each element one addition per product or per k slice, in
+slice order (no atomics that race).
 
 Epilogues: the bias is added in the GEMM's epilogue (every variant); `forward_gelu` (tiled and
 wgmma) applies GPT-2's tanh GELU there too and can store the pre-activation for the backward: the
@@ -54,7 +54,12 @@ hands it to the copy engine, then fills it with gelu(pre)).
 
 Split-K: a product with few output tiles for its depth (dW: 768 x 768 from 16384 rows) is cut
 along k into slices, each written as float32 to a (slices, rows, cols) buffer, then added in order
-by splitk_finish (with the bias and the old C). `_split` picks the slice count.
+by splitk_finish (with the bias and the old C). `_split` picks the slice count. wgmma's dW into a
+float32 gradient (mixed precision's; CONFIGS' `serial`) skips the buffer and the pass: each slice
+adds itself to the gradient with the copy engine's reduce-add, in slice order, slice s of a 64-row
+share of C waiting for a counter that slice s - 1 sets once its additions are done (matmul.cu's
+FLAG_SERIAL). That is grad + s0 + s1 + ... where splitk_finish made grad + (s0 + s1 + ...): another
+rounding, as repeatable.
 
 Launch configurations: CONFIGS per engine and product, SHAPE_CONFIGS for GPT-2 shapes that differ.
 wgmma's are chosen on the H200 by bench/tune/cupy_raw_wgmma_probe.py (each candidate checked
@@ -78,7 +83,7 @@ from . import _runtime as rt
 
 # epilogue flags: the #defines of matmul.cu (tests/test_cupy_raw_matmul.py checks they agree)
 FLAG_BIAS, FLAG_ACCUMULATE, FLAG_GELU, FLAG_PRE, FLAG_OUT_F32, FLAG_PARTIAL, FLAG_VEC = 1, 2, 4, 8, 16, 32, 64
-FLAG_ROWSUM, FLAG_DGELU = 128, 256
+FLAG_ROWSUM, FLAG_DGELU, FLAG_SERIAL = 128, 256, 512
 
 TILE_K = 64          # k per shared-memory tile (gemm_mma, gemm_wgmma); split-K slices are multiples of it
 SIMT_TILE = 64       # gemm_simt's tile of C
@@ -93,10 +98,10 @@ def _mma(bm=128, bn=128, warps_m=2, warps_n=4, stages=3, ctas=2, group_m=8, spli
 
 
 def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.8, pingpong=False, bm=128,
-        store_cols=0, store_buffers=1, cluster=1, bias_smem=False):
+        store_cols=0, store_buffers=1, cluster=1, bias_smem=False, serial=False):
     return dict(engine="wgmma", bn=bn, bm=bm, stages=stages, ctas=ctas, persistent=persistent, pingpong=pingpong,
                 group_m=group_m, split_k=split_k, busy=busy, store_cols=store_cols, store_buffers=store_buffers,
-                cluster=cluster, bias_smem=bias_smem)
+                cluster=cluster, bias_smem=bias_smem, serial=serial)
 
 
 #: (engine, product) -> launch configuration. bm x bn: the tile of C (wgmma cooperative: bm 128;
@@ -119,7 +124,11 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: bounds them (0.70x either way, reports/train-h100/e0ce96d). So no configuration takes clusters:
 #: the probe's cluster2 and pingpong_cluster2 variants do); bias_smem (wgmma, TMA-store epilogue): the
 #: epilogue reads the bias from a copy in shared memory that each thread's one load, issued before the
-#: main loop, fills (matmul.cu's WG_BIAS_SMEM; the probe's bias_smem; not yet timed on a GPU).
+#: main loop, fills (matmul.cu's WG_BIAS_SMEM; the probe's bias_smem: 0.94x cuBLASLt at attn_proj's forward
+#: alone against the tree's 0.88x on an H100, but in the B=64 step the forward GEMMs were slower
+#: with it, qkv's 404 to 411 us, c_fc's with GELU 684 to 715, the rest of the step 1% faster in the
+#: same call: reports/train-h100/1d87fc9/, so no configuration takes it); serial (wgmma, dW into a float32
+#: gradient, accumulated): split-K's slices added to C in order by the kernel (FLAG_SERIAL), no splitk_finish.
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -142,7 +151,7 @@ CONFIGS = {
     # (504 items, 4 waves of 132) where 90% took 5 (360 items, 3 waves, 615 k-steps an SM against 588):
     # 456 / 433 us against 470 / 440 with the finish, alone on the H200 (bench/tune/cupy_raw_step_gemm_sweep.py,
     # reports/cupy_raw-h200/step-gemm-585a744); more slices (9, 11) gained no more, the finish reading them
-    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.95, store_cols=64),
+    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.95, store_cols=64, serial=True),
     # The two GELU epilogues take the pingpong schedule (each consumer warpgroup its own 64 x 256 tile,
     # its whole share in one image, a 4-deep ring): a warpgroup's GELU (or gelu') then runs while the
     # other's tile multiplies, which pays more than the smaller tiles cost, unlike at the plain products.
@@ -315,7 +324,7 @@ def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
                  depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
                  work_items: bool = False, k_split: int | None = None, flags: int = 0, partial=None,
-                 dgelu_at=None, cluster: int = 1) -> None:
+                 dgelu_at=None, cluster: int = 1, serial: bool = False) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
     depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
     gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
@@ -333,12 +342,15 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
     elif cluster > 1:  # (as many clusters as fit at once: rt.max_active_clusters)
         fit = rt.max_active_clusters(kernel, threads, shared, cluster, off_gpu=sms * cfg["ctas"] // cluster)
         grid = (cluster * min(tiles * slices, fit),)
+    elif serial and rt.is_emulating():  # (blocks one after another there: each item its own, so that a
+        grid = (tiles * slices,)         # slice's predecessor has always run: matmul.cu's chain_wait)
     else:
         grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
     dummy = a.array  # for an absent bias / pre: a floatX pointer the kernel never reads
-    if slices == 1:  # (always, with dgelu_at: _k_split's)
+    if slices == 1 or serial:  # (always one, with dgelu_at: _k_split's)
         target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols, dgelu_at)
+        flags |= FLAG_SERIAL if serial else 0
     else:
         target = partial if partial is not None else xp.empty((slices, rows, cols), dtype=np.float32)
         flags |= FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
@@ -348,7 +360,7 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
                       pre_arg if pre_arg is not None else dummy, _common.i32(rows), _common.i32(cols), _common.i32(depth)) + middle
               + (_common.i32(k_split), _common.i32(cfg["group_m"]), np.int32(flags)),
               shared_mem=shared)
-    if slices > 1:
+    if slices > 1 and not serial:
         _finish(target, c, bias, rows, cols, accumulate, out_f32, dummy)
 
 
@@ -480,19 +492,26 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     sums = xp.empty((slices, rows), dtype=np.float32) if rowsum is not None else None
     # (in a cluster each block loads 1 / cluster of B's tile: K-major, boxes of that many rows)
     maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"] // cluster))
-    partial = xp.empty((slices, rows, cols), dtype=np.float32) if slices > 1 else None
+    # split-K in order (cfg["serial"]): each k slice adds itself to the float32 C (dW, accumulated) by the
+    # copy engine, after the slices before it (a counter per 64-row share of C, zeroed here); else the
+    # slices go to float32 planes that splitk_finish adds to C
+    serial = bool(cfg.get("serial")) and slices > 1 and f32 and accumulate and bias is None and str(c.dtype) == "float32"
+    chain = xp.zeros(rt.cdiv(rows, bm) * (bm // 64) * rt.cdiv(cols, cfg["bn"]), dtype=np.int32) if serial else None
+    partial = xp.empty((slices, rows, cols), dtype=np.float32) if slices > 1 and not serial else None
     # tma_c: what the kernel writes (C, or the split-K slices as planes) in boxes of 64 rows x 128 bytes,
     # as the TMA store's image holds them; without that epilogue it is never read: any map fills it
     target = partial if partial is not None else c
-    maps += (_tma.tiled_planes(target, slices, rows, cols, 32 if f32 else 64, 64) if store_cols else maps[0],)
+    planes = slices if partial is not None else 1
+    maps += (_tma.tiled_planes(target, planes, rows, cols, 32 if f32 else 64, 64) if store_cols else maps[0],)
     # tma_pre: pre's, as C's, where the TMA-store epilogue writes it too, or loads it (dgelu_at); else never read
     pre_read = pre if pre is not None else dgelu_at
     maps += (_tma.tiled_planes(pre_read, 1, rows, cols, 64, 64) if store_cols and pre_read is not None else maps[2],)
     shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32, defines["WG_STORE_DGELU"] == 1)
     items = tiles if cluster == 1 else rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, cfg["bn"])  # a k slice's
     _launch_gemm(kernel, items, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
-                 (sums if sums is not None else c,), work_items=True, k_split=k_split,
-                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at, cluster=cluster)
+                 (sums if sums is not None else c, chain if chain is not None else c), work_items=True, k_split=k_split,
+                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at, cluster=cluster,
+                 serial=serial)
     if sums is not None:
         _add_rows(sums, rowsum, a.array)
     return c
