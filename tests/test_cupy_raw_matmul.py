@@ -884,10 +884,10 @@ def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):
 
 
 def test_each_variant_runs_the_kernels_it_says(model):
-    # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k with its
-    # slices added to the gradient in order by the kernel itself (no splitk_finish), db's row sums
-    # fused into dW's kernel (their slices added by colsum_finish)
-    assert _kernels_of(model, "wgmma", 4096, 768, 768) == ["gemm_wgmma", "gemm_wgmma", "colsum_finish"]
+    # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k, db's
+    # row sums fused into dW's kernel (their slices added by colsum_finish)
+    assert _kernels_of(model, "wgmma", 4096, 768, 768) == ["gemm_wgmma", "gemm_wgmma", "splitk_finish",
+                                                           "colsum_finish"]
     assert _kernels_of(model, "tiled", 4096, 768, 768)[:3] == ["gemm_mma", "gemm_mma", "splitk_finish"]
     # K = 37: rows not 16-byte aligned, so no TMA: wgmma falls back to the element-wise gemm_mma
     assert _kernels_of(model, "wgmma", 64, 37, 64)[:2] == ["gemm_mma", "gemm_mma"]

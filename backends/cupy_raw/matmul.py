@@ -54,12 +54,13 @@ hands it to the copy engine, then fills it with gelu(pre)).
 
 Split-K: a product with few output tiles for its depth (dW: 768 x 768 from 16384 rows) is cut
 along k into slices, each written as float32 to a (slices, rows, cols) buffer, then added in order
-by splitk_finish (with the bias and the old C). `_split` picks the slice count. wgmma's dW into a
-float32 gradient (mixed precision's; CONFIGS' `serial`) skips the buffer and the pass: each slice
-adds itself to the gradient with the copy engine's reduce-add, in slice order, slice s of a 64-row
-share of C waiting for a counter that slice s - 1 sets once its additions are done (matmul.cu's
-FLAG_SERIAL). That is grad + s0 + s1 + ... where splitk_finish made grad + (s0 + s1 + ...): another
-rounding, as repeatable.
+by splitk_finish (with the bias and the old C). `_split` picks the slice count. With `serial` in
+its configuration (opt-in), wgmma's dW into a float32 gradient skips the buffer and the pass: each
+slice adds itself to the gradient with the copy engine's reduce-add, in slice order, slice s of a
+64-row share of C waiting for a counter that slice s - 1 sets once its additions are done
+(matmul.cu's FLAG_SERIAL). That is grad + s0 + s1 + ... where splitk_finish made grad + (s0 + s1 +
+...): another rounding, as repeatable. In the B=64 step on an H100 it ties the finish: the waits
+cost the dW GEMMs what the finish did (reports/train-h100/6d69c62/).
 
 Launch configurations: CONFIGS per engine and product, SHAPE_CONFIGS for GPT-2 shapes that differ.
 wgmma's are chosen on the H200 by bench/tune/cupy_raw_wgmma_probe.py (each candidate checked
@@ -128,7 +129,10 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: alone against the tree's 0.88x on an H100, but in the B=64 step the forward GEMMs were slower
 #: with it, qkv's 404 to 411 us, c_fc's with GELU 684 to 715, the rest of the step 1% faster in the
 #: same call: reports/train-h100/1d87fc9/, so no configuration takes it); serial (wgmma, dW into a float32
-#: gradient, accumulated): split-K's slices added to C in order by the kernel (FLAG_SERIAL), no splitk_finish.
+#: gradient, accumulated): split-K's slices added to C in order by the kernel (FLAG_SERIAL), no
+#: splitk_finish; in the B=64 step on an H100 (reports/train-h100/6d69c62/) the dW GEMMs took 0.92 ms
+#: longer with it, their slices waiting on each other, against the finish's 1.11 ms saved: kernels
+#: 112.07 ms against 112.09, so the configurations keep the finish; the probe's serial variant has it.
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -151,7 +155,7 @@ CONFIGS = {
     # (504 items, 4 waves of 132) where 90% took 5 (360 items, 3 waves, 615 k-steps an SM against 588):
     # 456 / 433 us against 470 / 440 with the finish, alone on the H200 (bench/tune/cupy_raw_step_gemm_sweep.py,
     # reports/cupy_raw-h200/step-gemm-585a744); more slices (9, 11) gained no more, the finish reading them
-    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.95, store_cols=64, serial=True),
+    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.95, store_cols=64),
     # The two GELU epilogues take the pingpong schedule (each consumer warpgroup its own 64 x 256 tile,
     # its whole share in one image, a 4-deep ring): a warpgroup's GELU (or gelu') then runs while the
     # other's tile multiplies, which pays more than the smaller tiles cost, unlike at the plain products.
