@@ -885,9 +885,12 @@ def _kernels_of(model, variant, N, K, M, dtype="bfloat16"):
 
 def test_each_variant_runs_the_kernels_it_says(model):
     # GPT-2's attention projection at N=4096: wgmma for all three products, dW split along k, db's
-    # row sums fused into dW's kernel (their slices added by colsum_finish)
+    # row sums fused into dW's kernel (their slices added by colsum_finish); its 18 tiles are too few
+    # for the in-order adds (SERIAL_SLICES_A_WAVE), so splitk_finish adds the slices; c_fc's 72 tiles
+    # add theirs in the kernel
     assert _kernels_of(model, "wgmma", 4096, 768, 768) == ["gemm_wgmma", "gemm_wgmma", "splitk_finish",
                                                            "colsum_finish"]
+    assert _kernels_of(model, "wgmma", 4096, 768, 3072) == ["gemm_wgmma", "gemm_wgmma", "colsum_finish"]
     assert _kernels_of(model, "tiled", 4096, 768, 768)[:3] == ["gemm_mma", "gemm_mma", "splitk_finish"]
     # K = 37: rows not 16-byte aligned, so no TMA: wgmma falls back to the element-wise gemm_mma
     assert _kernels_of(model, "wgmma", 64, 37, 64)[:2] == ["gemm_mma", "gemm_mma"]

@@ -55,12 +55,12 @@ hands it to the copy engine, then fills it with gelu(pre)).
 Split-K: a product with few output tiles for its depth (dW: 768 x 768 from 16384 rows) is cut
 along k into slices, each written as float32 to a (slices, rows, cols) buffer, then added in order
 by splitk_finish (with the bias and the old C). `_split` picks the slice count. With `serial` in
-its configuration (opt-in), wgmma's dW into a float32 gradient skips the buffer and the pass: each
+its configuration (dW's), wgmma's dW into a float32 gradient skips the buffer and the pass: each
 slice adds itself to the gradient with the copy engine's reduce-add, in slice order, slice s of a
 64-row share of C waiting for a counter that slice s - 1 sets once its additions are done
 (matmul.cu's FLAG_SERIAL). That is grad + s0 + s1 + ... where splitk_finish made grad + (s0 + s1 +
-...): another rounding, as repeatable. In the B=64 step on an H100 it ties the finish: the waits
-cost the dW GEMMs what the finish did (reports/train-h100/6d69c62/).
+...): another rounding, as repeatable. It pays where a wave holds few slices of a tile
+(SERIAL_SLICES_A_WAVE): GPT-2's dW but attn_proj's.
 
 Launch configurations: CONFIGS per engine and product, SHAPE_CONFIGS for GPT-2 shapes that differ.
 wgmma's are chosen on the H200 by bench/tune/cupy_raw_wgmma_probe.py (each candidate checked
@@ -130,9 +130,7 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: with it, qkv's 404 to 411 us, c_fc's with GELU 684 to 715, the rest of the step 1% faster in the
 #: same call: reports/train-h100/1d87fc9/, so no configuration takes it); serial (wgmma, dW into a float32
 #: gradient, accumulated): split-K's slices added to C in order by the kernel (FLAG_SERIAL), no
-#: splitk_finish; in the B=64 step on an H100 (reports/train-h100/6d69c62/) the dW GEMMs took 0.92 ms
-#: longer with it, their slices waiting on each other, against the finish's 1.11 ms saved: kernels
-#: 112.07 ms against 112.09, so the configurations keep the finish; the probe's serial variant has it.
+#: splitk_finish, where C has tiles enough (SERIAL_SLICES_A_WAVE, below).
 CONFIGS = {
     ("mma", "forward"): _mma(),
     # MN-major operands need more registers for their ldmatrix.trans addresses: at two blocks per SM
@@ -155,7 +153,7 @@ CONFIGS = {
     # (504 items, 4 waves of 132) where 90% took 5 (360 items, 3 waves, 615 k-steps an SM against 588):
     # 456 / 433 us against 470 / 440 with the finish, alone on the H200 (bench/tune/cupy_raw_step_gemm_sweep.py,
     # reports/cupy_raw-h200/step-gemm-585a744); more slices (9, 11) gained no more, the finish reading them
-    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.95, store_cols=64),
+    ("wgmma", "dW"): _wg(bn=256, split_k=16, busy=0.95, store_cols=64, serial=True),
     # The two GELU epilogues take the pingpong schedule (each consumer warpgroup its own 64 x 256 tile,
     # its whole share in one image, a 4-deep ring): a warpgroup's GELU (or gelu') then runs while the
     # other's tile multiplies, which pays more than the smaller tiles cost, unlike at the plain products.
@@ -168,6 +166,14 @@ CONFIGS = {
     ("wgmma", "dx_dgelu"): _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
     ("mma", "dx_dgelu"): _mma(ctas=1),
 }
+
+#: serial split-K only where a wave of the persistent grid holds at most this many k slices of one tile
+#: of C (tiles x this >= blocks): slices of a tile in one wave finish their main loops together and
+#: then add themselves one after another. In the B=64 step on an H100 (reports/train-h100/6d69c62) the
+#: in-order adds beat the planes and their finish at c_fc's, the projection's and qkv's dW (72, 72 and
+#: 54 tiles of 128 x 256 on 132 blocks: 452 / 482 / 378 us a call against 467 / 499 / 397) and lost at
+#: attn_proj's (18 tiles, seven slices a wave: 150 us against 133)
+SERIAL_SLICES_A_WAVE = 3
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
 SHAPE_CONFIGS = {
@@ -497,9 +503,10 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     # (in a cluster each block loads 1 / cluster of B's tile: K-major, boxes of that many rows)
     maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"] // cluster))
     # split-K in order (cfg["serial"]): each k slice adds itself to the float32 C (dW, accumulated) by the
-    # copy engine, after the slices before it (a counter per 64-row share of C, zeroed here); else the
-    # slices go to float32 planes that splitk_finish adds to C
-    serial = bool(cfg.get("serial")) and slices > 1 and f32 and accumulate and bias is None and str(c.dtype) == "float32"
+    # copy engine, after the slices before it (a counter per 64-row share of C, zeroed here), where C has
+    # tiles enough (SERIAL_SLICES_A_WAVE); else the slices go to float32 planes that splitk_finish adds
+    serial = (bool(cfg.get("serial")) and slices > 1 and f32 and accumulate and bias is None
+              and str(c.dtype) == "float32" and tiles * SERIAL_SLICES_A_WAVE >= _common.num_sms(xp) * cfg["ctas"])
     chain = xp.zeros(rt.cdiv(rows, bm) * (bm // 64) * rt.cdiv(cols, cfg["bn"]), dtype=np.int32) if serial else None
     partial = xp.empty((slices, rows, cols), dtype=np.float32) if slices > 1 and not serial else None
     # tma_c: what the kernel writes (C, or the split-K slices as planes) in boxes of 64 rows x 128 bytes,

@@ -92,9 +92,9 @@ Variants (all through matmul.gemm, the launcher the product uses):
     dgelu_tanh      (fc_proj_dx_dgelu only) gelu' from one MUFU.TANH (tanh.approx.f32: sigmoid(2u) =
                     (1 + tanh u) / 2) instead of an exp2 and a reciprocal: does the epilogue's SFU work
                     show? (a source edit; the kernel's arithmetic is then no longer gelu.cu's)
-    serial          (dW only) split-K in order: each k slice reduce-adds itself into the float32 dW
-                    after the slice before it (FLAG_SERIAL), instead of float32 planes that
-                    splitk_finish then adds (the tree; its time includes the finish)
+    planes          (dW only) split-K's float32 slices as planes that splitk_finish then adds to dW (the
+                    time includes the finish), instead of the tree's in-order reduce-add of each slice
+                    into dW after the slice before it (FLAG_SERIAL; where C has tiles enough)
     cublaslt        the cublaslt variant's call, the reference the ratios divide by
     cublaslt_fused  (fc_fwd_pre and fc_proj_dx_dgelu only) cuBLASLt with the fused epilogue itself:
                     GELU_AUX_BIAS (pre and gelu(pre)) and DGELU (times gelu'(pre); _cublaslt.py says
@@ -218,10 +218,10 @@ VARIANTS = {
     "bias_smem_cluster2": ({"bias_smem": True, "cluster": 2}, None, None),
     "bias_smem_double": ({"bias_smem": True, "store_buffers": 2}, None, None),
     "cublaslt_fused": ({}, None, None),
-    "serial": ({"serial": True}, None, None),
+    "planes": ({"serial": False}, None, None),
 }
 #: the variants also run at the dW products
-DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double", "serial")
+DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double", "planes")
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
 EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "gelu_tanh",
