@@ -172,7 +172,8 @@ CONFIGS = {
 #: then add themselves one after another. In the B=64 step on an H100 (reports/train-h100/6d69c62) the
 #: in-order adds beat the planes and their finish at c_fc's, the MLP projection's and qkv's dW (72, 72
 #: and 54 tiles of 128 x 256 on 132 blocks: 482 / 452 / 378 us a call against 499 / 467 / 397) and lost
-#: at attn_proj's (18 tiles, seven slices a wave: 150 us against 133)
+#: at attn_proj's (18 tiles, seven slices a wave: 150 us against 133); with this rule, 404 us a step
+#: less over the three (reports/train-h100/e7e4e94)
 SERIAL_SLICES_A_WAVE = 3
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
