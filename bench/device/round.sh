@@ -6,7 +6,7 @@
 # CLOCKS=1: nvidia-smi samples the SM clock, power and the clock-limit reasons every 200 ms through the
 # whole call, into $OUT/clocks.tar.gz (clocks.csv; the stages' start times are in round.txt).
 # A/B in one call (a second round.sh into $OUT/b after an edit): the first round of a call has run ~1%
-# slower than the later ones on H100s (reports/train-h100/e7e4e94: the same tree 579,404 tokens/s first,
+# slower than the later ones on H100s (reports/train-h100/1d87fc9/unordered: the same tree 579,404 tokens/s first,
 # 585,842 last), so run A, B, A, or judge B by the kernels it changes against those it does not.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
