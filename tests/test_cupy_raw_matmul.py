@@ -786,13 +786,14 @@ def test_wgmma_split_k_in_order_in_the_emulator(monkeypatch):
             dw[serial] = mm.wgmma.backward(saved, dy, grads)["weight"]
             names = [name for name, _, _ in launches]
             assert ("splitk_finish" in names) != serial, names
-    (slices,) = planes and [p.shape[0] for p in planes]
+    (slice_planes,) = planes  # the planes path's one splitk_finish: (slices, rows, cols)
+    slices = slice_planes.shape[0]
     assert slices >= 3, slices
     tiles = rt.cdiv(M, 128) * rt.cdiv(K, 256)
     (dw_grid,) = [grid for name, grid, d in launches if name == "gemm_wgmma" and not d["A_KMAJOR"]]
     assert dw_grid[0] == tiles * slices > 3, dw_grid  # one block an item (a persistent grid: 3)
     want = start.copy()
-    for s in planes[0]:
+    for s in slice_planes:
         want += s
     assert np.array_equal(dw[True].view(np.uint32), want.view(np.uint32))
     ref = start.astype(np.float64) + dy.astype(np.float64).T @ x.astype(np.float64)

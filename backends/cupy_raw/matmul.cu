@@ -963,7 +963,7 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                                                      unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce,
                                                      DeferredGelu& deferred, PreFetch& prefetch,
-                                                     int* chain = nullptr, int split = 0) {
+                                                     int* chain, int split) {
     int r, cc;
     wgmma_acc_coords(t, 0, r, cc);
     constexpr int BOX_COLS = 128 / sizeof(OutT);   // columns of a 128-byte box row: 64 (16-bit), 32 (float)
@@ -1288,16 +1288,16 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             }
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
 #if WG_STORE_COLS > 0
-#define WG_STORE_EPILOGUE(F, OutT, plane, reduce)                                                          \
+#define WG_STORE_EPILOGUE_CHAINED(F, OutT, plane, reduce, chain_at, split)                                \
     wgmma_store_epilogue<F, OutT>(acc[h], WG_EPILOGUE_BIAS + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
-                                  reduce, deferred, prefetch)
+                                  reduce, deferred, prefetch, chain_at, split)
+#define WG_STORE_EPILOGUE(F, OutT, plane, reduce) WG_STORE_EPILOGUE_CHAINED(F, OutT, plane, reduce, nullptr, 0)
 #if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE),
                   // with FLAG_SERIAL each k slice in turn (its 64-row share's counter in chain)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
             else if (flags & FLAG_SERIAL)
-                wgmma_store_epilogue<0, float>(acc[h], WG_EPILOGUE_BIAS + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile,
-                                               cols, 0, true, deferred, prefetch,
-                                               static_cast<int*>(chain) + (size_t)(i_wg / 64) * tiles_n + w.tn, w.split);
+                WG_STORE_EPILOGUE_CHAINED(0, float, 0, true, static_cast<int*>(chain) + (size_t)(i_wg / 64) * tiles_n + w.tn,
+                                          w.split);
             else WG_STORE_EPILOGUE(0, float, 0, (flags & FLAG_ACCUMULATE) != 0);
 #elif WG_STORE_PRE  // matmul_gelu's forward: pre and gelu(pre) (a module of its own: beside the
             WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU | FLAG_PRE, floatX, 0, false);  // others, ptxas spilled)
@@ -1311,6 +1311,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             }
 #endif
 #undef WG_STORE_EPILOGUE
+#undef WG_STORE_EPILOGUE_CHAINED
 #undef WG_EPILOGUE_BIAS
 #else
 #define WG_EPILOGUE(F) wgmma_epilogue<F>(o, acc[h], stage, 1 + wg, t, i_wg, j_tile, w.split)
