@@ -764,13 +764,16 @@ def test_wgmma_split_k_in_order_in_the_emulator(monkeypatch):
     outside C (its counter exists, its boxes write nothing). In the emulator, which runs one block
     after another, each work item gets its own block (a persistent block would wait for an item of
     a block that has not run, and the emulator would report the wait that never ends). Three "SMs":
-    two tiles of dW take three slices, six items, which a persistent grid would walk in two waves."""
+    two tiles of dW take three slices, six items, which a persistent grid would walk in two waves.
+    The counters are made zeroed once and left at zero by every call (the last slice resets its
+    share's): a second call takes the same ones, with no memset, and adds the same bits."""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 3)
     planes, launches = [], []
     real_finish, real_launch = mm._finish, rt.launch
     monkeypatch.setattr(mm, "_finish", lambda partial, *a: planes.append(partial.copy()) or real_finish(partial, *a))
-    monkeypatch.setattr(rt, "launch", lambda k, grid, *a, **kw: launches.append((k.name, grid, k.defines))
+    monkeypatch.setattr(rt, "launch", lambda k, grid, *a, **kw: launches.append((k.name, grid, k.defines, a))
                         or real_launch(k, grid, *a, **kw))
+    monkeypatch.setattr(mm, "_CHAINS", {})
     rng = np.random.default_rng(23)
     N, K, M = 2048, 136, 200
     x, w, _ = _inputs(rng, N, K, M, "bfloat16", bias=False)
@@ -784,13 +787,21 @@ def test_wgmma_split_k_in_order_in_the_emulator(monkeypatch):
             launches.clear()
             grads = {"x": np.full((N, K), np.nan, dtype=x.dtype), "weight": start.copy()}
             dw[serial] = mm.wgmma.backward(saved, dy, grads)["weight"]
-            names = [name for name, _, _ in launches]
+            names = [name for name, _, _, _ in launches]
             assert ("splitk_finish" in names) != serial, names
+        (counters,) = mm._CHAINS.values()
+        assert not counters.any(), counters  # every share's last slice set its counter back to 0
+        launches.clear()
+        again = mm.wgmma.backward(saved, dy, {"x": np.full((N, K), np.nan, dtype=x.dtype), "weight": start.copy()})
+        assert np.array_equal(again["weight"].view(np.uint32), dw[True].view(np.uint32))
+        (dw_args,) = [args for name, _, d, args in launches if name == "gemm_wgmma" and not d["A_KMAJOR"]]
+        assert any(arg is counters for arg in dw_args[1]), "the second call made new counters"
+        assert list(mm._CHAINS.values()) == [counters] and not counters.any()
     (slice_planes,) = planes  # the planes path's one splitk_finish: (slices, rows, cols)
     slices = slice_planes.shape[0]
     assert slices >= 3, slices
     tiles = rt.cdiv(M, 128) * rt.cdiv(K, 256)
-    (dw_grid,) = [grid for name, grid, d in launches if name == "gemm_wgmma" and not d["A_KMAJOR"]]
+    (dw_grid,) = [grid for name, grid, d, _ in launches if name == "gemm_wgmma" and not d["A_KMAJOR"]]
     assert dw_grid[0] == tiles * slices > 3, dw_grid  # one block an item (a persistent grid: 3)
     want = start.copy()
     for s in slice_planes:

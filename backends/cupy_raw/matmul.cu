@@ -55,8 +55,9 @@
 // backward of that (common.cuh's gelu_tanh_backward), so the result is bitwise matmul then gelu.
 // FLAG_SERIAL (gemm_wgmma with WG_STORE_F32, FLAG_ACCUMULATE, more than one k slice): each k slice is
 // added to the float32 C by the copy engine's reduce-add, in slice order: slice s of a 64-row share of
-// C waits until that share's counter in `chain` (zeroed by the host) reads s, and sets it to s + 1
-// once its additions have completed (chain_wait, chain_release). Work items are numbered slice-major,
+// C waits until that share's counter in `chain` reads s, and sets it to s + 1 once its additions have
+// completed (chain_wait, chain_release); the last slice sets it back to 0, so the counters the host
+// zeroed once are zero again for the next call. Work items are numbered slice-major,
 // so a slice's predecessor has the lower number: a persistent grid (every block resident) always has
 // it running or done, and the wait chains end at slice 0. C = ((C + s0) + s1) + ...
 // FLAG_ROWSUM (gemm_wgmma, A MN-major): the blocks of tile column 0 also sum A's rows over their k slice, one
@@ -689,8 +690,8 @@ __device__ __forceinline__ void named_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 // split-K in order (FLAG_SERIAL): k slice s of a 64-row share of C adds itself in (the copy engine's
-// reduce-add) once the share's counter reads s (chain_wait, acquire), and sets it to s + 1 once those
-// additions are done (tma_store_wait_all, then chain_release). The fences order the copy engine's
+// reduce-add) once the share's counter reads s (chain_wait, acquire), and sets it to s + 1 (the last
+// slice: to 0) once those additions are done (tma_store_wait_all, then chain_release). The fences order the copy engine's
 // accesses (the async proxy) with the counter's (the generic one) on either side.
 __device__ __forceinline__ void chain_wait(const int* counter, int value) {
     int seen;
@@ -963,7 +964,7 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                                                      unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce,
                                                      DeferredGelu& deferred, PreFetch& prefetch,
-                                                     int* chain, int split) {
+                                                     int* chain, int split, int chain_next) {
     int r, cc;
     wgmma_acc_coords(t, 0, r, cc);
     constexpr int BOX_COLS = 128 / sizeof(OutT);   // columns of a 128-byte box row: 64 (16-bit), 32 (float)
@@ -1053,8 +1054,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
             tma_store_commit();
 #if WG_STORE_F32
             if (chain != nullptr && pass == PASSES - 1) {  // this slice's additions done: the next slice's turn
-                tma_store_wait_all();
-                chain_release(chain, split + 1);
+                tma_store_wait_all();                        // (or, after the last, the counter's 0 again)
+                chain_release(chain, chain_next);
             }
 #endif
         }
@@ -1157,7 +1158,8 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
     const int cluster_rows = (tiles_m + WG_CLUSTER - 1) / WG_CLUSTER;
-    const int items = cluster_rows * tiles_n * ((depth + k_split - 1) / k_split);  // k_split: a multiple of 64
+    const int slices = (depth + k_split - 1) / k_split;  // k_split: a multiple of 64
+    const int items = cluster_rows * tiles_n * slices;
     // this block's items: first, first + stride, ... (a cluster's blocks take the same ones, each its row)
 #if WG_CLUSTER > 1
     const int rank = (int)cluster_ctarank();
@@ -1288,16 +1290,16 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             }
             // one copy of the epilogue per flag set the launchers use, flags folded at compile time
 #if WG_STORE_COLS > 0
-#define WG_STORE_EPILOGUE_CHAINED(F, OutT, plane, reduce, chain_at, split)                                \
+#define WG_STORE_EPILOGUE_CHAINED(F, OutT, plane, reduce, chain_at, split, chain_next)                    \
     wgmma_store_epilogue<F, OutT>(acc[h], WG_EPILOGUE_BIAS + zero, &tma_c, &tma_pre, image, 1 + wg, t, i_wg, j_tile, cols, plane, \
-                                  reduce, deferred, prefetch, chain_at, split)
-#define WG_STORE_EPILOGUE(F, OutT, plane, reduce) WG_STORE_EPILOGUE_CHAINED(F, OutT, plane, reduce, nullptr, 0)
+                                  reduce, deferred, prefetch, chain_at, split, chain_next)
+#define WG_STORE_EPILOGUE(F, OutT, plane, reduce) WG_STORE_EPILOGUE_CHAINED(F, OutT, plane, reduce, nullptr, 0, 0)
 #if WG_STORE_F32  // dW: its float32 k slice (FLAG_PARTIAL), or added to the float32 C (FLAG_ACCUMULATE),
                   // with FLAG_SERIAL each k slice in turn (its 64-row share's counter in chain)
             if (flags & FLAG_PARTIAL) WG_STORE_EPILOGUE(0, float, w.split, false);
             else if (flags & FLAG_SERIAL)
                 WG_STORE_EPILOGUE_CHAINED(0, float, 0, true, static_cast<int*>(chain) + (size_t)(i_wg / 64) * tiles_n + w.tn,
-                                          w.split);
+                                          w.split, w.split + 1 == slices ? 0 : w.split + 1);
             else WG_STORE_EPILOGUE(0, float, 0, (flags & FLAG_ACCUMULATE) != 0);
 #elif WG_STORE_PRE  // matmul_gelu's forward: pre and gelu(pre) (a module of its own: beside the
             WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU | FLAG_PRE, floatX, 0, false);  // others, ptxas spilled)

@@ -58,7 +58,8 @@ by splitk_finish (with the bias and the old C). `_split` picks the slice count. 
 its configuration (dW's), wgmma's dW into a float32 gradient skips the buffer and the pass: each
 slice adds itself to the gradient with the copy engine's reduce-add, in slice order, slice s of a
 64-row share of C waiting for a counter that slice s - 1 sets once its additions are done
-(matmul.cu's FLAG_SERIAL). That is grad + s0 + s1 + ... where splitk_finish made grad + (s0 + s1 +
+(matmul.cu's FLAG_SERIAL) and the last slice sets back to zero: the counters are zeroed once, when
+made (`_chain_counters`), not before each call. That is grad + s0 + s1 + ... where splitk_finish made grad + (s0 + s1 +
 ...): another rounding, as repeatable. It pays where a wave holds few slices of a tile
 (SERIAL_SLICES_A_WAVE): GPT-2's dW but attn_proj's.
 
@@ -175,6 +176,22 @@ CONFIGS = {
 #: at attn_proj's (18 tiles, seven slices a wave: 150 us against 133); with this rule, 404 us a step
 #: less over the three (reports/train-h100/e7e4e94)
 SERIAL_SLICES_A_WAVE = 3
+
+#: split-K in order's counters (one int32 per 64-row share of C's tiles), by (array module, device,
+#: stream, count): zeroed when made, and zero again after every call (the last k slice of a share
+#: resets its counter), so each is made once and reused, with no memset before each call, inside a
+#: captured graph too. Kept per stream (calls on one stream never overlap) and never freed (a captured
+#: graph holds their addresses).
+_CHAINS: dict = {}
+
+
+def _chain_counters(xp, count: int):
+    """The zeroed int32 counters of split-K in order for `count` shares on the current stream."""
+    where = (xp.cuda.Device().id, xp.cuda.get_current_stream().ptr) if xp is not np else ()
+    key = (xp.__name__, *where, count)
+    if key not in _CHAINS:
+        _CHAINS[key] = xp.zeros(count, dtype=np.int32)
+    return _CHAINS[key]
 
 #: (engine, product, weight shape (out, in)) -> configuration, where a GPT-2 shape wants another
 SHAPE_CONFIGS = {
@@ -504,11 +521,11 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     # (in a cluster each block loads 1 / cluster of B's tile: K-major, boxes of that many rows)
     maps = (_operand_map(a, rows, depth, bm), _operand_map(b, cols, depth, cfg["bn"] // cluster))
     # split-K in order (cfg["serial"]): each k slice adds itself to the float32 C (dW, accumulated) by the
-    # copy engine, after the slices before it (a counter per 64-row share of C, zeroed here), where C has
-    # tiles enough (SERIAL_SLICES_A_WAVE); else the slices go to float32 planes that splitk_finish adds
+    # copy engine, after the slices before it (a counter per 64-row share of C, _chain_counters'), where C
+    # has tiles enough (SERIAL_SLICES_A_WAVE); else the slices go to float32 planes that splitk_finish adds
     serial = (bool(cfg.get("serial")) and slices > 1 and f32 and accumulate and bias is None
               and str(c.dtype) == "float32" and tiles * SERIAL_SLICES_A_WAVE >= _common.num_sms(xp) * cfg["ctas"])
-    chain = xp.zeros(rt.cdiv(rows, bm) * (bm // 64) * rt.cdiv(cols, cfg["bn"]), dtype=np.int32) if serial else None
+    chain = _chain_counters(xp, rt.cdiv(rows, bm) * (bm // 64) * rt.cdiv(cols, cfg["bn"])) if serial else None
     partial = xp.empty((slices, rows, cols), dtype=np.float32) if slices > 1 and not serial else None
     # tma_c: what the kernel writes (C, or the split-K slices as planes) in boxes of 64 rows x 128 bytes,
     # as the TMA store's image holds them; without that epilogue it is never read: any map fills it
