@@ -129,7 +129,7 @@ def _wg(bn=128, stages=4, ctas=1, persistent=True, group_m=8, split_k=1, busy=0.
 #: main loop, fills (matmul.cu's WG_BIAS_SMEM; the probe's bias_smem: 0.94x cuBLASLt at attn_proj's forward
 #: alone against the tree's 0.88x on an H100, but in the B=64 step the forward GEMMs were slower
 #: with it, qkv's 404 to 411 us, c_fc's with GELU 684 to 715, the rest of the step 1% faster in the
-#: same call: reports/train-h100/1d87fc9/, so no configuration takes it); serial (wgmma, dW into a float32
+#: same call: reports/train-h100/1d87fc9/, so only attn_proj's forward takes it, SHAPE_CONFIGS); serial (wgmma, dW into a float32
 #: gradient, accumulated): split-K's slices added to C in order by the kernel (FLAG_SERIAL), no
 #: splitk_finish, where C has tiles enough (SERIAL_SLICES_A_WAVE, below).
 CONFIGS = {
@@ -198,6 +198,11 @@ SHAPE_CONFIGS = {
     # lm_head: W (77 MB) is read from DRAM once per group of tile rows: walk 32 of them together
     ("wgmma", "forward", 50304, 768): _wg(bn=256, group_m=32, store_cols=128),
     ("mma", "forward", 50304, 768): _mma(group_m=32),
+    # attn_proj's forward (768 x 768, depth 768: the shortest main loop, where the epilogue weighs most):
+    # the bias from shared memory and the store's image as two buffers. Alone on an H100 at 16384 rows
+    # 0.97x cuBLASLt against 0.88x (reports/train-h100/1d87fc9, probe.txt: bias_smem_double); in the
+    # B=64 step 145 us a call against 144 (bsm2/: the other forward GEMMs lost there, so only this one)
+    ("wgmma", "forward", 768, 768): _wg(bn=256, store_cols=128, store_buffers=2, bias_smem=True),
 }
 
 #: product -> gemm_wgmma's pingpong schedule (matmul.cu): each consumer warpgroup a 64-row tile of its
