@@ -76,6 +76,11 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     thread before the main loop) instead of a global load per 8-column group
     bias_smem_cluster2  bias_smem in clusters of two (cluster2's TMA multicast)
     bias_smem_double    bias_smem with the two-buffer TMA store (store_double)
+    forward_config  the forward's configuration (CONFIGS'): the bias by global loads, one store image;
+                    where a shape takes another (SHAPE_CONFIGS: attn_proj's bias_smem_double) the tree's before it
+    bias_l1         the tile's bias lines prefetched into L1 before the main loop (prefetch.global.L1 by
+                    five threads of each consumer warpgroup, a source edit), so that the epilogue's global
+                    loads of it hit L1 instead of waiting on L2 (their long_sb stalls, ../../reports/train-h100/12814eb)
     pingpong_store  pingpong (64 x 256 a warpgroup) with the TMA store of its whole tile in one pass
                     and a 4-deep ring: the plain product in the GELU products' configuration
     pingpong_cluster2  the same in clusters of two (a third of pingpong's operand traffic saved):
@@ -176,6 +181,14 @@ EDITS = {
                    "    return 0.5f * x * (1.0f + tanh_u);")],
     # clusters of two without the multicast: each block loads the whole B tile itself (two boxes of the
     # cluster's map), the slots' empty barriers still counting both blocks' consumers
+    "bias_l1": [("        if (with_sums)\n            consume_item<true>(",
+                 "#ifndef CUPY_RAW_EMULATOR\n"
+                 "        if ((flags & FLAG_BIAS) && t <= WG_BN * (int)sizeof(floatX) / 128) {\n"
+                 "            const int j_line = min(w.tn * WG_BN + t * (128 / (int)sizeof(floatX)), min(cols, (w.tn + 1) * WG_BN) - 1);\n"
+                 "            asm volatile(\"prefetch.global.L1 [%0];\" ::\"l\"(bias + j_line));\n"
+                 "        }\n"
+                 "#endif\n"
+                 "        if (with_sums)\n            consume_item<true>(")],
     "cluster_no_multicast": [
         ("        tma_load_2d_multicast(dst + rank * SHARE * TILE_ROW_BYTES, map, k0, mn0 + rank * SHARE, bar, EVERY_BLOCK);",
          "        for (int r = 0; r < WG_CLUSTER; ++r) tma_load_2d(dst + r * SHARE * TILE_ROW_BYTES, map, k0, mn0 + r * SHARE, bar);"),
@@ -217,6 +230,8 @@ VARIANTS = {
     "bias_smem": ({"bias_smem": True}, None, None),
     "bias_smem_cluster2": ({"bias_smem": True, "cluster": 2}, None, None),
     "bias_smem_double": ({"bias_smem": True, "store_buffers": 2}, None, None),
+    "bias_l1": ({}, "bias_l1", None),
+    "forward_config": ({"bias_smem": False, "store_buffers": 1}, None, None),
     "cublaslt_fused": ({}, None, None),
     "planes": ({"serial": False}, None, None),
 }
@@ -225,7 +240,7 @@ DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double", "planes
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
 EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "gelu_tanh",
-                                     "bias_smem", "cublaslt_fused"),
+                                     "bias_smem", "bias_l1", "cublaslt_fused"),
                      "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cluster2",
                                   "cublaslt_fused")}
 #: the variants run there only
@@ -272,6 +287,8 @@ def source_edit(edit: str | None):
 
 def _config(product: str, M: int, K: int, change: dict) -> dict:
     cfg = dict(mm.PINGPONG_CONFIGS[product]) if change.get("pingpong") else mm._config("wgmma", product, (M, K), None)
+    if "store_cols" in change and "store_buffers" not in change:
+        cfg["store_buffers"] = 1  # (a shape's two-buffer image, SHAPE_CONFIGS', may not split the variant's passes)
     cfg.update(change)
     return cfg
 
