@@ -724,34 +724,42 @@ def test_wgmma_pingpong_clusters_in_the_emulator(monkeypatch):
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
-def test_wgmma_bias_from_shared_memory_in_the_emulator(monkeypatch):
-    """bias_smem (WG_BIAS_SMEM): each thread's pair of the tile's bias, loaded before the main loop, put
-    into the warpgroup's 512 bytes of shared memory for the TMA-store epilogue. Bitwise the default
-    configuration's results (the same arithmetic), at the forward (cooperative, two passes) and
-    matmul_gelu's forward (pingpong, pre and gelu(pre)), two blocks walking several tiles each (the
-    copy rewritten per tile: a stale one gives the last tile's bias), ragged rows and columns."""
+@pytest.mark.parametrize("option, change, products, define, value", [
+    ("bias from shared memory", {"bias_smem": True}, ("forward", "forward_pre"), "WG_BIAS_SMEM", 1),
+    ("pre and gelu(pre) in two buffers", {"store_buffers": 2}, ("forward_pre",), "WG_STORE_BUFFERS", 2),
+])
+def test_wgmma_epilogue_options_in_the_emulator(monkeypatch, option, change, products, define, value):
+    """Epilogue options that change where the TMA-store epilogue stages things, not its arithmetic, so
+    their results are bitwise the default configuration's: bias_smem (WG_BIAS_SMEM: each thread's pair
+    of the tile's bias, loaded before the main loop, put into the warpgroup's 512 bytes of shared
+    memory), at the forward (cooperative, two passes) and matmul_gelu's forward (pingpong, pre and
+    gelu(pre)); and matmul_gelu's pingpong forward with its image as two buffers (pre into one while
+    the copy engine reads gelu(pre) of the pass before from the other: four fills a tile, so the next
+    tile starts in the other buffer). Two blocks walking several tiles each (a stale bias copy gives
+    the last tile's bias; a wrong buffer turn overwrites an image still being read), ragged rows and
+    columns."""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     launched = []
     real_launch = rt.launch
-    monkeypatch.setattr(rt, "launch", lambda k, *a, **kw: launched.append(k.defines.get("WG_BIAS_SMEM"))
+    monkeypatch.setattr(rt, "launch", lambda k, *a, **kw: launched.append((k.defines.get("WG_STORE_PRE"), k.defines.get(define)))
                         or real_launch(k, *a, **kw))
     results = {}
     with rt.emulation():
-        for smem in (False, True):
-            for product in ("forward", "forward_pre"):
-                monkeypatch.setitem(mm.CONFIGS, ("wgmma", product),
-                                    dict(mm.CONFIGS[("wgmma", product)], bias_smem=smem))
+        for on in (False, True):
+            for product in products:
+                monkeypatch.setitem(mm.CONFIGS, ("wgmma", product), {**mm.CONFIGS[("wgmma", product)], **(change if on else {})})
             launched.clear()
             x, w, b = _inputs(np.random.default_rng(22), 330, 128, 776, "bfloat16")
             y, _ = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
             pre = np.full((330, 776), np.nan, dtype=x.dtype)
             h = mm.wgmma.forward_gelu(x, w, b, out=np.full((330, 776), np.nan, dtype=x.dtype), pre=pre)
-            results[smem] = (y, pre, h)
-            assert set(launched) == ({1} if smem else {None}), launched
+            results[on] = (y, pre, h)
+            with_option = {(store_pre, v) for store_pre, v in launched if v == value}
+            assert bool(with_option) == on and (not on or {(1, value)} <= with_option), (option, launched)
     ref = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
-    _close(results[True][0], ref, "bfloat16", "forward", "bias from shared memory")
+    _close(results[True][0], ref, "bfloat16", "forward", option)
     for got, want, what in zip(results[True], results[False], ("y", "pre", "gelu(pre)")):
-        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), what
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), (option, what)
 
 
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))

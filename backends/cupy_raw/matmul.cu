@@ -976,7 +976,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
     constexpr int PASSES = WG_BN / FILL_COLS;
     static_assert(WG_STORE_BUFFERS == 1 || (PASSES * IMAGES) % 2 == 0,
                   "two buffers: an even number of fills a tile, so that the next tile's first takes the other one");
-    static_assert(!(F & FLAG_PRE) || WG_STORE_BUFFERS == 1, "pre and gelu(pre): one buffer (the deferred GELU's)");
+    static_assert(!(F & FLAG_PRE) || WG_STORE_BUFFERS == 1 || WG_PINGPONG,
+                  "pre and gelu(pre) in the cooperative schedule: one buffer (the deferred GELU's)");
 #pragma unroll
     for (int pass = 0; pass < PASSES; ++pass)
 #pragma unroll

@@ -503,8 +503,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                          f"boxes of {box_cols} columns")
     if store == "float32" and wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, True) > rt.MAX_SHARED_PER_BLOCK:
         store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
-    if store == "16bit" and pre is not None and ((pingpong and bm != 64) or buffers != 1):
-        store = None  # (pre's TMA-store epilogue takes 64-row shares and one buffer: the staged one here)
+    if store == "16bit" and pre is not None and ((pingpong and bm != 64) or (buffers != 1 and not pingpong)):
+        store = None  # (pre's TMA-store epilogue takes 64-row shares, and one buffer where its GELU is deferred)
     if store == "16bit" and dgelu_at is not None and ((pingpong and bm != 64) or buffers != 1 or store_cols != cfg["bn"]):
         store = None  # (the prefetch of pre fills one image with a warpgroup's whole 64-row share: else staged)
     if store is None:  # (the staged epilogue, and alone: clusters need the TMA store, matmul.cu's static_assert)

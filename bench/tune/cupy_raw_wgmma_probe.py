@@ -58,7 +58,10 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     MN-major operands and row sums ptxas spills 44 bytes there)
     store_double    the TMA store's image as two buffers of half the columns, filled in turn, so that a
                     pass waits only for the pass before the last to have been read (store_buffers 2;
-                    forward / dx: two 64-column buffers, dW: two of 32 float32 columns)
+                    forward / dx: two 64-column buffers, dW: two of 32 float32 columns; fc_fwd_pre,
+                    pingpong: two of 128 columns, pre into one while gelu(pre) of the pass before is
+                    read from the other, where one buffer waits for pre's read before gelu(pre); ptxas
+                    spills 76 bytes there, so no configuration takes it untimed)
     store256_double the same at store_cols 256 with a 3-deep ring: two 128-column buffers
     cluster2        blocks in clusters of two taking tiles one above the other, which share their B
                     tile: each block loads half of it and TMA multicasts it into both (WG_CLUSTER 2);
@@ -240,7 +243,7 @@ DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double", "planes
 #: the variants run at the products with a GELU epilogue, by direction: matmul_gelu's forward, mlp's
 #: dx with gelu'(pre) (store_off: the staged epilogue's)
 EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "gelu_tanh",
-                                     "bias_smem", "bias_l1", "cublaslt_fused"),
+                                     "bias_smem", "bias_l1", "store_double", "cublaslt_fused"),
                      "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cluster2",
                                   "cublaslt_fused")}
 #: the variants run there only
