@@ -8,6 +8,7 @@
 # A/B in one call (a second round.sh into $OUT/b after an edit): the first round of a call has run ~1%
 # slower than the later ones on H100s (reports/train-h100/1d87fc9/unordered: the same tree 579,404 tokens/s first,
 # 585,842 last), so run A, B, A, or judge B by the kernels it changes against those it does not.
+# bench/device/ab.sh runs such a call: the tree, then files packed from another revision over it, then the tree.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 EULER_GIT_SHA=${GIT_SHA:-}
 mkdir -p "$OUT"
