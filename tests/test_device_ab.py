@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None or shutil.which("bas
 # the stand-in round driver: notes its stages, GIT_SHA and the files of the change as it finds them
 ROUND = """#!/usr/bin/env bash
 mkdir -p "$OUT"
-{ echo "sha=$GIT_SHA stages=$*"
+{ echo "sha=$GIT_SHA stages=$* install=${NO_INSTALL:-yes}"
   for f in kernel.cu config.py added.py; do
     if [[ -e $f ]]; then echo "$f: $(cat "$f")"; else echo "$f: absent"; fi
   done; } > "$OUT/round.txt"
@@ -73,8 +73,9 @@ def test_b_a_b_halves_see_the_tree_then_the_old_files_then_the_tree(tmp_path):
     assert ran.returncode == 0, ran.stderr
     b1, a, b2 = (_half(out, name) for name in ("b1", "a", "b2"))
     tree = "kernel.cu: new kernel\nconfig.py: new config\nadded.py: absent\n"
-    assert b1 == b2 == "sha=newsha stages=trace:40 train:50\n" + tree
-    assert a == (f"sha={old} stages=trace:40 train:50\n"
+    assert b1 == "sha=newsha stages=trace:40 train:50 install=yes\n" + tree  # the only half that installs
+    assert b2 == "sha=newsha stages=trace:40 train:50 install=1\n" + tree
+    assert a == (f"sha={old} stages=trace:40 train:50 install=1\n"
                  "kernel.cu: old kernel\nconfig.py: new config\nadded.py: only in the old revision\n")
     assert (repo / "kernel.cu").read_text() == "new kernel" and not (repo / "added.py").exists()
     assert sorted(p.name for p in out.iterdir()) == ["a.tar.gz", "ab.txt", "b1.tar.gz", "b2.tar.gz"]

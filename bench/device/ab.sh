@@ -43,9 +43,9 @@ run() {
   done
   { echo "halves: b1 (the tree, $b_sha), a ($rev's ${#files[@]} file(s) over the tree), b2 (the tree again)"
     printf '  %s\n' "${files[@]}"; } | tee "$OUT/ab.txt"
-  half() {
+  half() {  # (the halves after the first reuse its editable install: round.sh's NO_INSTALL)
     mkdir -p "$OUT/$1"
-    OUT=$OUT/$1 GIT_SHA=$2 bash "$round" "${@:3}"
+    OUT=$OUT/$1 GIT_SHA=$2 NO_INSTALL=$([[ $1 == b1 ]] || echo 1) bash "$round" "${@:3}"
     tar czf "$OUT/$1.tar.gz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"
   }
   half b1 "$b_sha" "$@"

@@ -17,8 +17,9 @@ mkdir -p "$OUT"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
   python3 -c "import sys, numpy, cupy, triton; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'triton', triton.__version__, 'cuda', cupy.cuda.runtime.runtimeGetVersion(), cupy.cuda.runtime.driverGetVersion())"
 } 2>&1 | tee "$OUT/round.txt"
-python3 -m pip install -q --no-deps --no-build-isolation -e . -e bench/euler-torch-reference >> "$OUT/round.txt" 2>&1 \
-  || echo "pip install failed" | tee -a "$OUT/round.txt"
+# (NO_INSTALL=1: a later round of the same call, whose editable install already points here: ab.sh's)
+[[ -n ${NO_INSTALL:-} ]] || python3 -m pip install -q --no-deps --no-build-isolation -e . -e bench/euler-torch-reference \
+  >> "$OUT/round.txt" 2>&1 || echo "pip install failed" | tee -a "$OUT/round.txt"
 if [[ -n ${CLOCKS:-} ]]; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
     --format=csv -lms 200 > "$OUT/clocks.csv" 2>&1 &
