@@ -67,8 +67,7 @@ def test_b_a_b_halves_see_the_tree_then_the_old_files_then_the_tree(tmp_path):
     packed = _ab(repo, "pack", old, "kernel.cu", "added.py", "missing.py")
     assert packed.returncode == 0, packed.stderr
     assert "missing.py is not in" in packed.stderr
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out" / "ab"  # (made by ab.sh)
     ran = _ab(repo, "run", "trace:40", "train:50", out=out)
     assert ran.returncode == 0, ran.stderr
     b1, a, b2 = (_half(out, name) for name in ("b1", "a", "b2"))

@@ -34,6 +34,7 @@ run() {
   [[ -f .ab/a.tar && -f .ab/rev ]] || {
     echo "ab.sh run: no .ab/a.tar: run 'bash bench/device/ab.sh pack <rev> <path>...' first and carry .ab" >&2; return 2; }
   : "${OUT:?ab.sh run: OUT must name the folder the halves go to}"
+  mkdir -p "$OUT"
   local round=${AB_ROUND:-bench/device/round.sh} rev b_sha=${GIT_SHA:-tree} keep files
   rev=$(cat .ab/rev)
   keep=$(mktemp -d)
