@@ -1060,6 +1060,9 @@ def _used_modules(model) -> dict:
     with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], bias_smem=True) for p in ("forward", "forward_pre")}):
         linear_products()
         gelu_products()
+    # matmul_gelu's pre and gelu(pre) through a two-buffer image (the probe's store_double at fc_fwd_pre)
+    with _configs({("wgmma", "forward_pre"): dict(mm.CONFIGS[("wgmma", "forward_pre")], store_buffers=2)}):
+        gelu_products()
     for name, defines in model.kernels:
         key = tuple(sorted(defines.items()))
         modules[key] = "sm_90a" if "GEMM_WGMMA" in defines else "sm_90"

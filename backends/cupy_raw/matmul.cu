@@ -959,7 +959,7 @@ __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* i
 // Thread t holds, of every 8-column group g, columns 8 g + cc, + 1 of rows r and r + 8
 // (wgmma_acc_coords: registers 4 g + 2 h, + 1 for row r + 8 h).
 template <int F, typename OutT>
-__device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 2], const floatX* bias,
+__device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], const floatX* bias,
                                                      const TmaDescriptor* map, const TmaDescriptor* pre_map,
                                                      unsigned char* image, int bar, int t,
                                                      int i_wg, int j_tile, int cols, int plane, bool reduce,
@@ -1008,8 +1008,10 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
         for (int g = 0; g < GROUPS; ++g) {
             const int q = pass * GROUPS + g;      // the 8-column group of the tile
             const int j = j_pass + 8 * g + cc;    // this thread's first column of it in C
+            // gelu(pre)'s fill reads pre as stored from acc, where pre's fill left it: no bias, no rounding
+            const bool pre_in_acc = (F & FLAG_PRE) && activate;
             float b0 = 0.0f, b1 = 0.0f;
-            if ((F & FLAG_BIAS) && j < cols) {    // (cols % 4 == 0: j + 1 is inside too)
+            if ((F & FLAG_BIAS) && !pre_in_acc && j < cols) {    // (cols % 4 == 0: j + 1 is inside too)
                 const Duo<floatX> pair = *reinterpret_cast<const Duo<floatX>*>(bias_at + 8 * g);
                 b0 = to_f32(pair.v[0]);
                 b1 = to_f32(pair.v[1]);
@@ -1020,7 +1022,11 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int y = r + 8 * h;
-                float v0 = acc[4 * q + 2 * h] + b0, v1 = acc[4 * q + 2 * h + 1] + b1;
+                float v0 = acc[4 * q + 2 * h], v1 = acc[4 * q + 2 * h + 1];
+                if (!pre_in_acc) {  // (not even + 0: it would turn pre's -0 into +0)
+                    v0 += b0;
+                    v1 += b1;
+                }
                 // (the pair's address spelled out here and at the store: held in one variable, it changed
                 // the other modules' PTX, which the H200 has timed as they are)
                 if (F & FLAG_DGELU) {  // of dx as stored, at pre's pair (finish_value's arithmetic)
@@ -1028,9 +1034,9 @@ __device__ __forceinline__ void wgmma_store_epilogue(const float (&acc)[WG_BN / 
                     v0 = gelu_tanh_backward(to_f32(x.v[0]), to_f32(from_f32<floatX>(v0)));
                     v1 = gelu_tanh_backward(to_f32(x.v[1]), to_f32(from_f32<floatX>(v1)));
                 }
-                if ((F & FLAG_PRE) && activate) {  // of pre as stored
-                    v0 = to_f32(from_f32<floatX>(v0));
-                    v1 = to_f32(from_f32<floatX>(v1));
+                if ((F & FLAG_PRE) && !activate) {  // pre's fill: pre as stored, for gelu(pre)'s
+                    acc[4 * q + 2 * h] = to_f32(from_f32<floatX>(v0));
+                    acc[4 * q + 2 * h + 1] = to_f32(from_f32<floatX>(v1));
                 }
                 if (activate) {
                     v0 = gelu_tanh(v0);

@@ -60,8 +60,8 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     pass waits only for the pass before the last to have been read (store_buffers 2;
                     forward / dx: two 64-column buffers, dW: two of 32 float32 columns; fc_fwd_pre,
                     pingpong: two of 128 columns, pre into one while gelu(pre) of the pass before is
-                    read from the other, where one buffer waits for pre's read before gelu(pre); ptxas
-                    spills 76 bytes there, so no configuration takes it untimed)
+                    read from the other, where one buffer waits for pre's read before gelu(pre); 0 spills
+                    since gelu(pre)'s fill reads pre from the accumulators, 76 bytes before)
     store256_double the same at store_cols 256 with a 3-deep ring: two 128-column buffers
     cluster2        blocks in clusters of two taking tiles one above the other, which share their B
                     tile: each block loads half of it and TMA multicasts it into both (WG_CLUSTER 2);
