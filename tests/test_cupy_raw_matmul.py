@@ -736,8 +736,9 @@ def test_wgmma_epilogue_options_in_the_emulator(monkeypatch, option, change, pro
     gelu(pre)); and matmul_gelu's pingpong forward with its image as two buffers (pre into one while
     the copy engine reads gelu(pre) of the pass before from the other: four fills a tile, so the next
     tile starts in the other buffer). Two blocks walking several tiles each (a stale bias copy gives
-    the last tile's bias; a wrong buffer turn overwrites an image still being read), ragged rows and
-    columns."""
+    the last tile's bias; a fill into the wrong buffer or columns stores the wrong pass), ragged rows and
+    columns. (The emulator's TMA stores complete at once, so whether a buffer is refilled only after
+    the copy engine has read it is the GPU's to show.)"""
     monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
     launched = []
     real_launch = rt.launch

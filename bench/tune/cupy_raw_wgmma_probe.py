@@ -182,8 +182,8 @@ EDITS = {
                    "    float tanh_u;\n"
                    "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(tanh_u) : \"f\"(x * (0.7978845608f + 0.0356774081f * x * x)));\n"
                    "    return 0.5f * x * (1.0f + tanh_u);")],
-    # clusters of two without the multicast: each block loads the whole B tile itself (two boxes of the
-    # cluster's map), the slots' empty barriers still counting both blocks' consumers
+    # the tile's bias lines into L1 before the main loop (five threads of each consumer warpgroup), for the
+    # epilogue's bias loads
     "bias_l1": [("        if (with_sums)\n            consume_item<true>(",
                  "#ifndef CUPY_RAW_EMULATOR\n"
                  "        if ((flags & FLAG_BIAS) && t <= WG_BN * (int)sizeof(floatX) / 128) {\n"
@@ -192,6 +192,8 @@ EDITS = {
                  "        }\n"
                  "#endif\n"
                  "        if (with_sums)\n            consume_item<true>(")],
+    # clusters of two without the multicast: each block loads the whole B tile itself (two boxes of the
+    # cluster's map), the slots' empty barriers still counting both blocks' consumers
     "cluster_no_multicast": [
         ("        tma_load_2d_multicast(dst + rank * SHARE * TILE_ROW_BYTES, map, k0, mn0 + rank * SHARE, bar, EVERY_BLOCK);",
          "        for (int r = 0; r < WG_CLUSTER; ++r) tma_load_2d(dst + r * SHARE * TILE_ROW_BYTES, map, k0, mn0 + r * SHARE, bar);"),
