@@ -141,6 +141,10 @@ class _KernelModel:
             assert floatx == "float32" or not flags & mm.FLAG_OUT_F32  # (C in the operands' dtype)
             assert pre.shape == c.shape and pre.dtype == c.dtype
             v = _gelu_grad(pre.astype(np.float64)) * v.astype(c.dtype).astype(np.float64)
+        if flags & mm.FLAG_RESIDUAL:  # the residual add, of the product as matmul stores it
+            assert not flags & (mm.FLAG_PRE | mm.FLAG_GELU | mm.FLAG_DGELU | mm.FLAG_ACCUMULATE | mm.FLAG_OUT_F32)
+            assert pre.shape == c.shape and pre.dtype == c.dtype
+            v = pre.astype(np.float64) + v.astype(c.dtype).astype(np.float64)
         if flags & mm.FLAG_ACCUMULATE:
             v = v + c.astype(np.float64)
         c[...] = v.astype(c.dtype)
@@ -171,7 +175,8 @@ class _KernelModel:
             else:
                 assert slices == 1
                 self._epilogue(c.reshape(rows, cols), v, bias if flags & mm.FLAG_BIAS else None,
-                               pre.reshape(rows, cols) if flags & (mm.FLAG_PRE | mm.FLAG_DGELU) else None, flags, floatx)
+                               pre.reshape(rows, cols) if flags & (mm.FLAG_PRE | mm.FLAG_DGELU | mm.FLAG_RESIDUAL) else None,
+                               flags, floatx)
 
     def gemm_simt(self, d, grid, block, args, shared):
         a, b, c, bias, pre, rows, cols, depth, lda, ldb, ak, bk, k_split, group_m, flags = args
@@ -666,6 +671,81 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
                      "staged": {("gemm_wgmma", 0, 0, 0)}, "mma": {("gemm_mma", None, None, None)}}[epilogue], kinds
 
 
+def _check_residual_bitwise(impl, rng, N: int, K: int, M: int, dtype: str, label: str) -> None:
+    """impl's forward_residual of a (N, K) x (M, K) projection, with a bias and without, into a poisoned
+    output: bitwise the composition it replaces (impl's plain forward, then residual's kernel adding
+    its stored product to the stream), and against float64."""
+    from backends.cupy_raw import residual
+    for with_bias in (True, False):
+        x, w, b = _inputs(rng, N, K, M, dtype)
+        b = b if with_bias else None
+        stream = (rng.standard_normal((N, M)) * 3).astype(x.dtype)
+        y, saved = impl.forward_residual(x, w, b, stream, out=np.full((N, M), np.nan, dtype=x.dtype))
+        assert saved.x is x and saved.weight is w and saved.bias is b
+        plain, _ = impl.forward({"x": x, "weight": w, "bias": b}, {})
+        composed, _ = residual.forward({"a": stream, "b": plain}, {})
+        bits = np.uint16 if x.dtype.itemsize == 2 else np.uint32
+        bad = np.flatnonzero(y.view(bits) != composed.view(bits))
+        assert bad.size == 0, (f"{label} {N}x{K}x{M} bias={with_bias}: the residual epilogue differs from the "
+                               f"composition at {bad.size} elements, first {np.unravel_index(bad[0], y.shape)}")
+        ref = stream.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+        ref += b.astype(np.float64) if b is not None else 0.0
+        _close(y, ref, dtype, "forward", f"{label} {N}x{K}x{M} bias={with_bias} against float64")
+
+
+@pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
+@pytest.mark.parametrize("epilogue", ["prefetched", "pingpong", "staged", "mma", "simt"])
+def test_residual_epilogue_in_the_emulator(monkeypatch, epilogue):
+    """FLAG_RESIDUAL's kernels on the CPU (matmul_residual's forward, mlp's projection), bitwise against
+    matmul then residual: wgmma's TMA store with the stream prefetched into the image (WG_STORE_RESIDUAL,
+    the product's configuration: two blocks walking 3 x 2 tiles of 128 x 256, so each warpgroup's
+    mbarrier goes through several phases; ragged at both edges, boxes wholly outside the stream not
+    loaded, at 40 rows a warpgroup's whole share; main loops of 9 k-blocks and of one), the same in the
+    pingpong schedule (64 x 256 tiles a warpgroup), wgmma's staged epilogue (store_cols 128: not the
+    whole tile, so not prefetched), gemm_mma, and gemm_simt (float32)."""
+    monkeypatch.setattr(_common, "num_sms", lambda xp: 2)
+    base = mm.CONFIGS[("wgmma", "forward_residual")]
+    changes = {"pingpong": dict(base, pingpong=True, bm=64, stages=4), "staged": dict(base, store_cols=128)}
+    if epilogue in changes:
+        monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_residual"), changes[epilogue])
+    impl = mm.tiled if epilogue == "mma" else mm.wgmma
+    fused = []  # (kernel, defines) of every launch with FLAG_RESIDUAL
+    real_launch = rt.launch
+
+    def launch(k, grid, block, args, shared_mem=0):
+        if k.name.startswith("gemm_") and int(args[-1]) & mm.FLAG_RESIDUAL:
+            fused.append((k.name, dict(k.defines)))
+        return real_launch(k, grid, block, args, shared_mem)
+
+    monkeypatch.setattr(rt, "launch", launch)
+    rng = np.random.default_rng(23)
+    dtype = "float32" if epilogue == "simt" else "bfloat16"
+    with rt.emulation():
+        for N, K, M in [(330, 576, 392), (200, 64, 312), (40, 136, 64)]:
+            _check_residual_bitwise(impl, rng, N, K, M, dtype, epilogue)
+    kinds = {(name, d.get("WG_STORE_RESIDUAL"), d.get("WG_STORE_COLS"), d.get("WG_PINGPONG")) for name, d in fused}
+    assert kinds == {"prefetched": {("gemm_wgmma", 1, 256, 0)}, "pingpong": {("gemm_wgmma", 1, 256, 1)},
+                     "staged": {("gemm_wgmma", 0, 0, 0)}, "mma": {("gemm_mma", None, None, None)},
+                     "simt": {("gemm_simt", None, None, None)}}[epilogue], kinds
+
+
+def test_the_residual_epilogue_is_refused_where_it_cannot_run(model):
+    """Bad residual inputs are refused before any launch, naming what was wrong; cuBLASLt has no such
+    epilogue here (its C + D form would round once, not as the composition)."""
+    rng = np.random.default_rng(5)
+    x, w, b = _inputs(rng, 16, 64, 32, "bfloat16")
+    launched = len(model.kernels)
+    for bad in (np.zeros((16, 31), x.dtype), np.zeros((16, 32), np.float32)):
+        with pytest.raises(ValueError, match="residual must be"):
+            mm.wgmma.forward_residual(x, w, b, bad)
+    with pytest.raises(ValueError, match="cublaslt: no residual epilogue"):
+        mm.cublaslt.forward_residual(x, w, b, np.zeros((16, 32), x.dtype))
+    with pytest.raises(ValueError, match="two epilogues"):
+        mm.gemm("wgmma", mm.Operand(x, 64, True), mm.Operand(w, 64, True), np.empty((16, 32), x.dtype), 16, 32, 64,
+                dgelu_at=np.zeros((16, 32), x.dtype), residual=np.zeros((16, 32), x.dtype))
+    assert len(model.kernels) == launched, "a refused call launched a kernel"
+
+
 @pytest.mark.skipif(_emulator.unavailable_reason() is not None, reason=str(_emulator.unavailable_reason()))
 @pytest.mark.parametrize("bm, bn, stages", [(64, 256, 3), (128, 128, 5)], ids=["64x256", "128x128"])
 def test_wgmma_pingpong_in_the_emulator(monkeypatch, bm, bn, stages):
@@ -1048,7 +1128,20 @@ def _used_modules(model) -> dict:
             y, saved = mm.wgmma.forward({"x": x, "weight": w, "bias": b}, {})
             mm.wgmma.backward(saved, y, {"weight": np.zeros(w.shape, np.float32), "bias": np.zeros(b.shape, np.float32)})
 
+    def residual_products():
+        # matmul_residual's forward and mlp's projection at attn_proj's and fc_proj's shapes: the stream
+        # prefetched into the TMA store's image (WG_STORE_RESIDUAL), with the bias and without
+        for K in (768, 3072):
+            x, w, b = _inputs(np.random.default_rng(4), 256, K, 768, "bfloat16")
+            for bias in (b, None):
+                mm.wgmma.forward_residual(x, w, bias, np.zeros((256, 768), x.dtype))
+
     gelu_products()
+    residual_products()
+    # the pingpong schedule's residual module (the probe's)
+    with _configs({("wgmma", "forward_residual"): dict(mm.CONFIGS[("wgmma", "forward_residual")], pingpong=True,
+                                                        bm=64, stages=4)}):
+        residual_products()
     # the clustered modules (TMA multicast; the probe's): forward and dx, and the GELU epilogues (pingpong)
     with _configs({("wgmma", p): dict(mm.CONFIGS[("wgmma", p)], cluster=2) for p in ("forward", "dx")}):
         linear_products()

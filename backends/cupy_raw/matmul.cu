@@ -53,6 +53,11 @@
 // so that neither d(GELU output) nor a pass of gelu's backward over it is ever made. The arithmetic is
 // the composition's: the sum rounded to floatX as the plain dx would store it, then gelu.cu's
 // backward of that (common.cuh's gelu_tanh_backward), so the result is bitwise matmul then gelu.
+// FLAG_RESIDUAL (with FLAG_BIAS or alone; one k slice): the residual add after a projection, C = residual +
+// (sum + bias), with the residual stream read through the same pointer (`pre`: an (rows, cols) array of C's
+// dtype): matmul_residual's forward, and the MLP's projection in mlp. The arithmetic is the
+// composition's: the product rounded to floatX as matmul would store it, then added to the residual
+// in float32 and rounded once, as residual.cu adds, so the result is bitwise matmul then residual.
 // FLAG_SERIAL (gemm_wgmma with WG_STORE_F32, FLAG_ACCUMULATE, more than one k slice): each k slice is
 // added to the float32 C by the copy engine's reduce-add, in slice order: slice s of a 64-row share of
 // C waits until that share's counter in `chain` reads s, and sets it to s + 1 once its additions have
@@ -67,7 +72,8 @@
 // TMA-describable and nothing but the bias, GELU and pre with them is asked) writes C (and pre)
 // through tensor maps by the copy engine instead of the threads' own stores (wgmma_store_epilogue),
 // and has no other epilogue; built with WG_STORE_DGELU too, it is FLAG_DGELU's (the prefetch of pre
-// into the image: PreFetch below).
+// into the image: PreFetch below), with WG_STORE_RESIDUAL FLAG_RESIDUAL's (the same prefetch, of the
+// residual stream).
 #include "common.cuh"
 #include "tensor_core.cuh"
 #include "matmul_layout.cuh"
@@ -82,12 +88,14 @@
 #define FLAG_ROWSUM 128
 #define FLAG_DGELU 256
 #define FLAG_SERIAL 512
+#define FLAG_RESIDUAL 1024
 
 // ---- the epilogue --------------------------------------------------------------------------------
 struct Out {
     void* c;            // C: floatX or float (FLAG_OUT_F32), or the float32 split-K slices (FLAG_PARTIAL)
     const floatX* bias;      // (cols) with FLAG_BIAS
-    floatX* pre;             // (rows, cols): written with FLAG_PRE; read with FLAG_DGELU (the GELU's input)
+    floatX* pre;             // (rows, cols): written with FLAG_PRE; read with FLAG_DGELU (the GELU's input) or
+                             // FLAG_RESIDUAL (the residual stream)
     int rows, cols, flags;
 };
 
@@ -111,6 +119,7 @@ __device__ __forceinline__ float finish_value(const Out& o, size_t at, int j, fl
     }
     if (flags & FLAG_GELU) v = gelu_tanh(v);
     if (flags & FLAG_DGELU) v = gelu_tanh_backward(to_f32(o.pre[at]), to_f32(from_f32<floatX>(v)));
+    if (flags & FLAG_RESIDUAL) v = to_f32(o.pre[at]) + to_f32(from_f32<floatX>(v));  // the product as stored
     return v;
 }
 
@@ -145,15 +154,16 @@ __device__ __forceinline__ void finish_four(const Out& o, int i, int j, int spli
         return;
     }
     float w[4];
-    Quad<floatX> b, pre, gelu_in;
+    Quad<floatX> b, pre, read_in;  // read_in: the GELU's input (FLAG_DGELU) or the residual (FLAG_RESIDUAL)
     if (o.flags & FLAG_BIAS) b = *reinterpret_cast<const Quad<floatX>*>(o.bias + j);
-    if (o.flags & FLAG_DGELU) gelu_in = *reinterpret_cast<const Quad<floatX>*>(o.pre + at);
+    if (o.flags & (FLAG_DGELU | FLAG_RESIDUAL)) read_in = *reinterpret_cast<const Quad<floatX>*>(o.pre + at);
     for (int e = 0; e < 4; ++e) {
         w[e] = v[e] + ((o.flags & FLAG_BIAS) ? to_f32(b.v[e]) : 0.0f);
         pre.v[e] = from_f32<floatX>(w[e]);
         if (o.flags & FLAG_PRE) w[e] = to_f32(pre.v[e]);  // activated as stored
         if (o.flags & FLAG_GELU) w[e] = gelu_tanh(w[e]);
-        if (o.flags & FLAG_DGELU) w[e] = gelu_tanh_backward(to_f32(gelu_in.v[e]), to_f32(pre.v[e]));  // of dx as stored
+        if (o.flags & FLAG_DGELU) w[e] = gelu_tanh_backward(to_f32(read_in.v[e]), to_f32(pre.v[e]));  // of dx as stored
+        if (o.flags & FLAG_RESIDUAL) w[e] = to_f32(read_in.v[e]) + to_f32(pre.v[e]);  // of the product as stored
     }
     if (o.flags & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
     if (o.flags & FLAG_OUT_F32) {
@@ -403,7 +413,8 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // schedule, below), WG_STORE_COLS (0, or the columns of C a warpgroup stages per TMA store pass:
 // 64, 128 or 256; 32 too for float32; below), WG_STORE_F32 (1: those stores are float32, dW's),
 // WG_STORE_PRE (1: they are matmul_gelu's forward, pre and gelu(pre), with the bias), WG_STORE_DGELU
-// (1: they are FLAG_DGELU's dx, pre prefetched into the image: PreFetch), WG_STORE_BUFFERS
+// (1: they are FLAG_DGELU's dx, pre prefetched into the image: PreFetch), WG_STORE_RESIDUAL (1: they
+// are FLAG_RESIDUAL's C, the residual stream prefetched into the image the same way), WG_STORE_BUFFERS
 // (1, or 2: the image cut into two buffers of WG_STORE_COLS / 2 columns filled in turn, so that a
 // pass need not wait for the copy engine to have read the pass before it; below), WG_CLUSTER (1, or
 // 2: blocks in clusters of two, below), WG_BIAS_SMEM (1: the TMA-store epilogue reads the bias from
@@ -501,7 +512,7 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 // (128 x 64), WG_STAGES B tiles (WG_BN x 64), a tile of ones (8 x 64, FLAG_ROWSUM's B), the two
 // warpgroups' epilogue buffers (WG_STAGE_BYTES each: the staged epilogue's WG_EPI_BYTES, or the TMA
 // store's image of 64 x WG_STORE_COLS 16-bit or float32 values where that is larger), then the
-// full[] and empty[] mbarriers, and with WG_STORE_DGELU each warpgroup's prefetch mbarrier
+// full[] and empty[] mbarriers, and with WG_STORE_PREFETCH each warpgroup's prefetch mbarrier
 // (matmul.py's wgmma_shared_bytes: 219200 bytes at WG_BN 256, 4 stages, 231488 with the TMA store's
 // two 16 KB images; the SM has 232448).
 #define WG_CONSUMERS 2
@@ -518,6 +529,10 @@ gemm_mma(const floatX* __restrict__ a, const floatX* __restrict__ b, void* c, co
 #ifndef WG_BIAS_SMEM
 #define WG_BIAS_SMEM 0
 #endif
+#ifndef WG_STORE_RESIDUAL
+#define WG_STORE_RESIDUAL 0
+#endif
+#define WG_STORE_PREFETCH (WG_STORE_DGELU || WG_STORE_RESIDUAL)  // the epilogue's input prefetched into the image
 static_assert(!WG_BIAS_SMEM || (WG_STORE_COLS > 0 && WG_BN * 2 <= 512), "the bias in shared memory: the TMA-store "
               "epilogue's, 512 bytes a warpgroup");
 // arrivals that release a ring slot: every thread that reads it, or in a cluster one a consumer warp
@@ -769,15 +784,16 @@ __device__ __forceinline__ void finish_quad(const Out& o, int i, int j, int spli
         return;
     }
     float w[4];
-    Quad<floatX> pre, gelu_in;
-    if (F & FLAG_DGELU) gelu_in = *reinterpret_cast<const Quad<floatX>*>(o.pre + at);
+    Quad<floatX> pre, read_in;  // read_in: the GELU's input (FLAG_DGELU) or the residual (FLAG_RESIDUAL)
+    if (F & (FLAG_DGELU | FLAG_RESIDUAL)) read_in = *reinterpret_cast<const Quad<floatX>*>(o.pre + at);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
         w[e] = v.v[e] + ((F & FLAG_BIAS) ? b[e] : 0.0f);
         pre.v[e] = from_f32<floatX>(w[e]);
         if (F & FLAG_PRE) w[e] = to_f32(pre.v[e]);  // activated as stored
         if (F & FLAG_GELU) w[e] = gelu_tanh(w[e]);
-        if (F & FLAG_DGELU) w[e] = gelu_tanh_backward(to_f32(gelu_in.v[e]), to_f32(pre.v[e]));  // of dx as stored
+        if (F & FLAG_DGELU) w[e] = gelu_tanh_backward(to_f32(read_in.v[e]), to_f32(pre.v[e]));  // of dx as stored
+        if (F & FLAG_RESIDUAL) w[e] = to_f32(read_in.v[e]) + to_f32(pre.v[e]);  // of the product as stored
     }
     if (F & FLAG_PRE) *reinterpret_cast<Quad<floatX>*>(o.pre + at) = pre;
     if (F & FLAG_OUT_F32) {
@@ -917,7 +933,9 @@ constexpr int GELU_STEPS = 0;
 #endif
 
 // The MLP projection's dx with the GELU's backward (WG_STORE_DGELU, FLAG_DGELU): the epilogue needs
-// pre at every element it writes, and finds it in the image it writes into. Thread 0 of each consumer
+// pre at every element it writes, and finds it in the image it writes into. (The residual add,
+// WG_STORE_RESIDUAL with FLAG_RESIDUAL, reads the residual stream the same way: below, "pre" is
+// whichever of the two the kernel's pre pointer and tensor map hold.) Thread 0 of each consumer
 // warpgroup loads the warpgroup's 64 x WG_BN share of pre there (through pre's tensor map, the
 // boxes C's store will use, completing on the warpgroup's own mbarrier) as soon as the tile's first
 // k-block is multiplying and the copy engine has read the last tile's image out; the epilogue waits
@@ -931,9 +949,11 @@ struct PreFetch {
     int i, j;      // the first row and column of the share in pre (and C)
     int rows, cols;  // pre's (and C's)
 };
-#if WG_STORE_DGELU
-static_assert(WG_STORE_COLS == WG_BN && WG_STORE_BUFFERS == 1 && WG_MH == 1 && !WG_STORE_F32 && !WG_STORE_PRE,
-              "dx with gelu': the TMA-store epilogue, a warpgroup's whole 64-row share in one 16-bit image");
+#if WG_STORE_PREFETCH
+static_assert(WG_STORE_COLS == WG_BN && WG_STORE_BUFFERS == 1 && WG_MH == 1 && !WG_STORE_F32 && !WG_STORE_PRE &&
+              !(WG_STORE_DGELU && WG_STORE_RESIDUAL),
+              "dx with gelu', or C with the residual: the TMA-store epilogue, a warpgroup's whole 64-row share in "
+              "one 16-bit image");
 // (Boxes wholly outside pre, a ragged last tile's, are not asked for: their elements are never stored.)
 __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* image, const TmaDescriptor* pre_map, int t) {
     if (t != 0) return;
@@ -950,7 +970,8 @@ __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* i
 // memory; boxes of 64 rows x 128 bytes one after another), then written by thread 0 through C's
 // tensor map at (column j_tile + the pass's first, row i_wg, plane): stored, or added to C
 // (`reduce`: dW's float32 accumulation, old + sum, one rounding as finish_quad's). F: FLAG_BIAS,
-// FLAG_GELU, FLAG_PRE with both (float32 images take none). With FLAG_PRE each pass fills the image
+// FLAG_GELU, FLAG_PRE with both, FLAG_DGELU alone, FLAG_RESIDUAL with or without FLAG_BIAS (float32
+// images take none). With FLAG_PRE each pass fills the image
 // with pre = sum + bias, stored through pre's map, then (once the copy engine has read that) with
 // gelu(pre) of pre rounded to floatX (the composition's arithmetic: bitwise what gelu.cu makes of the
 // stored pre), through C's; the last pass leaves its gelu(pre) to the next main loop (`deferred`,
@@ -991,7 +1012,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], co
             deferred = DeferredGelu{0, i_wg, j_pass};
             break;
         }
-        if (F & FLAG_DGELU) {  // pre is in the image (its read-out waited for when the load was issued)
+        if (F & (FLAG_DGELU | FLAG_RESIDUAL)) {  // pre (or the residual) is in the image (its read-out waited
+                                                  // for when the load was issued)
             mbar_wait(prefetch.bar, prefetch.tiles++ & 1);
         } else {
             // the copy engine has read this buffer's last stores (with two buffers, the other's newest
@@ -1033,6 +1055,11 @@ __device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], co
                     const Duo<OutT> x = *reinterpret_cast<Duo<OutT>*>(box + 8 * h * 128 + ((chunk ^ (y % 8)) << 4) + (byte & 15));
                     v0 = gelu_tanh_backward(to_f32(x.v[0]), to_f32(from_f32<floatX>(v0)));
                     v1 = gelu_tanh_backward(to_f32(x.v[1]), to_f32(from_f32<floatX>(v1)));
+                }
+                if (F & FLAG_RESIDUAL) {  // the product as stored, added to the residual's pair (finish_value's)
+                    const Duo<OutT> x = *reinterpret_cast<Duo<OutT>*>(box + 8 * h * 128 + ((chunk ^ (y % 8)) << 4) + (byte & 15));
+                    v0 = to_f32(x.v[0]) + to_f32(from_f32<floatX>(v0));
+                    v1 = to_f32(x.v[1]) + to_f32(from_f32<floatX>(v1));
                 }
                 if ((F & FLAG_PRE) && !activate) {  // pre's fill: pre as stored, for gelu(pre)'s
                     acc[4 * q + 2 * h] = to_f32(from_f32<floatX>(v0));
@@ -1076,8 +1103,8 @@ __device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], co
 // once the item's last multiplies are issued, so that the other warpgroup's queue behind them at the
 // tensor cores while these drain. deferred (WG_STORE_PRE): the previous tile's GELU, a step after each
 // k-block's multiplies are issued (image: this warpgroup's; map: C's; bar: its named barrier; t: its
-// thread); prefetch (WG_STORE_DGELU): this tile's pre into the image, once the first k-block's
-// multiplies are issued (pre_map: pre's tensor map). SUMS is a template parameter, not a test inside the
+// thread); prefetch (WG_STORE_PREFETCH): this tile's pre (or residual) into the image, once the first
+// k-block's multiplies are issued (pre_map: its tensor map). SUMS is a template parameter, not a test inside the
 // loop: a run-time branch around wgmma_rowsum between wgmma_fence and wgmma_commit put a wgmma in a
 // divergent path, and ptxas then serialised every wgmma of the kernel ("WG.AR in divergent path").
 template <bool SUMS>
@@ -1110,7 +1137,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], flo
 #if WG_STORE_PRE
         if (deferred.step < GELU_STEPS) deferred_gelu_step(deferred, image, map, bar, t);  // under the multiplies
 #endif
-#if WG_STORE_DGELU
+#if WG_STORE_PREFETCH
         if (kb == 0) prefetch_pre(prefetch, image, pre_map, t);  // under the first multiplies
 #endif
         if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
@@ -1153,14 +1180,14 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
            const floatX* bias, floatX* pre, int rows, int cols, int depth, void* rowsum, void* chain, int k_split,
            int group_m, int flags) {
     // tma_c: C's 3-D tensor map (boxes of 64 rows x 128 bytes, swizzled; dW's split-K slices its planes)
-    // where WG_STORE_COLS > 0, else never read; tma_pre: pre's, as C's, read with FLAG_PRE there (stored)
-    // or WG_STORE_DGELU (loaded) only
+    // where WG_STORE_COLS > 0, else never read; tma_pre: pre's (or the residual's), as C's, read with
+    // FLAG_PRE there (stored) or WG_STORE_PREFETCH (loaded) only
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned a_ring = base, b_ring = base + WG_STAGES * WG_A_BYTES, ones = base + WG_RING_BYTES;
     const unsigned epi = ones + 1024;  // + WG_STAGE_BYTES * consumer warpgroup (1024-aligned: the swizzle)
     const unsigned full_bar = epi + WG_CONSUMERS * WG_STAGE_BYTES, empty_bar = full_bar + 8 * WG_STAGES;  // + 8 * slot
-    const unsigned pre_bar = empty_bar + 8 * WG_STAGES;  // WG_STORE_DGELU: + 8 * consumer warpgroup
+    const unsigned pre_bar = empty_bar + 8 * WG_STAGES;  // WG_STORE_PREFETCH: + 8 * consumer warpgroup
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tiles_m = (rows + WG_BM - 1) / WG_BM, tiles_n = (cols + WG_BN - 1) / WG_BN;
@@ -1180,7 +1207,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             mbar_init(full_bar + 8 * s, 1);                        // the producer's expect_tx arrival
             mbar_init(empty_bar + 8 * s, WG_SLOT_READERS);         // every thread that reads the slot
         }
-        if (WG_STORE_DGELU)
+        if (WG_STORE_PREFETCH)
             for (int g = 0; g < WG_CONSUMERS; ++g) mbar_init(pre_bar + 8 * g, 1);  // the prefetch's expect_tx arrival
         MBAR_FENCE_INIT();
     }
@@ -1250,7 +1277,7 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
         if (WG_PINGPONG) named_barrier(WG_TURN_BAR + wg, 256);  // this warpgroup's turn at the tensor cores
         // pingpong: the block's next item (the other warpgroup's) multiplies while this one writes out
         const int hand_on = WG_PINGPONG && work + stride < items ? WG_TURN_BAR + 1 - wg : 0;
-        prefetch.i = w.tm * WG_BM + a_row0;  // (WG_STORE_DGELU: one m64 block a warpgroup)
+        prefetch.i = w.tm * WG_BM + a_row0;  // (WG_STORE_PREFETCH: one m64 block a warpgroup)
         prefetch.j = w.tn * WG_BN;
 #if WG_BIAS_SMEM
         // this thread's pair of the tile's bias, loaded now and put into shared memory after the main loop
@@ -1312,6 +1339,9 @@ gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ 
             WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_GELU | FLAG_PRE, floatX, 0, false);  // others, ptxas spilled)
 #elif WG_STORE_DGELU  // the MLP projection's dx times gelu'(pre), pre prefetched into the image
             WG_STORE_EPILOGUE(FLAG_DGELU, floatX, 0, false);
+#elif WG_STORE_RESIDUAL  // a projection's output added to the residual stream, prefetched into the image
+            if (flags & FLAG_BIAS) WG_STORE_EPILOGUE(FLAG_BIAS | FLAG_RESIDUAL, floatX, 0, false);
+            else WG_STORE_EPILOGUE(FLAG_RESIDUAL, floatX, 0, false);
 #else
             switch (flags & (FLAG_BIAS | FLAG_GELU)) {  // (the host allows nothing else here)
             case 0: WG_STORE_EPILOGUE(0, floatX, 0, false); break;                              // dx

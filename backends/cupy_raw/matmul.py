@@ -85,7 +85,7 @@ from . import _runtime as rt
 
 # epilogue flags: the #defines of matmul.cu (tests/test_cupy_raw_matmul.py checks they agree)
 FLAG_BIAS, FLAG_ACCUMULATE, FLAG_GELU, FLAG_PRE, FLAG_OUT_F32, FLAG_PARTIAL, FLAG_VEC = 1, 2, 4, 8, 16, 32, 64
-FLAG_ROWSUM, FLAG_DGELU, FLAG_SERIAL = 128, 256, 512
+FLAG_ROWSUM, FLAG_DGELU, FLAG_SERIAL, FLAG_RESIDUAL = 128, 256, 512, 1024
 
 TILE_K = 64          # k per shared-memory tile (gemm_mma, gemm_wgmma); split-K slices are multiples of it
 SIMT_TILE = 64       # gemm_simt's tile of C
@@ -166,6 +166,12 @@ CONFIGS = {
     # the MLP projection's dx times gelu'(pre) (mlp.py): pre prefetched into the TMA store's image
     ("wgmma", "dx_dgelu"): _wg(bn=256, bm=64, stages=4, store_cols=256, pingpong=True),
     ("mma", "dx_dgelu"): _mma(ctas=1),
+    # a projection's output added to the residual stream (matmul_residual, mlp's projection): the stream
+    # prefetched into the store's image like dx_dgelu's pre, a warpgroup's whole 64 x 256 share in one
+    # image, so the forward's ring is one stage shorter (3 x 48 KB beside 2 x 32 KB). Untimed: the
+    # plain forward's schedule as the first guess (bench/tune/cupy_raw_wgmma_probe.py's residual products)
+    ("wgmma", "forward_residual"): _wg(bn=256, stages=3, store_cols=256),
+    ("mma", "forward_residual"): _mma(),
 }
 
 #: serial split-K only where a wave of the persistent grid holds at most this many k slices of one tile
@@ -253,11 +259,22 @@ def _split(cfg: dict, tiles: int, depth: int, sms: int) -> int:
     return rt.cdiv(steps, slices) * TILE_K
 
 
-def _flags(c, bias, pre, accumulate: bool, gelu: bool, out_f32: bool, cols: int, dgelu_at=None) -> int:
+@dataclass(frozen=True)
+class EpilogueRead:
+    """An (rows, cols) array of C's dtype that the epilogue reads at every element it writes, through
+    the kernel's pre pointer (and, in the TMA-store epilogue, prefetched into the image by its map):
+    the GELU's input for FLAG_DGELU (gemm's dgelu_at), the residual stream for FLAG_RESIDUAL."""
+
+    flag: int
+    array: object
+
+
+def _flags(c, bias, pre, accumulate: bool, gelu: bool, out_f32: bool, cols: int, read: EpilogueRead | None = None) -> int:
     flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_ACCUMULATE if accumulate else 0)
     flags |= (FLAG_GELU if gelu else 0) | (FLAG_PRE if pre is not None else 0) | (FLAG_OUT_F32 if out_f32 else 0)
-    flags |= FLAG_DGELU if dgelu_at is not None else 0
-    if cols % 4 == 0 and all(_pointer(x) % 16 == 0 for x in (c, bias, pre, dgelu_at) if x is not None):
+    flags |= read.flag if read is not None else 0
+    read_in = read.array if read is not None else None
+    if cols % 4 == 0 and all(_pointer(x) % 16 == 0 for x in (c, bias, pre, read_in) if x is not None):
         flags |= FLAG_VEC
     return flags
 
@@ -305,43 +322,55 @@ def _config(engine: str, product: str, weight_shape: tuple, config: dict | None)
 
 def gemm(engine: str, a: Operand, b: Operand, c, rows: int, cols: int, depth: int, bias=None,
          accumulate: bool = False, gelu: bool = False, pre=None, rowsum=None, product: str = "forward",
-         weight_shape: tuple = (), config: dict | None = None, dgelu_at=None):
+         weight_shape: tuple = (), config: dict | None = None, dgelu_at=None, residual=None):
     """c (rows, cols) (+)= A @ B^T (+ bias), GELU'd if asked, on engine "mma", "wgmma" or "cublaslt"
     ("simt" for float32 whatever the engine but cublaslt); with `rowsum` (rows,), also rowsum +=
     A.sum(axis=1) (dW's bias gradient: A = dy^T, MN-major), fused into gemm_wgmma, a column sum of
     A's array otherwise. With `dgelu_at` (rows, cols) in C's dtype, the GELU's input: c =
     gelu'(dgelu_at) * (A @ B^T) (FLAG_DGELU: the MLP projection's dx as d(c_fc's output), bitwise the
-    plain product then gelu's backward; nothing else with it). `product` and the linear's
+    plain product then gelu's backward; nothing else with it). With `residual` (rows, cols) in C's dtype:
+    c = residual + (A @ B^T + bias) (FLAG_RESIDUAL: the residual add after a projection, bitwise the
+    product as stored then residual's add; the bias alone with it). `product` and the linear's
     `weight_shape` (out, in) pick the launch configuration; `config` overrides it (sweeps). Returns c."""
     dt = str(a.array.dtype)
     if rowsum is not None and (a.kmajor or a.ld != rows):
         raise ValueError("matmul gemm: rowsum= sums the rows of an MN-major A stored as (depth, rows)")
-    if dgelu_at is not None:
-        if bias is not None or accumulate or gelu or pre is not None or rowsum is not None:
-            raise ValueError("matmul gemm: dgelu_at= (the GELU's backward in the epilogue) takes no bias, "
-                             "accumulation, GELU, pre or row sums with it")
-        if tuple(dgelu_at.shape) != (rows, cols) or str(dgelu_at.dtype) != str(c.dtype) or str(c.dtype) != dt:
-            raise ValueError(f"matmul gemm: dgelu_at must be {dt} of C's shape {(rows, cols)} (C in the operands' "
-                             f"dtype), got {dgelu_at.dtype} {tuple(dgelu_at.shape)} for C {c.dtype}")
+    if dgelu_at is not None and residual is not None:
+        raise ValueError("matmul gemm: dgelu_at= and residual= are two epilogues; pass one")
+    if dgelu_at is not None and bias is not None:
+        raise ValueError("matmul gemm: dgelu_at= (the GELU's backward in the epilogue) takes no bias with it")
+    read = (EpilogueRead(FLAG_DGELU, dgelu_at) if dgelu_at is not None
+            else EpilogueRead(FLAG_RESIDUAL, residual) if residual is not None else None)
+    if read is not None:
+        name = "dgelu_at" if dgelu_at is not None else "residual"
+        if accumulate or gelu or pre is not None or rowsum is not None:
+            raise ValueError(f"matmul gemm: {name}= (read by the epilogue) takes no accumulation, GELU, pre or row "
+                             "sums with it")
+        if tuple(read.array.shape) != (rows, cols) or str(read.array.dtype) != str(c.dtype) or str(c.dtype) != dt:
+            raise ValueError(f"matmul gemm: {name} must be {dt} of C's shape {(rows, cols)} (C in the operands' "
+                             f"dtype), got {read.array.dtype} {tuple(read.array.shape)} for C {c.dtype}")
     if rows == 0 or cols == 0:
         return c
     if engine == "wgmma" and dt != "float32" and _tma_ok(a, b, depth):
         return _launch_wgmma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum,
-                             _config("wgmma", product, weight_shape, config), dgelu_at)
+                             _config("wgmma", product, weight_shape, config), read)
     if engine == "cublaslt":
         if dgelu_at is not None:  # (_cublaslt_gemm can: bench/tune's reference, checked before it is timed)
             raise ValueError("matmul cublaslt: no GELU backward in dx here: cuBLASLt's DGELU epilogue gave a wrong "
                              "dx for bf16 at depth 50304 on an H100 (reports/train-h100/fe8f063/fused/check.txt)")
+        if residual is not None:
+            raise ValueError("matmul cublaslt: no residual epilogue here (its C + D form rounds the sum once, not "
+                             "as the product then residual's add): compose matmul and residual")
         if (pre is not None and not gelu) or (gelu and (accumulate or cols % 8)):
             raise ValueError("matmul cublaslt: its GELU epilogue writes C (no accumulation) of whole 8-column groups, "
                              "pre only with gelu")
         _cublaslt_gemm(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre)
     elif dt == "float32":
-        _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, dgelu_at)
+        _launch_simt(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, read)
     elif engine in ("mma", "wgmma"):
         aligned = _rows_aligned(a, depth if a.kmajor else rows) and _rows_aligned(b, depth if b.kmajor else cols)
         cfg = _config("mma", product, weight_shape, config) if aligned else dict(UNALIGNED)
-        _launch_mma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned, dgelu_at)
+        _launch_mma(a, b, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned, read)
     else:
         raise ValueError(f"matmul: unknown GEMM engine {engine!r}; engines are mma, wgmma, cublaslt")
     if rowsum is not None:
@@ -357,18 +386,18 @@ def _k_split(cfg: dict, tiles: int, depth: int, gelu: bool, xp) -> int:
 def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Operand, c, rows: int, cols: int,
                  depth: int, bias, accumulate: bool, gelu: bool, pre, lead: tuple, middle: tuple,
                  work_items: bool = False, k_split: int | None = None, flags: int = 0, partial=None,
-                 dgelu_at=None, cluster: int = 1, serial: bool = False) -> None:
+                 read: EpilogueRead | None = None, cluster: int = 1, serial: bool = False) -> None:
     """Launch one of matmul.cu's GEMMs, whose arguments all read (lead..., c, bias, pre, rows, cols,
     depth, middle..., k_split, group_m, flags): over a (tiles, slices) grid, or (work_items, as
     gemm_wgmma takes them) over one block per (tile, slice) item, or with cfg["persistent"] at most
     ctas blocks per SM that walk the items. With more than one k slice (_split, or `k_split`), into
     float32 partials that splitk_finish then adds to c in order (into `partial`, (slices, rows, cols)
-    float32, where the caller has it already). `flags`: more FLAG_ bits. `dgelu_at`: read through
-    the kernel's pre pointer (FLAG_DGELU; gemm's). `cluster` > 1 (gemm_wgmma's WG_CLUSTER, persistent,
+    float32, where the caller has it already). `flags`: more FLAG_ bits. `read`: the array read through
+    the kernel's pre pointer (FLAG_DGELU's or FLAG_RESIDUAL's; gemm's). `cluster` > 1 (gemm_wgmma's WG_CLUSTER, persistent,
     `k_split` given): `tiles` counts the clusters' items of a k slice, and the grid is whole clusters."""
     xp = _common.xp_of(c)
     sms = _common.num_sms(xp)
-    k_split = k_split or _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)
+    k_split = k_split or _k_split(cfg, tiles, depth, gelu or read is not None, xp)
     slices = rt.cdiv(max(depth, 1), k_split)
     if not work_items:
         grid = (tiles, slices)
@@ -381,13 +410,14 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
         grid = (min(tiles * slices, sms * cfg["ctas"]) if cfg.get("persistent") else tiles * slices,)
     out_f32 = str(c.dtype) == "float32"
     dummy = a.array  # for an absent bias / pre: a floatX pointer the kernel never reads
-    if slices == 1 or serial:  # (always one, with dgelu_at: _k_split's)
-        target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols, dgelu_at)
+    if slices == 1 or serial:  # (always one, with read: _k_split's)
+        target, flags = c, flags | _flags(c, bias, pre, accumulate, gelu, out_f32, cols, read)
         flags |= FLAG_SERIAL if serial else 0
     else:
         target = partial if partial is not None else xp.empty((slices, rows, cols), dtype=np.float32)
         flags |= FLAG_PARTIAL | (FLAG_VEC if cols % 4 == 0 else 0)
-    pre_arg = pre if pre is not None else dgelu_at  # the kernel's pre: written (FLAG_PRE) or read (FLAG_DGELU)
+    # the kernel's pre: written (FLAG_PRE) or read (FLAG_DGELU, FLAG_RESIDUAL)
+    pre_arg = pre if pre is not None else read.array if read is not None else None
     rt.launch(kernel, grid, threads,
               lead + (target, bias if bias is not None and slices == 1 else dummy,
                       pre_arg if pre_arg is not None else dummy, _common.i32(rows), _common.i32(cols), _common.i32(depth)) + middle
@@ -397,18 +427,18 @@ def _launch_gemm(kernel, tiles: int, threads: int, shared: int, cfg: dict, a: Op
         _finish(target, c, bias, rows, cols, accumulate, out_f32, dummy)
 
 
-def _launch_simt(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, dgelu_at=None):
+def _launch_simt(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, read=None):
     kernel = rt.function("matmul", "gemm_simt", {"GEMM_SIMT": 1, "floatX": _common.ctype(a.array)})
     tiles = rt.cdiv(rows, SIMT_TILE) * rt.cdiv(cols, SIMT_TILE)
     cfg = {"group_m": 8, "split_k": 1, "ctas": 1, "busy": 0.8}
     _launch_gemm(kernel, tiles, 256, 0, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre,
                  (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld), np.int32(a.kmajor), np.int32(b.kmajor)),
-                 dgelu_at=dgelu_at)
+                 read=read)
     return c
 
 
 def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, cfg, aligned: bool,
-                dgelu_at=None):
+                read=None):
     defines = {"GEMM_MMA": 1, "floatX": _common.ctype(a.array), "A_KMAJOR": int(a.kmajor), "B_KMAJOR": int(b.kmajor),
                "MMA_BM": cfg["bm"], "MMA_BN": cfg["bn"], "MMA_WARPS_M": cfg["warps_m"], "MMA_WARPS_N": cfg["warps_n"],
                "MMA_STAGES": cfg["stages"], "MMA_CTAS": cfg["ctas"], "ALIGNED": int(aligned)}
@@ -416,22 +446,22 @@ def _launch_mma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, 
     tiles = rt.cdiv(rows, cfg["bm"]) * rt.cdiv(cols, cfg["bn"])
     shared = max(cfg["stages"] * (cfg["bm"] + cfg["bn"]) * 128, cfg["bm"] * (cfg["bn"] + 8) * 4)
     _launch_gemm(kernel, tiles, cfg["warps_m"] * cfg["warps_n"] * 32, shared, cfg, a, c, rows, cols, depth, bias,
-                 accumulate, gelu, pre, (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld)), dgelu_at=dgelu_at)
+                 accumulate, gelu, pre, (a.array, b.array), (_common.i32(a.ld), _common.i32(b.ld)), read=read)
     return c
 
 
 def wgmma_shared_bytes(bn: int, stages: int, bm: int = 128, store_cols: int = 0, store_f32: bool = False,
-                       dgelu: bool = False) -> int:
+                       prefetch: bool = False) -> int:
     """gemm_wgmma's dynamic shared memory: 1024 bytes of alignment slack, the ring of stages A (bm x
     64) and B (bn x 64) tiles, a 1 KB tile of ones (the row sums' B), the two consumer warpgroups'
     epilogue buffers (64 rows x WG_EPI_LDS floats each, or the TMA store's image of 64 x store_cols
     16-bit values, float32 with store_f32, where larger), a full and an empty mbarrier per slot, and
-    with `dgelu` (WG_STORE_DGELU) each warpgroup's prefetch mbarrier.
+    with `prefetch` (WG_STORE_DGELU, WG_STORE_RESIDUAL) each warpgroup's prefetch mbarrier.
     219200 bytes at bm 128, bn 256, 4 stages; 231488 with store_cols 128 (16-bit) or 64 (float32);
     227408 at bm 64, bn 256, 5 stages (the H200's SM
     allows a block 232448)."""
     buffer = max(64 * WG_EPI_LDS * 4, 64 * store_cols * (4 if store_f32 else 2))
-    return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * buffer + 16 * stages + (16 if dgelu else 0)
+    return 1024 + stages * (bm + bn) * 128 + 1024 + 2 * buffer + 16 * stages + (16 if prefetch else 0)
 
 
 def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
@@ -441,18 +471,19 @@ def _tma_ok(a: Operand, b: Operand, depth: int) -> bool:
 
 
 def _tma_store_kind(c, bias, pre, accumulate: bool, gelu: bool, rows: int, cols: int, slices: int,
-                    dtype: str, dgelu_at=None) -> str | None:
+                    dtype: str, read: EpilogueRead | None = None) -> str | None:
     """Which TMA-store epilogue of gemm_wgmma can write C, if any: "16bit" (one k slice, C 16-bit like
     the operands, written whole: no accumulate; rows of 16-byte multiples, the bias vector-aligned as
     FLAG_VEC asks; the GELU only after a bias, and pre (16-byte aligned, C's dtype) only with both: the
     flag sets the kernel's epilogue dispatch compiles), "float32" (dW: split-K's float32 slices, or the
     float32 C accumulated by the copy engine's reduce-add, with neither bias nor GELU in the GEMM), or
-    None (the staged epilogue). With `dgelu_at` (nothing else: gemm's check) "16bit" where it is
-    16-byte aligned too (its tensor map's)."""
+    None (the staged epilogue). With `read` (dgelu_at or residual: nothing else but residual's bias,
+    gemm's check) "16bit" where it is 16-byte aligned too (its tensor map's), and the bias too."""
     if dtype == "float32" or rows == 0 or _pointer(c) % 16:
         return None
-    if dgelu_at is not None:
-        return "16bit" if slices == 1 and cols % 8 == 0 and _pointer(dgelu_at) % 16 == 0 else None
+    if read is not None:
+        aligned = _pointer(read.array) % 16 == 0 and (bias is None or _pointer(bias) % 16 == 0)
+        return "16bit" if slices == 1 and cols % 8 == 0 and aligned else None
     if pre is not None and (not gelu or bias is None or _pointer(pre) % 16 or str(pre.dtype) != str(c.dtype)):
         return None
     if slices == 1 and str(c.dtype) == dtype and not accumulate:
@@ -474,7 +505,7 @@ def _operand_map(op: Operand, mn_extent: int, depth: int, bmn: int):
 
 
 def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate, gelu, pre, rowsum, cfg,
-                  dgelu_at=None):
+                  read: EpilogueRead | None = None):
     bm, pingpong = cfg.get("bm", 128), bool(cfg.get("pingpong"))
     if pingpong and not cfg.get("persistent"):
         raise ValueError("matmul wgmma: the pingpong schedule needs a persistent grid (one item a block "
@@ -492,10 +523,10 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                          "epilogue (store_cols)")
     xp = _common.xp_of(c)
     tiles = rt.cdiv(rows, bm) * rt.cdiv(cols, cfg["bn"])
-    k_split = _k_split(cfg, tiles, depth, gelu or dgelu_at is not None, xp)
+    k_split = _k_split(cfg, tiles, depth, gelu or read is not None, xp)
     slices = rt.cdiv(depth, k_split)
     # the TMA-store epilogue where C allows it (a module with that epilogue alone), else the staged one
-    store = (_tma_store_kind(c, bias, pre, accumulate, gelu, rows, cols, slices, str(a.array.dtype), dgelu_at)
+    store = (_tma_store_kind(c, bias, pre, accumulate, gelu, rows, cols, slices, str(a.array.dtype), read)
              if store_cols else None)
     box_cols = {"16bit": 64, "float32": 32}.get(store)  # a TMA box row: 128 bytes
     if box_cols and (store_cols // buffers) % box_cols:
@@ -505,8 +536,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
         store = None  # (a forward's float32 split-K slices at bn 256: no room beside its ring)
     if store == "16bit" and pre is not None and ((pingpong and bm != 64) or (buffers != 1 and not pingpong)):
         store = None  # (pre's TMA-store epilogue takes 64-row shares, and one buffer where its GELU is deferred)
-    if store == "16bit" and dgelu_at is not None and ((pingpong and bm != 64) or buffers != 1 or store_cols != cfg["bn"]):
-        store = None  # (the prefetch of pre fills one image with a warpgroup's whole 64-row share: else staged)
+    if store == "16bit" and read is not None and ((pingpong and bm != 64) or buffers != 1 or store_cols != cfg["bn"]):
+        store = None  # (the prefetch fills one image with a warpgroup's whole 64-row share: else staged)
     if store is None:  # (the staged epilogue, and alone: clusters need the TMA store, matmul.cu's static_assert)
         store_cols, cluster = 0, 1
     f32 = store == "float32"
@@ -514,7 +545,8 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
                "B_KMAJOR": int(b.kmajor), "WG_BM": bm, "WG_BN": cfg["bn"], "WG_STAGES": cfg["stages"],
                "WG_CTAS": cfg["ctas"], "WG_PINGPONG": int(pingpong), "WG_STORE_COLS": store_cols,
                "WG_STORE_F32": int(f32), "WG_STORE_PRE": int(store == "16bit" and pre is not None),
-               "WG_STORE_DGELU": int(store == "16bit" and dgelu_at is not None),
+               "WG_STORE_DGELU": int(store == "16bit" and read is not None and read.flag == FLAG_DGELU),
+               "WG_STORE_RESIDUAL": int(store == "16bit" and read is not None and read.flag == FLAG_RESIDUAL),
                "WG_STORE_BUFFERS": buffers if store_cols else 1}
     if cluster > 1:
         defines["WG_CLUSTER"] = cluster
@@ -537,14 +569,15 @@ def _launch_wgmma(a: Operand, b: Operand, c, rows, cols, depth, bias, accumulate
     target = partial if partial is not None else c
     planes = slices if partial is not None else 1
     maps += (_tma.tiled_planes(target, planes, rows, cols, 32 if f32 else 64, 64) if store_cols else maps[0],)
-    # tma_pre: pre's, as C's, where the TMA-store epilogue writes it too, or loads it (dgelu_at); else never read
-    pre_read = pre if pre is not None else dgelu_at
+    # tma_pre: pre's, as C's, where the TMA-store epilogue writes it too, or loads it (read); else never read
+    pre_read = pre if pre is not None else read.array if read is not None else None
     maps += (_tma.tiled_planes(pre_read, 1, rows, cols, 64, 64) if store_cols and pre_read is not None else maps[2],)
-    shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32, defines["WG_STORE_DGELU"] == 1)
+    shared = wgmma_shared_bytes(cfg["bn"], cfg["stages"], bm, store_cols, f32,
+                                defines["WG_STORE_DGELU"] == 1 or defines["WG_STORE_RESIDUAL"] == 1)
     items = tiles if cluster == 1 else rt.cdiv(rt.cdiv(rows, bm), cluster) * rt.cdiv(cols, cfg["bn"])  # a k slice's
     _launch_gemm(kernel, items, WG_THREADS, shared, cfg, a, c, rows, cols, depth, bias, accumulate, gelu, pre, maps,
                  (sums if sums is not None else c, chain if chain is not None else c), work_items=True, k_split=k_split,
-                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, dgelu_at=dgelu_at, cluster=cluster,
+                 flags=FLAG_ROWSUM if sums is not None else 0, partial=partial, read=read, cluster=cluster,
                  serial=serial)
     if sums is not None:
         _add_rows(sums, rowsum, a.array)
@@ -601,6 +634,22 @@ class Matmul:
         y = _common.output("matmul", _common.xp_of(x), out, (N, M), str(x.dtype))      # (N,M)
         gemm(self.engine, Operand(x, K, True), Operand(weight, K, True), y, N, M, K, bias=bias,
              weight_shape=(M, K))
+        return y, Saved(x, weight, bias)
+
+    def forward_residual(self, x, weight, bias, residual, out=None):
+        """out = residual + (x @ W.T + bias) in one GEMM, the residual stream (N, M) read by the epilogue
+        (matmul_residual's forward, mlp's projection): bitwise matmul then residual. Returns (out, Saved),
+        the Saved matmul's backward takes."""
+        check_operands(x, weight, bias)
+        N, K = x.shape
+        M = weight.shape[0]
+        if str(residual.dtype) != str(x.dtype) or tuple(residual.shape) != (N, M):
+            raise ValueError(f"matmul: residual must be {x.dtype} of shape {(N, M)}, got {residual.dtype} "
+                             f"{tuple(residual.shape)}")
+        _common.check_contiguous("matmul", residual=residual)
+        y = _common.output("matmul", _common.xp_of(x), out, (N, M), str(x.dtype))      # (N,M)
+        gemm(self.engine, Operand(x, K, True), Operand(weight, K, True), y, N, M, K, bias=bias,
+             residual=residual, product="forward_residual", weight_shape=(M, K))
         return y, Saved(x, weight, bias)
 
     def forward_gelu(self, x, weight, bias=None, out=None, pre=None):

@@ -5,7 +5,9 @@ warpgroup's GELU epilogue under the other's multiplies (matmul.py's CONFIGS say 
 
 Forward: c_fc's GEMM writes pre = x @ fc_weight.T + fc_bias and h = gelu(pre) from its TMA-store
 epilogue (matmul.py's forward_gelu, as matmul_gelu.py's forward), then the projection's GEMM writes
-out = h @ proj_weight.T + proj_bias.
+out = h @ proj_weight.T + proj_bias, or with a residual input out = residual + that, the stream read
+by the epilogue (matmul.py's forward_residual, as matmul_residual.py's: bitwise the projection then
+residual's add). Backward: the residual's gradient is dout itself.
 
 Backward, given dout (N,M):
 
@@ -29,6 +31,7 @@ the same results, slower.
 from dataclasses import dataclass
 
 from . import _common, matmul
+from .residual import copy_into
 
 OP = "mlp"
 
@@ -38,6 +41,7 @@ class Saved:
     fc: matmul.Saved    # x, fc_weight, fc_bias
     proj: matmul.Saved  # h = gelu(pre), proj_weight, proj_bias
     pre: object         # (N, H): c_fc's output, the GELU's input
+    residual: bool      # whether the forward added a residual (its gradient is then dout)
 
 
 def forward(inputs, attrs, out=None):
@@ -50,8 +54,11 @@ def forward(inputs, attrs, out=None):
     pre = xp.empty((N, H), dtype=x.dtype)
     h = matmul.wgmma.forward_gelu(x, fc_weight, fc_bias, out=xp.empty((N, H), dtype=x.dtype), pre=pre)
     matmul.check_operands(h, proj_weight, proj_bias, op=f"{OP} (projection)")
-    y, s_proj = matmul.wgmma.forward({"x": h, "weight": proj_weight, "bias": proj_bias}, {}, out=out)
-    return y, Saved(matmul.Saved(x, fc_weight, fc_bias), s_proj, pre)
+    if inputs.get("residual") is None:
+        y, s_proj = matmul.wgmma.forward({"x": h, "weight": proj_weight, "bias": proj_bias}, {}, out=out)
+    else:
+        y, s_proj = matmul.wgmma.forward_residual(h, proj_weight, proj_bias, inputs["residual"], out=out)
+    return y, Saved(matmul.Saved(x, fc_weight, fc_bias), s_proj, pre, inputs.get("residual") is not None)
 
 
 def backward(saved, dout, grads):
@@ -64,6 +71,8 @@ def backward(saved, dout, grads):
     _common.check_contiguous(OP, dout=dout)
     if grads.get("x") is not None:
         _common.grad_buffer(OP, grads, "x", saved.fc.x, _common.xp_of(h))
+    if saved.residual and grads.get("residual") is not None:
+        _common.grad_buffer(OP, grads, "residual", dout, _common.xp_of(h))
     for name, param in (("fc_weight", saved.fc.weight), ("fc_bias", saved.fc.bias),
                         ("proj_weight", saved.proj.weight), ("proj_bias", saved.proj.bias)):
         if param is not None:
@@ -73,6 +82,8 @@ def backward(saved, dout, grads):
     fc_grads = {"weight": grads["fc_weight"], "bias": grads.get("fc_bias"), "x": grads.get("x")}
     result = matmul.wgmma.backward(saved.fc, dpre, fc_grads)
     result = {"x": result["x"], "fc_weight": result["weight"], "proj_weight": proj_grads["weight"]}
+    if saved.residual:
+        result["residual"] = dout if grads.get("residual") is None else copy_into(dout, grads["residual"])
     for name, param in (("fc_bias", saved.fc.bias), ("proj_bias", saved.proj.bias)):
         if param is not None:
             result[name] = grads[name]

@@ -24,7 +24,11 @@ variant listed for an op is the backend's default for it.
     matmul_gelu   epilogue   (fused) the GEMM's TMA epilogue writes pre, then gelu(pre) while the other warpgroup multiplies; the backward composed
     layernorm_residual fused (fused) x = a + b written and normalised in one pass (layernorm's kernels); da = dx + dln in one
     mlp           epilogues  (fused) the whole MLP: the GELU in c_fc's epilogue, gelu' in the projection's dx
-                             epilogue (no d(gelu) array, no GELU-backward pass)
+                             epilogue (no d(gelu) array, no GELU-backward pass); the residual add in the
+                             projection's epilogue where given the stream
+    matmul_residual wgmma    (fused) the projection and the residual add after it: the stream prefetched into
+                             the TMA store's image and added there (one pass over (N, M) fewer)
+    matmul_residual tiled    (fused) the same epilogue on gemm_mma
 """
 
 from euler_core.ops import OPS
@@ -56,7 +60,11 @@ _VARIANTS = [
      "residual add and layernorm in one pass each way (layernorm's kernels with the stream staged beside each row)"),
     ("mlp", "epilogues", "mlp",
      "the MLP's GEMMs with the GELU in c_fc's TMA-store epilogue and gelu'(pre) in the projection's dx epilogue "
-     "(pre prefetched into its image): no d(gelu) array, no GELU-backward pass"),
+     "(pre prefetched into its image): no d(gelu) array, no GELU-backward pass; the residual add in the projection's"
+     " epilogue"),
+    ("matmul_residual", "wgmma", "matmul_residual:wgmma",
+     "wgmma GEMM whose TMA-store epilogue adds the product to the residual stream, prefetched into its image"),
+    ("matmul_residual", "tiled", "matmul_residual:tiled", "gemm_mma with the residual add in its epilogue"),
 ]
 
 
