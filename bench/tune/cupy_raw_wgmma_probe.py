@@ -19,7 +19,10 @@ and matmul_gelu's forward at c_fc (fc_fwd_pre: pre and gelu(pre), the tree's pin
 `cooperative` and `pre128`; its ratio is against cuBLASLt's plain forward, what the fused GELU costs); and mlp's
 projection dx with the GELU's backward at fc_proj (fc_proj_dx_dgelu: dx (N, 3072) * gelu'(pre), pre
 prefetched into the store image; the tree, `cooperative`, the staged epilogue `store_off` and
-`dgelu_tanh`; its ratio is against cuBLASLt's plain dx, what the fused GELU backward costs).
+`dgelu_tanh`; its ratio is against cuBLASLt's plain dx, what the fused GELU backward costs); and the
+projections with the residual add in the epilogue (attn_proj_fwd_residual, fc_proj_fwd_residual:
+y = r + x W^T + b, the stream r prefetched into the store image; the tree, `pingpong_store`, `bn128`,
+`bias_smem` and the staged `store_off`; their ratio is against cuBLASLt's plain forward, what the add costs).
 Measured at b51b176 (reports/cupy_raw-h200/bench-b51b176/matmul_bench.txt): ~150 TFLOP/s at K = 768,
 ~270 at 3072, 674 at 50304, i.e. ~12 ns per unit of K per tile but ~35-60 us more per tile.
 
@@ -166,7 +169,12 @@ PRODUCTS = {"fc_fwd": ("forward", 768, 3072, True), "fc_proj_fwd": ("forward", 3
             "fc_fwd_pre": ("forward_pre", 768, 3072, True),
             # mlp's projection dx times gelu'(pre), pre (N, 3072) prefetched into the store image (the
             # product's x stands in for pre; its ratio: against cuBLASLt's plain dx)
-            "fc_proj_dx_dgelu": ("dx_dgelu", 3072, 768, False)}
+            "fc_proj_dx_dgelu": ("dx_dgelu", 3072, 768, False),
+            # the projections with the residual add in the epilogue (matmul_residual's, mlp's projection:
+            # the stream (N, 768) prefetched into the store image; the product's dy stands in for it;
+            # the ratio: against cuBLASLt's plain forward)
+            "attn_proj_fwd_residual": ("forward_residual", 768, 768, True),
+            "fc_proj_fwd_residual": ("forward_residual", 3072, 768, True)}
 
 _DISPATCH = "switch (flags & ~FLAG_ROWSUM) {"
 #: variant -> source edits of matmul.cu's gemm_wgmma ((old, new), old found exactly once)
@@ -247,7 +255,8 @@ DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double", "planes
 EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "gelu_tanh",
                                      "bias_smem", "bias_l1", "store_double", "cublaslt_fused"),
                      "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cluster2",
-                                  "cublaslt_fused")}
+                                  "cublaslt_fused"),
+                     "forward_residual": ("tree", "pingpong_store", "bn128", "bias_smem", "store_off")}
 #: the variants run there only
 EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "gelu_tanh", "cublaslt_fused")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
@@ -291,7 +300,8 @@ def source_edit(edit: str | None):
 
 
 def _config(product: str, M: int, K: int, change: dict) -> dict:
-    cfg = dict(mm.PINGPONG_CONFIGS[product]) if change.get("pingpong") else mm._config("wgmma", product, (M, K), None)
+    pingpong_of = {"forward_residual": "forward"}.get(product, product)  # (the residual's: the forward's tiles)
+    cfg = dict(mm.PINGPONG_CONFIGS[pingpong_of]) if change.get("pingpong") else mm._config("wgmma", product, (M, K), None)
     if "store_cols" in change and "store_buffers" not in change:
         cfg["store_buffers"] = 1  # (a shape's two-buffer image, SHAPE_CONFIGS', may not split the variant's passes)
     cfg.update(change)
@@ -308,20 +318,24 @@ def _runs_at(variant: str, pname: str) -> bool:
 
 
 def _output_shape(product: str, rows: int, K: int, M: int) -> tuple:
-    return {"forward": (rows, M), "forward_pre": (rows, M), "dx": (rows, K), "dx_dgelu": (rows, K),
-            "dW": (M, K)}[product]
+    return {"forward": (rows, M), "forward_pre": (rows, M), "forward_residual": (rows, M), "dx": (rows, K),
+            "dx_dgelu": (rows, K), "dW": (M, K)}[product]
 
 
 def _call(engine, cfg, product, x, w, b, dy, out, rows, K, M):
     """The product on `engine`; dW accumulates into out (M, K) and, given b (M), db into b; forward_pre
-    also writes pre, dx_dgelu multiplies by gelu'(x) (engine "cublaslt": the plain forward, the plain
-    dx, the ratios' denominators; "cublaslt_fused": cuBLASLt's own GELU epilogues)."""
+    also writes pre, dx_dgelu multiplies by gelu'(x), forward_residual adds the forward to dy (engine
+    "cublaslt": the plain forward, the plain dx, the ratios' denominators; "cublaslt_fused": cuBLASLt's
+    own GELU epilogues)."""
     fused = engine != "cublaslt"
     engine = "cublaslt" if engine == "cublaslt_fused" else engine
     if product == "forward_pre" and fused:
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out[0], rows, M, K, bias=b, gelu=True,
                 pre=out[1], product="forward_pre", weight_shape=(M, K), config=cfg)
-    elif product in ("forward", "forward_pre"):
+    elif product == "forward_residual" and fused:
+        mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out, rows, M, K, bias=b, residual=dy,
+                product="forward_residual", weight_shape=(M, K), config=cfg)
+    elif product in ("forward", "forward_pre", "forward_residual"):
         out = out[0] if product == "forward_pre" else out
         mm.gemm(engine, mm.Operand(x, K, True), mm.Operand(w, K, True), out, rows, M, K, bias=b,
                 product="forward", weight_shape=(M, K), config=cfg)
@@ -373,7 +387,7 @@ def _module_name(d: dict) -> str:
     return (f"{'pingpong' if d['WG_PINGPONG'] else 'cooperative':11s} A_KMAJOR={d['A_KMAJOR']} "
             f"B_KMAJOR={d['B_KMAJOR']} {d['WG_BM']}x{d['WG_BN']} stages={d['WG_STAGES']} store_cols={d['WG_STORE_COLS']}"
             f"{' float32' if d['WG_STORE_F32'] else ''}{' pre' if d['WG_STORE_PRE'] else ''}"
-            f"{' dgelu' if d.get('WG_STORE_DGELU') else ''}")
+            f"{' dgelu' if d.get('WG_STORE_DGELU') else ''}{' residual' if d.get('WG_STORE_RESIDUAL') else ''}")
 
 
 def _compile_on_gpu(job) -> str:
@@ -509,9 +523,9 @@ class _Product:
                       normal((ROWS, M)) if product not in ("forward", "forward_pre") else None) for _ in range(2)]
         x, w, b, dy = self.sets[0]
         self.shape = _output_shape(product, ROWS, K, M)
-        self.depth = {"forward": K, "forward_pre": K, "dx": M, "dx_dgelu": M, "dW": ROWS}[product]
+        self.depth = {"forward": K, "forward_pre": K, "forward_residual": K, "dx": M, "dx_dgelu": M, "dW": ROWS}[product]
         self.flops = 2.0 * self.shape[0] * self.shape[1] * self.depth
-        if product in ("forward", "forward_pre"):
+        if product in ("forward", "forward_pre", "forward_residual"):
             self.ref = x.astype(cp.float64) @ w.astype(cp.float64).T
         elif product in ("dx", "dx_dgelu"):
             self.ref = dy.astype(cp.float64) @ w.astype(cp.float64)
@@ -555,6 +569,9 @@ class _Product:
             return ok and ok_g, f"pre {why}; gelu {why_g}"
         if self.product == "dx_dgelu":
             return _verdict(cp, variant, self.out, self.ref if variant == "cublaslt" else self.ref * self.dgelu)
+        if self.product == "forward_residual" and variant != "cublaslt":  # (cuBLASLt's: the plain forward)
+            stream = self.sets[0][3].astype(cp.float64)
+            return _verdict(cp, variant, self.out, stream + self.ref + self.b64 if bias else stream + self.ref)
         if self.product == "dW":
             ok, why = _verdict(cp, variant, self.out, self.ref)
             if bias:
