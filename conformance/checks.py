@@ -27,7 +27,9 @@ Case checks, in the order they run:
 
 Multi-output ops (`spec.outputs`, layernorm_residual) are checked output by output: `out=` is a tuple
 of NaN-filled buffers, the output gradient a tuple (None for an output the case gives no gradient:
-`Case.zero_grads`). For an op with `spec.grad_input`, the output gradient R is that input: the
+`Case.zero_grads`). An output that is an input itself (`spec.aliases`: layernorm_residual's x without
+b) must be returned as that very input array, by forward and by forward(out=...), whose buffer for it
+is that input. For an op with `spec.grad_input`, the output gradient R is that input: the
 forward gets it, and backward gets the very same array.
 
 Parameter-gradient buffers are in the inputs' dtype, except for float16 and bfloat16 inputs: then
@@ -264,9 +266,13 @@ def check_forward(ctx: CaseContext) -> None:
     if ctx.spec.outputs and not (isinstance(outs, tuple) and len(outs) == len(ctx.spec.outputs)):
         raise CheckFailed(f"forward returned {type(outs).__name__} as its outputs, not a tuple of "
                           f"{len(ctx.spec.outputs)} arrays ({ctx.spec.output})")
+    aliases = ctx.spec.aliases(run["inputs"])
     shapes, dtypes, outs, refs = ctx.per_output(ctx.get("out_shape"), ctx.get("out_dtype"), outs, ref["out"])
     for name, shape, dtype, out, expected in zip(ctx.spec.output_names, shapes, dtypes, outs, refs):
         label = f"output {name}" if ctx.spec.outputs else "output"
+        if name in aliases and out is not run["inputs"][aliases[name]]:
+            raise CheckFailed(f"{label} must be input '{aliases[name]}' itself with these inputs (it is that input, "
+                              "not a copy: nothing is written for it); forward returned another array")
         if not hasattr(out, "shape"):
             raise CheckFailed(f"forward returned {type(out).__name__} as its {label}, not an array")
         if tuple(out.shape) != tuple(shape):
@@ -279,7 +285,9 @@ def check_forward(ctx: CaseContext) -> None:
 def check_out(ctx: CaseContext) -> None:
     kernel, inputs = ctx.kernel, ctx.inputs()
     shapes, dtypes = ctx.per_output(ctx.get("out_shape"), ctx.get("out_dtype"))
-    bufs = tuple(_nan_like(shape, np_dtype(dt), ctx.xp) for shape, dt in zip(shapes, dtypes))
+    aliases = ctx.spec.aliases(inputs)  # an output that is an input is given as that input (not poisoned)
+    bufs = tuple(inputs[aliases[name]] if name in aliases else _nan_like(shape, np_dtype(dt), ctx.xp)
+                 for name, shape, dt in zip(ctx.spec.output_names, shapes, dtypes))
     out = bufs if ctx.spec.outputs else bufs[0]
     try:
         got, _ = kernel.forward(inputs, ctx.attrs, out=out)

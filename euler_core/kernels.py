@@ -158,19 +158,23 @@ class Kernel:
         attrs = self.spec.fill_attrs(attrs)
         self.spec.validate(inputs, attrs)
         self._check(inputs)
+        given = inputs
         inputs = {k: to_device(v, self.device) for k, v in inputs.items()}
         if out is not None:
-            outs = self._check_out(out, inputs, attrs)
+            outs = self._check_out(out, given, attrs)
             if any(device_of(o) != self.device for o in outs):  # a mixed-device selection: compute here,
                 result, saved = self.impl.forward(inputs, attrs, None)  # then copy there
+                aliased = [given[a] for a in self.spec.aliases(given).values()]
                 for o, r in zip(outs, result if self.spec.outputs else (result,)):
-                    o[...] = to_device(r, device_of(o))
+                    if not any(o is a for a in aliased):  # an output that is an input holds its values
+                        o[...] = to_device(r, device_of(o))
                 return out, saved
         return self.impl.forward(inputs, attrs, out)
 
     def _check_out(self, out, inputs: dict, attrs: dict) -> tuple:
         """`out`'s arrays as a tuple, checked against the output's shape and dtype; for a multi-output
-        op `out` is itself a tuple with one array per output."""
+        op `out` is itself a tuple with one array per output. An output that is an input itself
+        (`spec.aliases`) must be given as that very input array."""
         shapes, dtypes = self.spec.output_shape(inputs, attrs), self.spec.output_dtype(inputs, attrs)
         names = self.spec.outputs
         if not names:
@@ -186,6 +190,12 @@ class Kernel:
                 raise ValueError(f"{self.spec.name}: {label} must have shape {shape}, got {tuple(o.shape)}")
             if str(o.dtype) != dtype:
                 raise TypeError(f"{self.spec.name}: {label} must have dtype {dtype}, got {o.dtype}")
+        aliases = self.spec.aliases(inputs)
+        for i, name in enumerate(names or ("out",)):
+            alias = aliases.get(name)
+            if alias is not None and outs[i] is not inputs[alias]:
+                raise ValueError(f"{self.spec.name}: with these inputs output {name} is input '{alias}' itself "
+                                 f"(nothing is written for it), so {labels[i]} must be that very array; got another")
         return tuple(outs)
 
     def _backward(self, saved, grad_output, grads: dict):

@@ -29,6 +29,9 @@ then layernorm) are specified and checked like the primitives, with two extensio
   `output_shape`/`output_dtype` return one shape/dtype per output, and backward's `grad_output` is
   a tuple with one gradient per output, where None means that output's gradient is zero (the
   residual stream after the last block feeds only the final layernorm).
+- An output that is an input itself (`aliases`: layernorm_residual without `b`, whose stream x is
+  its input a): the forward returns that very input array and writes nothing for it, and the
+  output's entry in `out` must be that input (the dispatcher refuses any other array).
 - The output's gradient given ahead (`grad_input` names an input, classifier_crossentropy's and
   crossentropy_onepass's `dlosses`): the forward computes the input gradients while its intermediates exist, so they never
   have to be kept; backward then accumulates what the forward computed, and its `grad_output` must
@@ -117,6 +120,11 @@ class OpSpec:
     def output_dtype(self, inputs: dict, attrs: dict) -> str:
         """The output's dtype name (a multi-output op: a tuple, one per output)."""
         return dtype_name(inputs[self.inputs[0]])
+
+    def aliases(self, inputs: dict) -> dict:
+        """{output name: input name} for each output that, with these inputs, is that input array
+        itself (returned as it is, never written); {} for most ops."""
+        return {}
 
     # ---- roofline counts ----------------------------------------------------------------------
     def flops(self, inputs: dict, attrs: dict) -> dict:
