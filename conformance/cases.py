@@ -196,6 +196,9 @@ CASES: dict[str, list[Case]] = {
         C("T257", {"N": 257, "C": 20}),
         C("no-stream-grad", {"N": 17, "C": 36}, zero_grads=("x",),
           note="dx None: after the last block the stream feeds only ln_f"),
+        C("no-b", {"N": 17, "C": 36, "b": False}, note="the stream already holds the sum: x is a itself"),
+        C("no-b-no-stream-grad", {"N": 13, "C": 37, "b": False}, zero_grads=("x",),
+          note="without b after the last block, whose projection wrote the stream"),
     ],
     "matmul_gelu": [
         C("small", {"N": 4, "K": 8, "M": 6}),
@@ -394,7 +397,7 @@ BAD_INPUTS: dict[str, list[tuple[str, Callable]]] = {
         ("bias-rank-2", _set("bias", lambda i: i["bias"][None])),
         ("a-int", _set("a", lambda i: i["a"].astype(np.int64))),
         ("dtype-mismatch", _float64("b")),
-        ("missing-input", _drop("b")),
+        ("missing-input", _drop("a")),  # (b may be left out: the stream then already holds the sum)
         ("eps-zero", _attr(eps=0.0)),
     ],
     "matmul_gelu": [

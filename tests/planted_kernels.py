@@ -175,6 +175,18 @@ class LayerNormResidualStreamNotWrittenToOut:
         return (x, y), saved  # BUG: out[0] never written, another array returned
 
 
+class LayerNormResidualCopiesTheStream:
+    """Without b, returns a copy of a as x (the very pass over the stream the fusion saves), where
+    the contract says x is a itself."""
+
+    backward = staticmethod(layernorm_residual.backward)
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        (x, y), saved = layernorm_residual.forward(inputs, attrs, out)
+        return (x.copy() if "b" not in inputs else x, y), saved  # BUG: a copy of the stream
+
+
 class ClassifierAcceptsAnyGradOutput:
     """Backward takes whatever grad_output it is given and silently uses the forward's dlosses."""
 

@@ -34,6 +34,7 @@ BUGS = {
     "lnr_stream": ("layernorm_residual", "LayerNormResidualDropsStreamGradient",
                    {"backward", "grad_buffer", "gradcheck"}),
     "lnr_out": ("layernorm_residual", "LayerNormResidualStreamNotWrittenToOut", {"out"}),
+    "lnr_copy": ("layernorm_residual", "LayerNormResidualCopiesTheStream", {"forward", "out"}),  # the no-b cases
     "cce_any_grad": ("classifier_crossentropy", "ClassifierAcceptsAnyGradOutput", {"grad_ahead"}),
 }
 

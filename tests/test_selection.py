@@ -113,6 +113,25 @@ def test_dispatcher_rejects_wrong_dtype_for_variant(registry):
         k["matmul"].forward({"x": x, "weight": np.ones((4, 3), dtype=np.float32)})
 
 
+def test_dispatcher_takes_an_output_that_is_an_input_only_as_that_input():
+    """layernorm_residual without b: its x is the input a itself (the stream already holds the sum),
+    so out[0] must be a; another array is refused naming the op, before the variant runs."""
+    import numpy as np
+    k = Kernels("naive", dtype="float32")["layernorm_residual"]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    inputs = {"a": a, "weight": np.ones(4, np.float32), "bias": np.zeros(4, np.float32)}
+    y = np.full((3, 4), np.nan, np.float32)
+    (x, got), _ = k.forward(inputs, out=(a, y))
+    assert x is a and got is y and not np.isnan(y).any()
+    (x, _), _ = k.forward(inputs)
+    assert x is a
+    with pytest.raises(ValueError, match=r"layernorm_residual: .*output x is input 'a' itself.*out\[0\] \(x\)"):
+        k.forward(inputs, out=(a.copy(), y))
+    (x, _), _ = k.forward({**inputs, "b": a}, out=(a.copy(), y))  # with b, x is a new stream: any buffer
+    np.testing.assert_array_equal(x, 2 * a)
+
+
 def test_ops_nobody_named_come_from_the_first_named_backend(registry):
     # no default backend: the rest from the backend named first, where it has a usable variant
     k = Kernels("attention=numba,matmul=naive", dtype="float32", registry=registry)

@@ -4,7 +4,9 @@ layernorm.cu's kernels in their fused-residual form (layernorm_residual_forward 
 Forward: each warp copies its row of a and b into shared memory (cp.async), makes x = a + b there
 (rounded to the storage dtype, as the residual op rounds it), writes x and normalises it: one read of
 a and b and one write of x and y, where residual then layernorm take a read of a, b and x and a
-write of x and y (4 passes over (N,C) instead of 5). Saved: x, mean, rstd, as layernorm's.
+write of x and y (4 passes over (N,C) instead of 5). Saved: x, mean, rstd, as layernorm's. Without b
+(the stream already holds the sum: its projection's epilogue added it) it is layernorm's own kernel
+on a, and x is a itself (2 passes: read a, write y).
 
 Backward: layernorm's backward with the stream's gradient dx staged beside each row of dy, writing
 da = dx + layernorm_backward(dy) (rounded once; 4 passes instead of layernorm's 3 plus residual's 3);
@@ -15,31 +17,45 @@ into shared memory before da is written over it, so the update in place is safe 
 (the contract does not promise it for others).
 """
 
+from dataclasses import dataclass
+
 from . import _common, layernorm
 from .residual import copy_into
 
 OP = "layernorm_residual"
 
 
+@dataclass
+class Saved:
+    layernorm: layernorm.Saved  # x, weight, mean, rstd
+    has_b: bool                 # False: x was a itself, and there is no db
+
+
 def forward(inputs, attrs, out=None):
-    a, b, w, bias = inputs["a"], inputs["b"], inputs["weight"], inputs["bias"]
+    a, b, w, bias = inputs["a"], inputs.get("b"), inputs["weight"], inputs["bias"]
     _common.check_float(OP, "a", a)
     _common.check_contiguous(OP, a=a, b=b, weight=w, bias=bias)
     xp = _common.xp_of(a)
     x_out, y_out = out if out is not None else (None, None)
-    x = _common.output(OP, xp, x_out, a.shape, str(a.dtype), name="out[0] (x)")
     y = _common.output(OP, xp, y_out, a.shape, str(a.dtype), name="out[1] (y)")
+    if b is None:  # the stream already holds the sum: x is a (out[0], if given, is a itself)
+        return (a, y), Saved(layernorm.normalize(a, w, bias, y, attrs["eps"], op=OP), False)
+    x = _common.output(OP, xp, x_out, a.shape, str(a.dtype), name="out[0] (x)")
     saved = layernorm.normalize(x, w, bias, y, attrs["eps"], residual=(a, b), op=OP)
-    return (x, y), saved
+    return (x, y), Saved(saved, True)
 
 
 def backward(saved, grad_output, grads):
     dstream, dy = grad_output
     _common.check_contiguous(OP, dx=dstream, dy=dy)
-    x = saved.x
+    x = saved.layernorm.x
     xp = _common.xp_of(x)
+    if not saved.has_b:  # x was a: its gradient alone
+        d = _common.grad_buffer(OP, grads, "a", x, xp)
+        dw, db = layernorm.normalize_backward(saved.layernorm, dy, d, grads, dresidual=dstream, op=OP)
+        return {"a": d, "weight": dw, "bias": db}
     first, second = ("a", "b") if grads.get("a") is not None or grads.get("b") is None else ("b", "a")
     d = _common.grad_buffer(OP, grads, first, x, xp)
     other = None if grads.get(second) is None else _common.grad_buffer(OP, grads, second, x, xp)
-    dw, db = layernorm.normalize_backward(saved, dy, d, grads, dresidual=dstream, op=OP)
+    dw, db = layernorm.normalize_backward(saved.layernorm, dy, d, grads, dresidual=dstream, op=OP)
     return {first: d, second: d if other is None else copy_into(d, other), "weight": dw, "bias": db}
