@@ -8,7 +8,7 @@ that exactly the right checks fail. Nothing here is used by the project itself.
 import numpy as np
 
 from backends.naive import (attention, classifier_crossentropy, crossentropy, embedding, gelu, layernorm,
-                            layernorm_residual, matmul, residual)
+                            layernorm_residual, matmul, matmul_residual, residual)
 from backends.naive._out import into
 
 
@@ -185,6 +185,16 @@ class LayerNormResidualCopiesTheStream:
     def forward(inputs, attrs, out=None):
         (x, y), saved = layernorm_residual.forward(inputs, attrs, out)
         return (x.copy() if "b" not in inputs else x, y), saved  # BUG: a copy of the stream
+
+
+class MatmulResidualDropsTheStream:
+    """Returns x @ W.T + b, never adding the residual it was given (its gradient, dout, still right)."""
+
+    backward = staticmethod(matmul_residual.backward)
+
+    @staticmethod
+    def forward(inputs, attrs, out=None):
+        return matmul.forward({k: v for k, v in inputs.items() if k != "residual"}, attrs, out)  # BUG
 
 
 class ClassifierAcceptsAnyGradOutput:

@@ -35,6 +35,7 @@ BUGS = {
                    {"backward", "grad_buffer", "gradcheck"}),
     "lnr_out": ("layernorm_residual", "LayerNormResidualStreamNotWrittenToOut", {"out"}),
     "lnr_copy": ("layernorm_residual", "LayerNormResidualCopiesTheStream", {"forward", "out"}),  # the no-b cases
+    "mmr_drop": ("matmul_residual", "MatmulResidualDropsTheStream", {"forward", "out", "gradcheck"}),
     "cce_any_grad": ("classifier_crossentropy", "ClassifierAcceptsAnyGradOutput", {"grad_ahead"}),
 }
 

@@ -65,7 +65,7 @@ def test_named_variant_and_overrides(registry):
 def test_fused_ops_only_where_they_cannot_change_the_selection(registry):
     """A fused op is selected when named, or when the one backend all its primitives come from
     offers it; otherwise the model composes the primitives (and never from naive's fused op)."""
-    fused = ("layernorm_residual", "matmul_gelu", "mlp", "classifier_crossentropy")
+    fused = ("layernorm_residual", "matmul_residual", "matmul_gelu", "mlp", "classifier_crossentropy")
     k = Kernels("naive", dtype="float32", registry=registry)        # naive offers every fused op
     assert all(k.has(op) and k.variants[op].backend == "naive" for op in fused)
     k = Kernels("numba", dtype="float32", registry=registry)        # numba offers none of them

@@ -14,6 +14,7 @@ from .layernorm import SPEC as LAYERNORM
 from .layernorm_residual import SPEC as LAYERNORM_RESIDUAL
 from .matmul import SPEC as MATMUL
 from .matmul_gelu import SPEC as MATMUL_GELU
+from .matmul_residual import SPEC as MATMUL_RESIDUAL
 from .mlp import SPEC as MLP
 from .residual import SPEC as RESIDUAL
 from .sumsq import SPEC as SUMSQ
@@ -21,7 +22,7 @@ from .sumsq import SPEC as SUMSQ
 # the primitives, then the fused ops (each `replaces` some of the primitives: see base.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in (EMBEDDING, LAYERNORM, MATMUL, ATTENTION, GELU, RESIDUAL,
                                               CROSSENTROPY, ADAMW, SUMSQ, ATTENTION_CACHED,
-                                              LAYERNORM_RESIDUAL, MATMUL_GELU, GELU_MATMUL, MLP,
+                                              LAYERNORM_RESIDUAL, MATMUL_RESIDUAL, MATMUL_GELU, GELU_MATMUL, MLP,
                                               CLASSIFIER_CROSSENTROPY, CROSSENTROPY_ONEPASS)}
 
 __all__ = ["OPS", "OpSpec"]
