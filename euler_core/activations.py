@@ -31,7 +31,8 @@ backward's activation gradients flow through one layer at a time):
                            from fch[l] in the backward just before the MLP projection's backward
                            reads it (llm.c's recompute): one GELU forward more a layer for 4C values
                            a row a layer less (2.2 GB of GPT-2 124M at B=32 in bf16)
-    proj      (N, C)       c_proj's / the MLP projection's output
+    proj      (N, C)       c_proj's / the MLP projection's output (none with the plan's projections_add:
+                           both projections then write the stream, res2 and res3, themselves)
     dstream   (2, N, C)    the residual stream's gradient, two buffers used in turn
     dnorm     (N, C)       the gradient of a layernorm's output
     dlnin     (N, C)       a layernorm backward's dx
@@ -69,6 +70,8 @@ class MemoryPlan:
     fused_loss: bool = False        # crossentropy_onepass (unfused classifier): the op keeps dlogits
     gelu_in_proj: bool = False      # gelu_matmul: no fch_gelu (the op keeps it) and no dfch_gelu
     fused_mlp: bool = False         # mlp: none of fch, fch_gelu, dfch_gelu, dfch (the op keeps pre and h)
+    projections_add: bool = False   # both projections add themselves to the stream (matmul_residual, and
+                                    # mlp's residual or matmul_residual for the MLP's): no proj scratch
 
     def __post_init__(self):
         fusions = [op for fused, op in ((self.fused_mlp, "mlp"), (self.fused_gelu, "matmul_gelu"),
@@ -91,7 +94,8 @@ def layout(L: int, N: int, C: int, Vp: int, plan: MemoryPlan) -> list[tuple[str,
                  ("ln2", (L, N, C))] + fch + kept_gelu + [("res3", (L, N, C))]
     once = [("encoded", (N, C)), ("lnf", (N, C))] + ([] if plan.fused_classifier else [("logits", (N, Vp))])
     scratch = ([("fch_gelu", (N, 4 * C))] if plan.recompute_gelu else []) + \
-              [("proj", (N, C)), ("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
+              ([] if plan.projections_add else [("proj", (N, C))]) + \
+              [("dstream", (2, N, C)), ("dnorm", (N, C)), ("dlnin", (N, C)), ("datt", (N, C)),
                ("dqkv", (N, 3 * C))] + ([] if plan.gelu_in_proj or plan.fused_mlp else [("dfch_gelu", (N, 4 * C))]) + \
               ([] if plan.fused_mlp or plan.fused_gelu else [("dfch", (N, 4 * C))]) + \
               ([] if plan.fused_classifier or plan.fused_loss else [("dlogits", (N, Vp))])

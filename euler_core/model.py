@@ -37,6 +37,19 @@ its normalisation h = ln_1(x), and hands the next layer its stream and the next 
 The MLP, mlp_c_proj(gelu(mlp_c_fc(h2))), is one fused op (`mlp`) where the backend has it; otherwise
 the GELU is fused into c_fc (`matmul_gelu`) or into the projection (`gelu_matmul`), or the three
 primitives are composed.
+
+Where layernorm_residual is fused, the residual add moves into the projection before it instead
+(its GEMM's epilogue reads the stream and writes stream + projection), and the layernorm only
+normalises that stream (layernorm_residual without b, whose x is its input): one pass over (N,C)
+fewer for each layernorm. The attention projection does so where the selection has matmul_residual,
+the MLP through the fused mlp's residual input (or, composed of matmuls, through matmul_residual):
+
+    qkv = c_attn(h);  x = matmul_residual(attention(qkv), c_proj, residual=x);  x, h2 = add_norm(x, ln_2)
+    x = mlp(h2, residual=x);  x, h = add_norm(x, next layernorm)
+
+The backward keeps its shape: the stream's gradient from add_norm's backward goes into the
+projection's backward as before, and the projection hands it on unchanged as the gradient of the
+stream it read (the add's derivative is 1), which is what the unfused backward passes on anyway.
 """
 
 from __future__ import annotations
@@ -71,11 +84,12 @@ class Layer:
 
     c_attn: object
     attn: object
-    attn_proj: object
+    attn_proj: object      # matmul's saved, or matmul_residual's where it writes the stream
     add_norm_2: tuple      # ("fused", saved) or ("composed", layernorm's saved)
     c_fc: object           # matmul's saved, or matmul_gelu's when fused; None when mlp is fused
     gelu: object           # None when fused into c_fc (matmul_gelu), the MLP projection (gelu_matmul) or mlp
-    mlp_proj: object       # matmul's saved, or gelu_matmul's when fused, or mlp's (the whole MLP) when fused
+    mlp_proj: object       # matmul's saved (matmul_residual's where it writes the stream), or gelu_matmul's
+                           # when fused, or mlp's (the whole MLP) when fused
     add_norm_next: tuple   # the residual add after the MLP and the next layer's ln_1 (ln_f for the last)
 
 
@@ -117,8 +131,9 @@ class GPT:
         self.master = _views(self.flat_master, self.layout)   # what AdamW updates
         self.params = _views(self.flat_params, self.layout)   # what the kernels read
         self.grads = _views(self.flat_grads, self.layout)
-        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "mlp", "matmul_gelu", "gelu_matmul",
-                                                          "classifier_crossentropy", "crossentropy_onepass")}
+        self.fused = {op: self.kernels.has(op) for op in ("layernorm_residual", "matmul_residual", "mlp", "matmul_gelu",
+                                                          "gelu_matmul", "classifier_crossentropy",
+                                                          "crossentropy_onepass")}
         # the GELU goes into one fused op at most, the first of these offered: the whole MLP (mlp), c_fc
         # (matmul_gelu), the MLP projection (gelu_matmul). recompute: the training arena keeps one GELU
         # output, remade layer by layer in the backward from c_fc's output; each of these ops keeps its
@@ -137,9 +152,22 @@ class GPT:
                     self.kernels.notes.append(f"{op}: not used: the GELU goes into {taken} (the selection offers both)")
             else:
                 taken = op
+        # A projection adds itself to the residual stream (the add in its GEMM's epilogue) where the
+        # layernorm after it is fused, which then only normalises the stream (layernorm_residual without
+        # b): the attention projection through matmul_residual, the MLP through the fused mlp's residual
+        # input or, composed, its projection through matmul_residual too (gelu_matmul's has no stream
+        # input: the layernorm adds its output, as before)
+        if self.fused["matmul_residual"] and not self.fused["layernorm_residual"]:
+            self.fused["matmul_residual"] = False
+            if self.kernels.named("matmul_residual"):
+                self.kernels.notes.append("matmul_residual: not used: the stream it writes is normalised by "
+                                          "layernorm_residual without b, which the selection does not fuse")
+        self.mlp_adds_stream = self.fused["layernorm_residual"] and (
+            self.fused["mlp"] or (self.fused["matmul_residual"] and not self.fused["gelu_matmul"]))
         self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute,
                                self.fused["crossentropy_onepass"] and not self.fused["classifier_crossentropy"],
-                               gelu_in_proj=self.fused["gelu_matmul"], fused_mlp=self.fused["mlp"])
+                               gelu_in_proj=self.fused["gelu_matmul"], fused_mlp=self.fused["mlp"],
+                               projections_add=self.fused["matmul_residual"] and self.mlp_adds_stream)
         self._acts: Activations | None = None
         self._tape: Tape | None = None
         if seed is not None:
@@ -328,15 +356,22 @@ class GPT:
         qkv, s_qkv = k["matmul"].forward({"x": h, "weight": p[pre + "attn.c_attn.weight"],
                                           "bias": p[pre + "attn.c_attn.bias"]}, out=buf("qkv"))  # (N,3C)
         att, s_att = attend(i, qkv)  # (N,C)
-        proj, s_proj = k["matmul"].forward({"x": att, "weight": p[pre + "attn.c_proj.weight"],
-                                            "bias": p[pre + "attn.c_proj.bias"]}, out=buf("proj", False))  # (N,C)
-        x, h2, s_an2 = self._add_norm(x, proj, pre + "ln_2", buf("res2"), buf("ln2"))
+        attn_params = {"weight": p[pre + "attn.c_proj.weight"], "bias": p[pre + "attn.c_proj.bias"]}
+        if self.fused["matmul_residual"]:  # x_mid = x + c_proj(att), written by the projection
+            x, s_proj = k["matmul_residual"].forward({"x": att, **attn_params, "residual": x}, out=buf("res2"))
+            x, h2, s_an2 = self._add_norm(x, None, pre + "ln_2", out_h=buf("ln2"))  # (N,C) each
+        else:
+            proj, s_proj = k["matmul"].forward({"x": att, **attn_params}, out=buf("proj", False))  # (N,C)
+            x, h2, s_an2 = self._add_norm(x, proj, pre + "ln_2", buf("res2"), buf("ln2"))
         fc_params = {"weight": p[pre + "mlp.c_fc.weight"], "bias": p[pre + "mlp.c_fc.bias"]}
         proj_params = {"weight": p[pre + "mlp.c_proj.weight"], "bias": p[pre + "mlp.c_proj.bias"]}
+        # the MLP's output: the stream after the layer (x_mid + mlp(h2)) where it adds itself, else mlp(h2)
+        mlp_out = buf("res3") if self.mlp_adds_stream else buf("proj", False)
         s_fc = s_gelu = None  # c_fc's and the GELU's own saved, where no fused op took them
         if self.fused["mlp"]:  # the whole MLP, which keeps c_fc's output and the GELU's itself
-            mlp, s_mlp = k["mlp"].forward({"x": h2, **{n: p[name] for n, name in _mlp_params(pre).items()}},
-                                          out=buf("proj", False))  # (N,C)
+            stream = {"residual": x} if self.mlp_adds_stream else {}
+            mlp, s_mlp = k["mlp"].forward({"x": h2, **{n: p[name] for n, name in _mlp_params(pre).items()}, **stream},
+                                          out=mlp_out)  # (N,C)
         else:
             if self.fused["matmul_gelu"]:
                 act, s_fc = k["matmul_gelu"].forward({"x": h2, **fc_params}, out=buf("fch_gelu"))
@@ -345,20 +380,32 @@ class GPT:
                 if not self.fused["gelu_matmul"]:
                     act, s_gelu = k["gelu"].forward({"x": fc}, out=buf("fch_gelu", index=not self.plan.recompute_gelu))
             if self.fused["gelu_matmul"]:  # the GELU inside the projection
-                mlp, s_mlp = k["gelu_matmul"].forward({"x": fc, **proj_params}, out=buf("proj", False))  # (N,C)
+                mlp, s_mlp = k["gelu_matmul"].forward({"x": fc, **proj_params}, out=mlp_out)  # (N,C)
+            elif self.mlp_adds_stream:
+                mlp, s_mlp = k["matmul_residual"].forward({"x": act, **proj_params, "residual": x}, out=mlp_out)
             else:
-                mlp, s_mlp = k["matmul"].forward({"x": act, **proj_params}, out=buf("proj", False))  # (N,C)
+                mlp, s_mlp = k["matmul"].forward({"x": act, **proj_params}, out=mlp_out)  # (N,C)
         next_out = acts.ln1[i + 1] if acts is not None and i + 1 < cfg.n_layer else (acts.lnf if acts is not None else None)
-        x, h, s_next = self._add_norm(x, mlp, nxt, buf("res3"), next_out)
+        if self.mlp_adds_stream:
+            x, h, s_next = self._add_norm(mlp, None, nxt, out_h=next_out)
+        else:
+            x, h, s_next = self._add_norm(x, mlp, nxt, buf("res3"), next_out)
         return x, h, Layer(s_qkv, s_att, s_proj, s_an2, s_fc, s_gelu, s_mlp, s_next)
 
     def _add_norm(self, a, b, ln: str, out_x=None, out_h=None):
-        """x = a + b and h = layernorm `ln` of x: (x, h, saved), fused where the backend has it."""
+        """x = a + b and h = layernorm `ln` of x: (x, h, saved), fused where the backend has it.
+        b None: a already holds the sum (its projection added itself to the stream), x is a, and
+        h = layernorm(a) by layernorm_residual without b (the model does that only where it is fused)."""
         k, p = self.kernels, self.params
         w, bias = p[ln + ".weight"], p[ln + ".bias"]
         if self.fused["layernorm_residual"]:
-            (x, h), saved = k["layernorm_residual"].forward({"a": a, "b": b, "weight": w, "bias": bias},
-                                                            out=None if out_x is None else (out_x, out_h))
+            inputs = {"a": a, "weight": w, "bias": bias}
+            if b is None:  # x is a itself: out=(a, out_h)
+                out = None if out_h is None else (a, out_h)
+            else:
+                inputs["b"] = b
+                out = None if out_x is None else (out_x, out_h)
+            (x, h), saved = k["layernorm_residual"].forward(inputs, out=out)
             return x, h, ("fused", saved)
         x, _ = k["residual"].forward({"a": a, "b": b}, out=out_x)
         h, saved = k["layernorm"].forward({"x": x, "weight": w, "bias": bias}, out=out_h)
@@ -396,6 +443,7 @@ class GPT:
             turn ^= 1
             proj_grads = {"weight": g[pre + "mlp.c_proj.weight"], "bias": g[pre + "mlp.c_proj.bias"]}
             fc_grads = {"weight": g[pre + "mlp.c_fc.weight"], "bias": g[pre + "mlp.c_fc.bias"], "x": acts.dnorm}
+            # (where the MLP added itself to the stream, the stream's gradient reaches x_mid unchanged: dx)
             if self.fused["mlp"]:  # d(ln_2's output) straight from the MLP's output gradient
                 dh2 = k["mlp"].backward(s.mlp_proj, dx, {**{n: g[name] for n, name in _mlp_params(pre).items()},
                                                          "x": acts.dnorm})["x"]
@@ -407,7 +455,8 @@ class GPT:
                     # the arena keeps one GELU output (activations.py): remake layer i's where the MLP
                     # projection's saved input points (the last layer's is still there from the forward)
                     k["gelu"].forward({"x": acts.fch[i]}, out=acts.fch_gelu)
-                dact = k["matmul"].backward(s.mlp_proj, dx, {**proj_grads, "x": acts.dfch_gelu})["x"]
+                projection = "matmul_residual" if self.mlp_adds_stream else "matmul"
+                dact = k[projection].backward(s.mlp_proj, dx, {**proj_grads, "x": acts.dfch_gelu})["x"]
                 if s.gelu is None:  # matmul_gelu
                     dh2 = k["matmul_gelu"].backward(s.c_fc, dact, fc_grads)["x"]
                 else:
@@ -416,8 +465,10 @@ class GPT:
             # x_mid, h2 = add_norm(x_in, attn_proj)
             dx = self._add_norm_backward(s.add_norm_2, dx, dh2, pre + "ln_2", acts.dstream[turn], acts)
             turn ^= 1
-            datt = k["matmul"].backward(s.attn_proj, dx, {"weight": g[pre + "attn.c_proj.weight"],
-                                                          "bias": g[pre + "attn.c_proj.bias"], "x": acts.datt})["x"]
+            # (matmul_residual's stream gradient is dx itself: x_in's gradient is the one above)
+            projection = "matmul_residual" if self.fused["matmul_residual"] else "matmul"
+            datt = k[projection].backward(s.attn_proj, dx, {"weight": g[pre + "attn.c_proj.weight"],
+                                                            "bias": g[pre + "attn.c_proj.bias"], "x": acts.datt})["x"]
             dqkv = k["attention"].backward(s.attn, datt.reshape(B, T, C), {"qkv": acts.dqkv.reshape(B, T, 3 * C)})["qkv"]
             dh = k["matmul"].backward(s.c_attn, dqkv.reshape(N, 3 * C), {"weight": g[pre + "attn.c_attn.weight"],
                                                                         "bias": g[pre + "attn.c_attn.bias"],

@@ -306,7 +306,8 @@ def test_the_whole_mlp_fused_gives_the_compositions_loss_and_gradients_bit_for_b
     (x, y), = batches(1)
     calls = op_calls(fused, x, y)
     assert calls[("mlp", "forward")] == calls[("mlp", "backward")] == L
-    assert calls[("matmul", "forward")] == 2 * L  # c_attn and the attention projection (the classifier is fused)
+    # c_attn, and the attention projection writing the stream (the classifier is fused)
+    assert calls[("matmul", "forward")] == calls[("matmul_residual", "forward")] == L
     assert not {"gelu", "matmul_gelu", "gelu_matmul"} & {op for op, _ in calls}
     loss = fused.forward(x, y)[1]
     fused.zero_grad()
@@ -387,3 +388,109 @@ def test_the_kernels_line_says_which_fused_ops_the_model_leaves_out():
     line = kernels_line("naive", model.kernels, model)
     assert "mlp=naive:reference," in line and "layernorm_residual=naive:reference," in line
     assert "matmul_gelu=naive:reference (not used)" in line and "gelu_matmul=naive:reference (not used)" in line
+
+
+class _LayerNormResidualRecorder:
+    """naive's layernorm_residual, noting for each forward whether it was given b (the stream's sum
+    still to make) and whether its x came back as the very input a."""
+
+    calls: list = []
+
+    def forward(self, inputs, attrs, out=None):
+        from backends.naive import layernorm_residual
+        (x, y), saved = layernorm_residual.forward(inputs, attrs, out)
+        self.calls.append(("b" in inputs, x is inputs["a"]))
+        return (x, y), saved
+
+    def backward(self, saved, grad_output, grads):
+        from backends.naive import layernorm_residual
+        return layernorm_residual.backward(saved, grad_output, grads)
+
+
+LNR_RECORDER = _LayerNormResidualRecorder()
+
+
+class _Recording:
+    @hookimpl
+    def nanoeuler_backends(self):
+        return [Backend("recording", "naive's layernorm_residual, its calls noted", [
+            Variant("layernorm_residual", "noted", impl="test_step:LNR_RECORDER", device="cpu",
+                    dtypes=("float64", "float32"))])]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_projections_that_add_to_the_stream_give_the_compositions_loss_and_gradients_bit_for_bit(dtype):
+    """naive offers matmul_residual and layernorm_residual: the attention projection writes the stream
+    x + c_proj(att) itself (matmul_residual into res2), the fused MLP adds its output to the stream
+    (mlp's residual into res3), and each layernorm after them only normalises that stream
+    (layernorm_residual without b, its x the very stream array). The arena then has no proj scratch.
+    The loss and every gradient are the composition's bit for bit: of `matmul_residual=none` (only the
+    attention projection composed), of `layernorm_residual=none` (every add with its layernorm, as
+    numba composes it), and with the MLP composed (its projection through matmul_residual) against
+    that MLP with no add fused; over steps too."""
+    from backends.naive import plugin as naive
+    L = 3
+    registry = Registry(plugins=[naive, _Recording()], entry_points=False)
+    fused = micro(dtype, n_layer=L, backend="naive,layernorm_residual=recording:noted", registry=registry)
+    assert fused.fused["matmul_residual"] and fused.mlp_adds_stream and fused.plan.projections_add
+    assert not fused.activations(2, 8).has("proj")
+    assert micro(dtype, backend="naive,matmul_residual=none").activations(2, 8).has("proj")  # c_proj's output
+    (x, y), = batches(1)
+    calls = op_calls(fused, x, y)
+    assert calls[("matmul_residual", "forward")] == calls[("matmul_residual", "backward")] == L  # c_proj
+    assert calls[("mlp", "forward")] == L
+    assert calls[("residual", "forward")] == 1  # only the backward's, the embedding's two gradients added
+    assert calls[("matmul", "forward")] == L  # c_attn only (the classifier is fused with the loss)
+    LNR_RECORDER.calls.clear()
+    loss = fused.forward(x, y)[1]
+    assert LNR_RECORDER.calls == [(False, True)] * (2 * L)  # ln_2 and the next layernorm of every layer
+    fused.zero_grad()
+    fused.backward()
+    assert np.all(fused.grads["h.0.attn.c_proj.weight"] != 0) and np.all(fused.grads["h.2.ln_2.bias"] != 0)
+    assert np.all(fused.grads["wpe.weight"][:8] != 0)  # the stream's gradient reached the embedding
+    for text in ("naive,matmul_residual=none", "naive,layernorm_residual=none"):
+        composed = micro(dtype, n_layer=L, backend=text)
+        assert not composed.fused["matmul_residual"]
+        assert composed.mlp_adds_stream == (text == "naive,matmul_residual=none")
+        composed.zero_grad()
+        assert composed.forward(x, y)[1] == loss
+        composed.backward()
+        for name in fused.grads:
+            np.testing.assert_array_equal(fused.grads[name], composed.grads[name], err_msg=f"{text}: {name}")
+    mlp_composed = micro(dtype, n_layer=L, backend="naive,mlp=none")  # matmul_gelu, then matmul_residual
+    assert mlp_composed.mlp_adds_stream and mlp_composed.plan.projections_add
+    assert op_calls(mlp_composed, x, y)[("matmul_residual", "forward")] == 2 * L
+    plain = micro(dtype, n_layer=L, backend="naive,mlp=none,matmul_residual=none,layernorm_residual=none")
+    for model in (mlp_composed, plain):
+        model.zero_grad()
+        assert model.forward(x, y)[1] == loss
+        model.backward()
+    for name in fused.grads:
+        np.testing.assert_array_equal(mlp_composed.grads[name], plain.grads[name], err_msg=name)
+        np.testing.assert_array_equal(fused.grads[name], plain.grads[name], err_msg=name)
+    assert_trains_alike(micro(dtype, n_layer=L), micro(dtype, n_layer=L, backend="naive,matmul_residual=none"))
+
+
+def test_matmul_residual_is_used_only_with_the_fused_layernorm_after_it():
+    """The stream it writes is normalised by layernorm_residual without b: where the selection does not
+    fuse that layernorm (numba offers neither; or layernorm_residual=none) the model composes as
+    before, keeps the proj scratch, and says so where matmul_residual was named."""
+    for text in ("numba", "naive,layernorm_residual=none"):
+        model = micro(backend=text)
+        assert not model.fused["matmul_residual"] and not model.mlp_adds_stream and not model.plan.projections_add
+        assert model.activations(2, 8).has("proj")
+    named = micro(backend="naive,layernorm_residual=none,matmul_residual=naive")
+    assert named.kernels.has("matmul_residual") and not named.fused["matmul_residual"]
+    assert any(n.startswith("matmul_residual: not used") for n in named.kernels.notes)
+    from euler_core.train import kernels_line
+    assert "matmul_residual=naive:reference (not used)" in kernels_line("naive", named.kernels, named)
+
+
+def test_the_arena_without_the_projections_scratch():
+    """Both projections writing the stream leave the (N,C) proj buffer unused: the plan drops it."""
+    config = preset("gpt2")
+    N, C, L, Vp = 16 * 1024, 768, 12, config.padded_vocab_size
+    base = MemoryPlan(fused_classifier=True, fused_mlp=True)
+    adding = MemoryPlan(fused_classifier=True, fused_mlp=True, projections_add=True)
+    assert arena_bytes(L, N, C, Vp, "bfloat16", adding) == arena_bytes(L, N, C, Vp, "bfloat16", base) - 2 * N * C
+    assert [n for n, _ in layout(L, N, C, Vp, adding)] == [n for n, _ in layout(L, N, C, Vp, base) if n != "proj"]
