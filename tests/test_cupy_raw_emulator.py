@@ -46,8 +46,9 @@ def _dtypes(op: str, variant: str, case: str) -> tuple:
         return ("bfloat16", "float16") if case in ("small", "T17-C36-NH3", "HS64") else ("bfloat16",)
     if op == "matmul_gelu" and case == "K768-M3072":  # c_fc's shape: the TMA-store epilogue writing pre
         return ("bfloat16",)                           # and gelu(pre) (12 s here; float32 takes gemm_simt)
-    if op == "mlp" and case == "C768-H3072-M768":     # GPT-2's MLP: c_fc's as above and the projection's
-        return ("bfloat16",)                           # dx with gelu'(pre) prefetched (float32: gemm_simt)
+    if op == "mlp" and case.startswith("C768-H3072-M768"):  # GPT-2's MLP (and with the residual, the
+        return ("bfloat16",)                           # stream prefetched too): c_fc's as above and the projection's
+                                                       # dx with gelu'(pre) prefetched (float32: gemm_simt)
     return ("float32", "bfloat16")
 
 
