@@ -38,11 +38,12 @@ The MLP, mlp_c_proj(gelu(mlp_c_fc(h2))), is one fused op (`mlp`) where the backe
 the GELU is fused into c_fc (`matmul_gelu`) or into the projection (`gelu_matmul`), or the three
 primitives are composed.
 
-Where layernorm_residual is fused, the residual add moves into the projection before it instead
-(its GEMM's epilogue reads the stream and writes stream + projection), and the layernorm only
-normalises that stream (layernorm_residual without b, whose x is its input): one pass over (N,C)
-fewer for each layernorm. The attention projection does so where the selection has matmul_residual,
-the MLP through the fused mlp's residual input (or, composed of matmuls, through matmul_residual):
+Where the selection has matmul_residual (and layernorm_residual fused), the residual add moves into
+the projection before it instead (its GEMM's epilogue reads the stream and writes stream +
+projection), and the layernorm only normalises that stream (layernorm_residual without b, whose x is
+its input): one pass over (N,C) fewer for each layernorm. The attention projection does so through
+matmul_residual, the MLP through the fused mlp's residual input (or, composed of matmuls, through
+matmul_residual); `matmul_residual=none` keeps both adds in the layernorms:
 
     qkv = c_attn(h);  x = matmul_residual(attention(qkv), c_proj, residual=x);  x, h2 = add_norm(x, ln_2)
     x = mlp(h2, residual=x);  x, h = add_norm(x, next layernorm)
@@ -152,18 +153,18 @@ class GPT:
                     self.kernels.notes.append(f"{op}: not used: the GELU goes into {taken} (the selection offers both)")
             else:
                 taken = op
-        # A projection adds itself to the residual stream (the add in its GEMM's epilogue) where the
-        # layernorm after it is fused, which then only normalises the stream (layernorm_residual without
-        # b): the attention projection through matmul_residual, the MLP through the fused mlp's residual
-        # input or, composed, its projection through matmul_residual too (gelu_matmul's has no stream
-        # input: the layernorm adds its output, as before)
+        # The projections add themselves to the residual stream (the add in their GEMMs' epilogues) where
+        # the selection has matmul_residual and the layernorm after them is fused, which then only
+        # normalises the stream (layernorm_residual without b): the attention projection through
+        # matmul_residual, the MLP through the fused mlp's residual input or, composed, its projection
+        # through matmul_residual too (gelu_matmul's has no stream input: the layernorm adds its output,
+        # as before). `matmul_residual=none` turns both off: the fused ops as they were
         if self.fused["matmul_residual"] and not self.fused["layernorm_residual"]:
             self.fused["matmul_residual"] = False
             if self.kernels.named("matmul_residual"):
                 self.kernels.notes.append("matmul_residual: not used: the stream it writes is normalised by "
                                           "layernorm_residual without b, which the selection does not fuse")
-        self.mlp_adds_stream = self.fused["layernorm_residual"] and (
-            self.fused["mlp"] or (self.fused["matmul_residual"] and not self.fused["gelu_matmul"]))
+        self.mlp_adds_stream = self.fused["matmul_residual"] and (self.fused["mlp"] or not self.fused["gelu_matmul"])
         self.plan = MemoryPlan(self.fused["classifier_crossentropy"], self.fused["matmul_gelu"], recompute,
                                self.fused["crossentropy_onepass"] and not self.fused["classifier_crossentropy"],
                                gelu_in_proj=self.fused["gelu_matmul"], fused_mlp=self.fused["mlp"],
