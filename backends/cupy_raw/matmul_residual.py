@@ -35,8 +35,15 @@ class MatmulResidual:
         return self.gemms.forward_residual(x, weight, bias, residual, out=out)
 
     def backward(self, saved, dout, grads):
-        if grads.get("residual") is not None:  # checked before any launch: a refusal changes nothing
-            _common.grad_buffer(OP, grads, "residual", dout, _common.xp_of(dout))
+        # every buffer checked before any launch, naming this op: a refusal changes nothing
+        xp = _common.xp_of(dout)
+        if grads.get("x") is not None:
+            _common.grad_buffer(OP, grads, "x", saved.x, xp)
+        if grads.get("residual") is not None:
+            _common.grad_buffer(OP, grads, "residual", dout, xp)
+        for name, param in (("weight", saved.weight), ("bias", saved.bias)):
+            if param is not None:
+                _common.check_param_grad(OP, name, grads[name], param)
         result = self.gemms.backward(saved, dout, {k: v for k, v in grads.items() if k != "residual"})
         result["residual"] = dout if grads.get("residual") is None else copy_into(dout, grads["residual"])
         return result
