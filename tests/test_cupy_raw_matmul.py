@@ -582,6 +582,21 @@ def _check_pre_and_gelu_bitwise(rng, rows: int, K: int, M: int, label: str):
                            f"first {np.unravel_index(bad[0], y.shape)}")
 
 
+def _flagged_gemms(monkeypatch, flag: int) -> list:
+    """A list that fills with (kernel, defines) of every GEMM launched with `flag` among its epilogue
+    flags (the launches themselves go on as ever)."""
+    fused = []
+    real_launch = rt.launch
+
+    def launch(k, grid, block, args, shared_mem=0):
+        if k.name.startswith("gemm_") and int(args[-1]) & flag:
+            fused.append((k.name, dict(k.defines)))
+        return real_launch(k, grid, block, args, shared_mem)
+
+    monkeypatch.setattr(rt, "launch", launch)
+    return fused
+
+
 def _check_dx_dgelu_bitwise(impl, rng, N: int, H: int, M: int, label: str) -> None:
     """impl's dx times gelu'(pre) (dgelu_at) of a (N, H) x (M, H) projection with pre random: bitwise
     the composition it replaces (the plain dx, then gelu's backward kernel on its rounded output), and
@@ -653,15 +668,7 @@ def test_dx_with_the_gelu_backward_in_the_emulator(monkeypatch, epilogue):
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", "dx_dgelu"),
                             dict(cooperative, store_cols=128) if epilogue == "staged" else cooperative)
     impl = mm.tiled if epilogue == "mma" else mm.wgmma
-    fused = []  # (kernel, defines) of every launch with FLAG_DGELU
-    real_launch = rt.launch
-
-    def launch(k, grid, block, args, shared_mem=0):
-        if k.name.startswith("gemm_") and int(args[-1]) & mm.FLAG_DGELU:
-            fused.append((k.name, dict(k.defines)))
-        return real_launch(k, grid, block, args, shared_mem)
-
-    monkeypatch.setattr(rt, "launch", launch)
+    fused = _flagged_gemms(monkeypatch, mm.FLAG_DGELU)
     rng = np.random.default_rng(19)
     with rt.emulation():
         for N, H, M in [(330, 392, 576), (200, 312, 64), (40, 136, 64)]:
@@ -709,15 +716,7 @@ def test_residual_epilogue_in_the_emulator(monkeypatch, epilogue):
     if epilogue in changes:
         monkeypatch.setitem(mm.CONFIGS, ("wgmma", "forward_residual"), changes[epilogue])
     impl = mm.tiled if epilogue == "mma" else mm.wgmma
-    fused = []  # (kernel, defines) of every launch with FLAG_RESIDUAL
-    real_launch = rt.launch
-
-    def launch(k, grid, block, args, shared_mem=0):
-        if k.name.startswith("gemm_") and int(args[-1]) & mm.FLAG_RESIDUAL:
-            fused.append((k.name, dict(k.defines)))
-        return real_launch(k, grid, block, args, shared_mem)
-
-    monkeypatch.setattr(rt, "launch", launch)
+    fused = _flagged_gemms(monkeypatch, mm.FLAG_RESIDUAL)
     rng = np.random.default_rng(23)
     dtype = "float32" if epilogue == "simt" else "bfloat16"
     with rt.emulation():

@@ -31,62 +31,45 @@ grads = backward(saved, dy, {"weight": dw, "bias": db, "x": datt}) -> {"x": datt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .base import OpSpec, expect_array, expect_same_dtype, expect_shape, nbytes, random_float
+from .base import expect_array, nbytes, random_float
+from .matmul import MatmulSpec
 
 
 @dataclass(frozen=True)
-class MatmulResidualSpec(OpSpec):
+class MatmulResidualSpec(MatmulSpec):
+    """matmul's inputs, checks and example, and the stream it adds itself to."""
+
     name: str = "matmul_residual"
     inputs: tuple = ("x", "weight", "bias", "residual")
-    params: tuple = ("weight", "bias")
     differentiable: tuple = ("x", "weight", "bias", "residual")
-    optional: tuple = ("bias",)
-    attrs: dict = field(default_factory=dict)
     replaces: tuple = ("matmul", "residual")
 
     def check(self, inputs, attrs):
-        N, K = expect_array(self.name, "x", inputs["x"], 2)
-        M, K2 = expect_array(self.name, "weight", inputs["weight"], 2)
-        if K2 != K:
-            raise ValueError(f"{self.name}: x has {K} columns but weight (out, in) has {K2} inputs; "
-                             f"expected weight of shape (M, {K})")
-        if inputs.get("bias") is not None:
-            expect_array(self.name, "bias", inputs["bias"], 1)
-            expect_shape(self.name, "bias", inputs["bias"], (M,))
+        super().check(inputs, attrs)  # x, weight, bias, and every input's dtype
+        out = (inputs["x"].shape[0], inputs["weight"].shape[0])
         residual = expect_array(self.name, "residual", inputs["residual"], 2)
-        if residual != (N, M):
+        if residual != out:
             raise ValueError(f"{self.name}: input 'residual' (the stream x @ weight.T + bias is added to) must have "
-                             f"the output's shape (N, M) = {(N, M)}, got {residual}")
-        expect_same_dtype(self.name, inputs, self.inputs)
-
-    def output_shape(self, inputs, attrs):
-        return (inputs["x"].shape[0], inputs["weight"].shape[0])
+                             f"the output's shape (N, M) = {out}, got {residual}")
 
     def flops(self, inputs, attrs):
-        N, K = inputs["x"].shape
-        M = inputs["weight"].shape[0]
-        bias = N * M if inputs.get("bias") is not None else 0
+        counts = super().flops(inputs, attrs)
+        N, M = inputs["residual"].shape
         # matmul's, plus the add to the stream (its backward passes dout on: nothing to compute)
-        return {"forward": 2 * N * K * M + bias + N * M, "backward": 4 * N * K * M + bias}
+        return {"forward": counts["forward"] + N * M, "backward": counts["backward"]}
 
     def bytes_moved(self, inputs, attrs):
-        x, w, b, residual = inputs["x"], inputs["weight"], inputs.get("bias"), inputs["residual"]
-        out = nbytes(residual)  # (N,M): out, or dout
-        # forward: matmul's reads plus the stream's, one write of the new stream. backward: matmul's
-        # (dresidual is dout itself, as the model calls it: nothing read or written for it)
-        return {"forward": nbytes(x, w, b, residual) + out,
-                "backward": out + 2 * nbytes(x) + 3 * nbytes(w) + 2 * nbytes(b)}
+        counts = super().bytes_moved(inputs, attrs)
+        # forward: matmul's, plus the stream read (the new stream is written where matmul wrote its
+        # output). backward: matmul's (dresidual is dout itself, as the model calls it)
+        return {"forward": counts["forward"] + nbytes(inputs["residual"]), "backward": counts["backward"]}
 
     def example(self, dims, dtype, rng):
-        N, K, M = dims["N"], dims["K"], dims["M"]
-        inputs = {"x": random_float(rng, (N, K), dtype),
-                  "weight": random_float(rng, (M, K), dtype, scale=K ** -0.5)}
-        if dims.get("bias", True):
-            inputs["bias"] = random_float(rng, (M,), dtype)
-        inputs["residual"] = random_float(rng, (N, M), dtype)
-        return inputs, {}
+        inputs, attrs = super().example(dims, dtype, rng)
+        inputs["residual"] = random_float(rng, (dims["N"], dims["M"]), dtype)
+        return inputs, attrs
 
 
 SPEC = MatmulResidualSpec()
