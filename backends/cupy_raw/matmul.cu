@@ -938,8 +938,9 @@ constexpr int GELU_STEPS = 0;
 // whichever of the two the kernel's pre pointer and tensor map hold.) Thread 0 of each consumer
 // warpgroup loads the warpgroup's 64 x WG_BN share of pre there (through pre's tensor map, the
 // boxes C's store will use, completing on the warpgroup's own mbarrier) as soon as the tile's first
-// k-block is multiplying and the copy engine has read the last tile's image out; the epilogue waits
-// for that phase (long complete by then: the main loop is ~12 k-blocks at GPT-2's depth 768), turns
+// k-block is multiplying (in the cooperative schedule its middle one: consume_item says why) and the
+// copy engine has read the last tile's image out; the epilogue waits for that phase (long complete by
+// then: the main loop is ~12 k-blocks at GPT-2's depth 768), turns
 // each pair of pre into the pair of results in place, and stores the image through C's map. So
 // pre is read once, by the copy engine, under the multiplies, and the whole share goes in one pass
 // (WG_STORE_COLS = WG_BN: nothing of the tile waits for a store between passes).
@@ -965,6 +966,18 @@ __device__ __forceinline__ void prefetch_pre(const PreFetch& f, unsigned char* i
 #endif
 
 #if WG_STORE_COLS > 0
+// Thread (r, cc)'s pair of 8-column group g, row r + 8 h, in a pass's image at row_at (its row r): box
+// g / BOX_GROUPS, the pair's bytes in its box row, in their 16-byte chunk XOR the row (the 128-byte
+// swizzle). The epilogue's reads of the image's input (pre, the residual) go through it; its stores
+// spell the same address out (as the timed modules' PTX has it).
+template <typename OutT>
+__device__ __forceinline__ const Duo<OutT>* image_pair(const unsigned char* row_at, int g, int h, int r, int cc) {
+    constexpr int BOX_GROUPS = 128 / sizeof(OutT) / 8;
+    const int byte = ((g % BOX_GROUPS) * 8 + cc) * (int)sizeof(OutT), chunk = byte >> 4;
+    return reinterpret_cast<const Duo<OutT>*>(row_at + (g / BOX_GROUPS) * WG_BOX_BYTES + 8 * h * 128 +
+                                              ((chunk ^ ((r + 8 * h) % 8)) << 4) + (byte & 15));
+}
+
 // The TMA-store epilogue of one warpgroup's 64 rows (see the section's header): per pass, WG_STORE_COLS
 // columns rounded to OutT (floatX, or float with WG_STORE_F32) into the image at `image` (shared
 // memory; boxes of 64 rows x 128 bytes one after another), then written by thread 0 through C's
@@ -1026,8 +1039,25 @@ __device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], co
         const int zero = opaque_zero();
         unsigned char* const row_at = image_at + r * 128 + zero;
         const floatX* const bias_at = bias + (WG_BIAS_SMEM ? pass * FILL_COLS : j_pass) + cc + zero;
+        // FLAG_DGELU, FLAG_RESIDUAL: the image's pairs (pre, or the residual) read READ_AHEAD groups ahead of
+        // the group they feed. Read where they are used, each read waited behind the store before it (the
+        // compiler cannot tell the two addresses apart), so the epilogue was one shared-memory latency a
+        // pair long; ahead, the reads of the next groups are in flight while this one computes and stores.
+        // (No pair is read after its own store: each is read once, before its group is computed.)
+        constexpr bool READS = (F & (FLAG_DGELU | FLAG_RESIDUAL)) != 0;
+        constexpr int READ_AHEAD = 2;
+        Duo<OutT> read_in[READ_AHEAD + 1][2];  // a ring of groups' pairs, rows r and r + 8 (registers: unrolled)
+        if (READS)
+#pragma unroll
+            for (int g = 0; g < READ_AHEAD && g < GROUPS; ++g)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) read_in[g][h] = *image_pair<OutT>(row_at, g, h, r, cc);
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) {
+            if (READS && g + READ_AHEAD < GROUPS)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    read_in[(g + READ_AHEAD) % (READ_AHEAD + 1)][h] = *image_pair<OutT>(row_at, g + READ_AHEAD, h, r, cc);
             const int q = pass * GROUPS + g;      // the 8-column group of the tile
             const int j = j_pass + 8 * g + cc;    // this thread's first column of it in C
             // gelu(pre)'s fill reads pre as stored from acc, where pre's fill left it: no bias, no rounding
@@ -1052,12 +1082,12 @@ __device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], co
                 // (the pair's address spelled out here and at the store: held in one variable, it changed
                 // the other modules' PTX, which the H200 has timed as they are)
                 if (F & FLAG_DGELU) {  // of dx as stored, at pre's pair (finish_value's arithmetic)
-                    const Duo<OutT> x = *reinterpret_cast<Duo<OutT>*>(box + 8 * h * 128 + ((chunk ^ (y % 8)) << 4) + (byte & 15));
+                    const Duo<OutT> x = read_in[g % (READ_AHEAD + 1)][h];
                     v0 = gelu_tanh_backward(to_f32(x.v[0]), to_f32(from_f32<floatX>(v0)));
                     v1 = gelu_tanh_backward(to_f32(x.v[1]), to_f32(from_f32<floatX>(v1)));
                 }
                 if (F & FLAG_RESIDUAL) {  // the product as stored, added to the residual's pair (finish_value's)
-                    const Duo<OutT> x = *reinterpret_cast<Duo<OutT>*>(box + 8 * h * 128 + ((chunk ^ (y % 8)) << 4) + (byte & 15));
+                    const Duo<OutT> x = read_in[g % (READ_AHEAD + 1)][h];
                     v0 = to_f32(x.v[0]) + to_f32(from_f32<floatX>(v0));
                     v1 = to_f32(x.v[1]) + to_f32(from_f32<floatX>(v1));
                 }
@@ -1103,8 +1133,9 @@ __device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], co
 // once the item's last multiplies are issued, so that the other warpgroup's queue behind them at the
 // tensor cores while these drain. deferred (WG_STORE_PRE): the previous tile's GELU, a step after each
 // k-block's multiplies are issued (image: this warpgroup's; map: C's; bar: its named barrier; t: its
-// thread); prefetch (WG_STORE_PREFETCH): this tile's pre (or residual) into the image, once the first
-// k-block's multiplies are issued (pre_map: its tensor map). SUMS is a template parameter, not a test inside the
+// thread); prefetch (WG_STORE_PREFETCH): this tile's pre (or residual) into the image, once a k-block's
+// multiplies are issued (the first, or in the cooperative schedule the middle one: below; pre_map: its
+// tensor map). SUMS is a template parameter, not a test inside the
 // loop: a run-time branch around wgmma_rowsum between wgmma_fence and wgmma_commit put a wgmma in a
 // divergent path, and ptxas then serialised every wgmma of the kernel ("WG.AR in divergent path").
 template <bool SUMS>
@@ -1138,7 +1169,11 @@ __device__ __forceinline__ void consume_item(float (&acc)[WG_MH][WG_BN / 2], flo
         if (deferred.step < GELU_STEPS) deferred_gelu_step(deferred, image, map, bar, t);  // under the multiplies
 #endif
 #if WG_STORE_PREFETCH
-        if (kb == 0) prefetch_pre(prefetch, image, pre_map, t);  // under the first multiplies
+        // under the multiplies: in the pingpong schedule from the first k-block (this warpgroup's last store
+        // was issued before the other's whole main loop, so it has long been read); in the cooperative one
+        // halfway, since the last store was issued just now and prefetch_pre's wait for its read would
+        // hold the warpgroup's next multiplies up
+        if (kb == (WG_PINGPONG ? 0 : nk / 2)) prefetch_pre(prefetch, image, pre_map, t);
 #endif
         if (kb > 0) {  // k-block kb-1's multiplies are done: hand its slot back to the producer
             wgmma_wait<1>();

@@ -112,6 +112,11 @@ Variants (all through matmul.gemm, the launcher the product uses):
                     why the product does not offer it), what llm.c calls;
                     its ratio to cublaslt is what cuBLASLt's own fusion costs, the fair reference
                     for the tree's fused kernels
+    read_inline     (fc_proj_dx_dgelu and the residual products only) the epilogue's reads of pre or the
+                    residual from the image where each is used, behind the store before it (a source
+                    edit: READ_AHEAD 0), as before the tree read them two groups ahead
+    prefetch_first  (the residual products only) the cooperative schedule's prefetch issued at the first
+                    k-block, as before the tree moved it to the middle one (a source edit)
 
 Every variant is first run on inputs whose output is poisoned with NaN (dW, which accumulates: from
 zeros) and checked against a float64 reference of the same rounded inputs (the conformance bf16
@@ -208,6 +213,11 @@ EDITS = {
         ("        for (int p = rank * SHARE / 64; p < (rank + 1) * SHARE / 64; ++p)\n"
          "            tma_load_2d_multicast(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar, EVERY_BLOCK);",
          "        for (int p = 0; p < BMN / 64; ++p)\n            tma_load_2d(dst + p * PANEL_BYTES, map, mn0 + 64 * p, k0, bar);")],
+    # the epilogue's reads of the image's input (pre, the residual) where each is used, behind the store
+    # before it, as before the read-ahead (a ring of none)
+    "read_inline": [("        constexpr int READ_AHEAD = 2;", "        constexpr int READ_AHEAD = 0;")],
+    # the cooperative schedule's prefetch from the first k-block, as before it moved to the middle one
+    "prefetch_first": [("        if (kb == (WG_PINGPONG ? 0 : nk / 2)) prefetch_pre(", "        if (kb == 0) prefetch_pre(")],
     "no_store": [(_DISPATCH, "float probe_sum = 0.0f;\n#pragma unroll\n"
                              "            for (int q = 0; q < WG_BN / 2; ++q) probe_sum += acc[h][q];\n"
                              "        if (probe_sum == 1234.5678f) switch (FLAGS_RUNTIME) {")],
@@ -247,6 +257,8 @@ VARIANTS = {
     "forward_config": ({"bias_smem": False, "store_buffers": 1}, None, None),
     "cublaslt_fused": ({}, None, None),
     "planes": ({"serial": False}, None, None),
+    "read_inline": ({}, "read_inline", None),
+    "prefetch_first": ({}, "prefetch_first", None),
 }
 #: the variants also run at the dW products
 DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double", "planes")
@@ -255,10 +267,11 @@ DW_VARIANTS = ("tree", "pingpong", "dw256", "store_off", "store_double", "planes
 EPILOGUE_VARIANTS = {"forward_pre": ("tree", "cooperative", "pre128", "stages3", "cluster2", "gelu_tanh",
                                      "bias_smem", "bias_l1", "store_double", "cublaslt_fused"),
                      "dx_dgelu": ("tree", "cooperative", "store_off", "dgelu_tanh", "stages3", "cluster2",
-                                  "cublaslt_fused"),
-                     "forward_residual": ("tree", "pingpong_store", "bn128", "bias_smem", "store_off")}
+                                  "cublaslt_fused", "read_inline"),
+                     "forward_residual": ("tree", "pingpong_store", "bn128", "bias_smem", "store_off", "read_inline",
+                                          "prefetch_first")}
 #: the variants run there only
-EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "gelu_tanh", "cublaslt_fused")
+EPILOGUE_ONLY = ("cooperative", "pre128", "dgelu_tanh", "gelu_tanh", "cublaslt_fused", "read_inline", "prefetch_first")
 #: the variants run in a child process under a time limit (a hang costs that variant only)
 ISOLATED = ("pingpong", "pingpong_128x128", "store_double", "store256_double", "cluster2", "cluster2_no_multicast",
             "pingpong_store", "pingpong_cluster2", "bias_smem_cluster2", "bias_smem_double")
