@@ -1040,9 +1040,11 @@ __device__ __forceinline__ void wgmma_store_epilogue(float (&acc)[WG_BN / 2], co
         unsigned char* const row_at = image_at + r * 128 + zero;
         const floatX* const bias_at = bias + (WG_BIAS_SMEM ? pass * FILL_COLS : j_pass) + cc + zero;
         // FLAG_DGELU, FLAG_RESIDUAL: the image's pairs (pre, or the residual) read READ_AHEAD groups ahead of
-        // the group they feed. Read where they are used, each read waited behind the store before it (the
-        // compiler cannot tell the two addresses apart), so the epilogue was one shared-memory latency a
-        // pair long; ahead, the reads of the next groups are in flight while this one computes and stores.
+        // the group they feed. Read where they are used, each read waits behind the store before it (the
+        // compiler cannot tell the two addresses apart): a shared-memory latency a pair, the likely part of
+        // what the residual GEMMs lost on an H100 in that form (0.67x / 0.77x cuBLASLt against the plain
+        // forward's 0.97x, reports/train-h100/4df7f1a; this form is untimed: the probe's read_inline is the
+        // old one). Ahead, the next groups' reads are in flight while this one computes and stores.
         // (No pair is read after its own store: each is read once, before its group is computed.)
         constexpr bool READS = (F & (FLAG_DGELU | FLAG_RESIDUAL)) != 0;
         constexpr int READ_AHEAD = 2;

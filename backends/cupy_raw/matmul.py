@@ -168,8 +168,11 @@ CONFIGS = {
     ("mma", "dx_dgelu"): _mma(ctas=1),
     # a projection's output added to the residual stream (matmul_residual, mlp's projection): the stream
     # prefetched into the store's image like dx_dgelu's pre, a warpgroup's whole 64 x 256 share in one
-    # image, so the forward's ring is one stage shorter (3 x 48 KB beside 2 x 32 KB). Untimed: the
-    # plain forward's schedule as the first guess (bench/tune/cupy_raw_wgmma_probe.py's residual products)
+    # image, so the forward's ring is one stage shorter (3 x 48 KB beside 2 x 32 KB). The plain forward's
+    # schedule. On an H100 at 16384 rows (reports/train-h100/4df7f1a, probe.txt) this ran 0.67x / 0.77x
+    # cuBLASLt's plain forward at attn_proj / the MLP projection, pingpong 0.74x / 0.81x, 128 x 128 tiles
+    # 0.66x / 0.78x, before the epilogue read its pairs ahead and the prefetch moved (843d0f8, untimed:
+    # the probe's residual products judge both schedules again)
     ("wgmma", "forward_residual"): _wg(bn=256, stages=3, store_cols=256),
     ("mma", "forward_residual"): _mma(),
 }
