@@ -100,6 +100,15 @@ def _repeated_tokens(inputs, rng):
 
 
 C = Case
+#: a linear layer's awkward shapes (matmul's and matmul_residual's; each adds a GPT-2 shape of its own)
+_LINEAR = [
+    C("small", {"N": 4, "K": 8, "M": 6}),
+    C("T1", {"N": 1, "K": 20, "M": 36}),
+    C("T17-K36-M20", {"N": 17, "K": 36, "M": 20}),
+    C("prime-nobias", {"N": 13, "K": 37, "M": 11, "bias": False}),
+    C("T1-nobias", {"N": 1, "K": 5, "M": 3, "bias": False}),
+    C("N128-K65-M96", {"N": 128, "K": 65, "M": 96}),
+]
 CASES: dict[str, list[Case]] = {
     "embedding": [
         C("small", {"B": 2, "T": 5, "C": 8, "V": 11}),
@@ -117,15 +126,7 @@ CASES: dict[str, list[Case]] = {
         C("C768", {"N": 8, "C": 768}),
         C("T257", {"N": 257, "C": 20}),
     ],
-    "matmul": [
-        C("small", {"N": 4, "K": 8, "M": 6}),
-        C("T1", {"N": 1, "K": 20, "M": 36}),
-        C("T17-K36-M20", {"N": 17, "K": 36, "M": 20}),
-        C("prime-nobias", {"N": 13, "K": 37, "M": 11, "bias": False}),
-        C("T1-nobias", {"N": 1, "K": 5, "M": 3, "bias": False}),
-        C("N128-K65-M96", {"N": 128, "K": 65, "M": 96}),
-        C("K768-M2304", {"N": 16, "K": 768, "M": 2304}, note="GPT-2 124M's qkv projection"),
-    ],
+    "matmul": _LINEAR + [C("K768-M2304", {"N": 16, "K": 768, "M": 2304}, note="GPT-2 124M's qkv projection")],
     "attention": [
         C("small", {"B": 2, "T": 4, "C": 8, "NH": 2}),
         C("T1", {"B": 1, "T": 1, "C": 8, "NH": 2}),
@@ -200,15 +201,8 @@ CASES: dict[str, list[Case]] = {
         C("no-b-no-stream-grad", {"N": 13, "C": 37, "b": False}, zero_grads=("x",),
           note="without b after the last block, whose projection wrote the stream"),
     ],
-    "matmul_residual": [
-        C("small", {"N": 4, "K": 8, "M": 6}),
-        C("T1", {"N": 1, "K": 20, "M": 36}),
-        C("T17-K36-M20", {"N": 17, "K": 36, "M": 20}),
-        C("prime-nobias", {"N": 13, "K": 37, "M": 11, "bias": False}),
-        C("T1-nobias", {"N": 1, "K": 5, "M": 3, "bias": False}),
-        C("N128-K65-M96", {"N": 128, "K": 65, "M": 96}),
-        C("K768-M768", {"N": 16, "K": 768, "M": 768}, note="GPT-2 124M's attention projection"),
-    ],
+    "matmul_residual": _LINEAR + [C("K768-M768", {"N": 16, "K": 768, "M": 768},
+                                    note="GPT-2 124M's attention projection")],
     "matmul_gelu": [
         C("small", {"N": 4, "K": 8, "M": 6}),
         C("T1", {"N": 1, "K": 20, "M": 36}),
