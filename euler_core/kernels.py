@@ -346,14 +346,16 @@ class Kernels:
                 return v
         return candidates[0]  # unusable: _usable() says why
 
-    @staticmethod
-    def _usable(variant: Variant, dtype: str | None) -> Variant:
+    def _usable(self, variant: Variant, dtype: str | None) -> Variant:
         reason = variant.unavailable_reason()
         if reason:
             raise SelectionError(f"variant {variant.qualname} of op {variant.op} cannot run here: {reason}")
         if dtype is not None and dtype not in variant.dtypes:
+            takers = sorted({v.backend for v in self.registry.variants(variant.op) if dtype in v.dtypes})
+            where = (f"backends whose {variant.op} takes {dtype}: {', '.join(takers)}" if takers else
+                     f"no backend's {variant.op} takes {dtype}")
             raise SelectionError(f"variant {variant.qualname} of op {variant.op} does not take {dtype}; "
-                                 f"it takes {', '.join(variant.dtypes)}")
+                                 f"it takes {', '.join(variant.dtypes)} ({where})")
         return variant
 
     def __getitem__(self, op: str) -> Kernel:

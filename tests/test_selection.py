@@ -96,6 +96,10 @@ def test_unusable_variants_are_errors_with_reasons(registry):
         Kernels("layernorm=extra:gpu", registry=registry)
     with pytest.raises(SelectionError, match="does not take float32; it takes float64"):
         Kernels("matmul=extra:f64only", dtype="float32", registry=registry)
+    # and where that dtype does run: here, only a GPU backend's embedding takes 16-bit storage
+    with pytest.raises(SelectionError, match=r"naive:reference of op embedding does not take bfloat16; it takes "
+                                             r"float64, float32 \(backends whose embedding takes bfloat16: cupy_raw, triton\)"):
+        Kernels("naive", dtype="bfloat16")
 
 
 def test_builtin_backends_come_from_entry_points():
