@@ -146,3 +146,26 @@ def test_a_compile_error_is_reported_with_the_compilers_message(tmp_path, monkey
     for compiler in compilers:
         with pytest.raises(rt.CompileError, match="undefined_name"):
             rt.compile_check("broken", compiler=compiler)
+
+
+@pytest.mark.skipif(rt.nvcc_path() is None, reason="nvcc not found (CUDA toolkit; /usr/local/cuda/bin)")
+@pytest.mark.parametrize("ring", [2, 4, 5])
+def test_the_overlapped_attention_forward_fits_one_block_an_sm(ring, monkeypatch):
+    """attention's wgmma forward with forward_schedule "overlapped" (not in LAUNCHES: not the shipped
+    schedule) at GPT-2's heads: one block of 288 threads an SM at its __maxnreg__ budget, no spills,
+    no wgmma serialised by ptxas (its overlap is the point), its ring of 128-key stages within the
+    shared memory; and NVRTC takes the module as RawModule compiles it."""
+    import numpy as np
+    from backends.cupy_raw import _common, attention
+    monkeypatch.setattr(attention.wgmma, "forward_schedule", "overlapped")
+    monkeypatch.setattr(attention.wgmma, "forward_ring", (ring, 1))
+    qkv = np.ones((4, 1024, 3 * 768), dtype=_common.np_dtype("bfloat16"))
+    with rt.recording() as rec:
+        attention.wgmma.forward({"qkv": qkv}, {"n_head": 12})
+    (launch,) = rec
+    assert launch.kernel == "attention_wgmma_forward_overlapped" and launch.block[0] == 288
+    res = rt.compile_check(launch.module, launch.defines, arch=launch.arch, compiler="nvcc")[launch.kernel]
+    assert res.registers * 288 <= SM90_REGISTERS and not res.spill_bytes and not res.wgmma_serialized, res
+    assert res.shared_bytes + launch.shared_mem <= SM90_MAX_SHARED
+    if importlib.util.find_spec("cupy") is not None:
+        rt.compile_check(launch.module, launch.defines, arch=launch.arch, compiler="nvrtc")

@@ -441,6 +441,49 @@ def test_wgmma_attention_matches_float64_at_heads_of_64(B, T, NH, dtype, groups,
     assert [k.kernel for k in rec] == ["attention_flash_forward"]
 
 
+@pytest.mark.parametrize("ring,sms", [(2, 3), (4, 3), (3, 132)], ids=["ring2-3-blocks", "ring4-3-blocks", "ring3-a-block-an-item"])
+@pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (3, 384, 2), (1, 64, 1)], ids=["T201-ragged", "T384-3-query-tiles", "T64-one-item"])
+def test_wgmma_overlapped_forward_is_the_in_turn_forward(B, T, NH, ring, sms, monkeypatch):
+    """The overlapped forward (attention.cu's FWD_OVERLAPPED: persistent blocks, a producer warp, each
+    warpgroup's softmax under its previous stage's P V) makes y, res and L bit for bit as the in-turn
+    forward does (the same arithmetic in the same order), and the backward takes its saved tensors.
+    Three blocks for up to 18 items: each walks several, so the Q slots' and the ring's parities turn
+    over across items of 1 to 3 stages; 132 blocks: an item each."""
+    from backends.cupy_raw import _common, attention
+    C = 64 * NH
+    rng = np.random.default_rng(11)
+    qkv, dy = _as("bfloat16", rng.standard_normal((B, T, 3 * C))), _as("bfloat16", rng.standard_normal((B, T, C)))
+    with rt.emulation():
+        y_turn, saved_turn = attention.wgmma.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "bfloat16"))
+    monkeypatch.setattr(attention.wgmma, "forward_schedule", "overlapped")
+    monkeypatch.setattr(attention.wgmma, "forward_ring", (ring, 1))
+    monkeypatch.setattr(_common, "num_sms", lambda xp: sms)
+    with rt.recording() as rec:
+        attention.wgmma.forward({"qkv": qkv}, {"n_head": NH})
+    (launch,) = rec
+    n_items = -(-T // 128) * NH * B
+    assert launch.kernel == "attention_wgmma_forward_overlapped" and launch.grid[0] == min(sms, n_items)
+    with rt.emulation():
+        y, saved = attention.wgmma.forward({"qkv": qkv}, {"n_head": NH}, out=_poisoned((B, T, C), "bfloat16"))
+    for name, ours, theirs in (("y", y, y_turn), ("res", saved.res, saved_turn.res), ("L", saved.lse, saved_turn.lse)):
+        ours, theirs = np.asarray(ours), np.asarray(theirs)
+        if name == "L":  # (the rows' padding past T is never written)
+            ours, theirs = ours[..., :T], theirs[..., :T]
+        assert np.array_equal(ours.view(np.uint8), theirs.view(np.uint8)), f"overlapped forward: {name} differs"
+    grads = {"qkv": _poisoned(qkv.shape, "bfloat16")}
+    with rt.emulation():
+        attention.wgmma.backward(saved, dy, grads)
+    _check_attention(qkv, dy, NH, "bfloat16", grads["qkv"], y)
+
+
+def test_wgmma_forward_schedule_must_be_known(monkeypatch):
+    from backends.cupy_raw import attention
+    monkeypatch.setattr(attention.wgmma, "forward_schedule", "pingpong")
+    qkv = _as("bfloat16", np.random.default_rng(0).standard_normal((1, 8, 3 * 64)))
+    with pytest.raises(ValueError, match="schedule is 'in_turn' or 'overlapped', got 'pingpong'"), rt.recording():
+        attention.wgmma.forward({"qkv": qkv}, {"n_head": 1})
+
+
 @pytest.mark.parametrize("groups", [1, 2], ids=["1-warpgroup", "2-warpgroups"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("B,T,NH", [(2, 201, 2), (1, 64, 1)], ids=["T201-ragged", "T64-one-tile"])

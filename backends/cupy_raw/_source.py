@@ -110,9 +110,9 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*", " ", text)
 
 
-#: what may stand before a kernel's `void` (a __launch_bounds__(...)) and after it (that, then one
-#: attribute macro in capitals: matmul.cu's WG_CLUSTER_DIMS, a __cluster_dims__(...) or nothing)
-BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s+)?"
+#: what may stand before a kernel's `void` (a __launch_bounds__(...) or __maxnreg__(...)) and after it
+#: (that, then one attribute macro in capitals: matmul.cu's WG_CLUSTER_DIMS, a __cluster_dims__(...) or nothing)
+BOUNDS = r"(?:(?:__launch_bounds__|__maxnreg__)\s*\([^)]*\)\s+)?"
 ATTRIBUTES = BOUNDS + r"(?:[A-Z][A-Z0-9_]*\s+)?"
 
 

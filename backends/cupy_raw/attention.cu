@@ -361,16 +361,18 @@ __device__ __forceinline__ void softmax_tile(float (*s)[4], float (&m_run)[2], f
     }
 }
 
-// softmax_tile with the mask where edge (a tile that holds a key after one of the rows, or at or
-// past T; two copies of the code, so that the tiles wholly before the diagonal, nearly all of them,
-// spend no instruction on a mask), then the output accumulator o rescaled by corr. NT: the tile's
-// keys / 8 (KEYS / 8 but in the wgmma forward's wider tiles).
-template <int NT = KEYS / 8>
-__device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (*o)[4],
+// softmax_scores: softmax_tile with the mask where edge (a tile that holds a key after one of the
+// rows, or at or past T; two copies of the code, so that the tiles wholly before the diagonal, nearly
+// all of them, spend no instruction on a mask). online_softmax: that, then the output accumulator o
+// rescaled by corr. NT: the tile's keys / 8 (KEYS / 8 but in the wgmma forward's wider tiles).
+template <int NT>
+__device__ __forceinline__ void softmax_scores(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
                                                int row_a, int k0, int T, bool edge, float scale_log2) {
-    float corr[2];
     if (edge) softmax_tile<true, NT>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
     else softmax_tile<false, NT>(s, m_run, l_run, corr, row_a, k0, T, scale_log2);
+}
+// the output accumulator's rows row_a and row_a + 8 times their corr
+__device__ __forceinline__ void rescale_output(float (*o)[4], const float (&corr)[2]) {
 #pragma unroll
     for (int n = 0; n < DN; n++) {
         o[n][0] *= corr[0];
@@ -378,6 +380,13 @@ __device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2],
         o[n][2] *= corr[1];
         o[n][3] *= corr[1];
     }
+}
+template <int NT = KEYS / 8>
+__device__ __forceinline__ void online_softmax(float (*s)[4], float (&m_run)[2], float (&l_run)[2], float (*o)[4],
+                                               int row_a, int k0, int T, bool edge, float scale_log2) {
+    float corr[2];
+    softmax_scores<NT>(s, m_run, l_run, corr, row_a, k0, T, edge, scale_log2);
+    rescale_output(o, corr);
 }
 
 // dK/dV's tile, in place: st (S^T, rows keys key_a = the thread's first key and key_a + 8, columns
@@ -993,14 +1002,15 @@ __device__ __forceinline__ void release_slot(unsigned bars, int t) { mbar_arrive
 // The issuing thread: the K and V tiles of keys t 64 TILES.. of head column hc (batch b) into tile
 // t's slot of a ring of (K, V) stages at skv: TILES 64-row boxes of K back to back (one tile of
 // 64 TILES rows), then as many of V.
+// (stage: the stage of keys the tile holds, when the ring's count t runs on across a block's items)
 template <int TILES = 1>
 __device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int C,
-                                         int hc, int b) {
+                                         int hc, int b, int stage = -1) {
     const int slot = claim_slot(bars, t, 2 * TILES * WG_TILE_BYTES);
     const unsigned dst = skv + slot * 2 * TILES * WG_TILE_BYTES;
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
-        const int row = (t * TILES + i) * KEYS;
+        const int row = ((stage < 0 ? t : stage) * TILES + i) * KEYS;
         tma_load_3d(dst + i * WG_TILE_BYTES, qkv_map, C + hc, row, b, full_bar(bars, slot));
         tma_load_3d(dst + (TILES + i) * WG_TILE_BYTES, qkv_map, 2 * C + hc, row, b, full_bar(bars, slot));
     }
@@ -1133,6 +1143,136 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
     }
     forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, h, b);
 }
+
+#if FWD_OVERLAPPED
+// The forward overlapped (FWD_OVERLAPPED; attention.py's forward_schedule "overlapped"), the schedule
+// cuDNN's forward has on Hopper (one persistent block an SM, 384 threads at 168 registers: two
+// multiplying warpgroups at 240 and a producer's at 24; reports/cupy_raw-h200/ncu-attention-499346b)
+// and FlashAttention-3's: one block an SM walks items (a 128-query tile, a head, a batch) with its two
+// warpgroups and a producer warp, which loads each item's Q tiles into one of two Q slots (the next
+// item's while this one multiplies) and every 128-key stage of K and V into the ring, running on
+// across items. Each warpgroup overlaps its own work: step j issues stage j's scores (S = Q K^T) and
+// stage j - 1's P V as two wgmma groups, waits for the first alone and computes stage j's softmax
+// while the second still runs; then waits for it, releases stage j - 1's slot, rescales O and takes
+// the new P. Live across the softmax: S (64 floats), the previous P (32) that the running P V reads,
+// and O (32): the 224 registers one block of 288 threads an SM may have, not the 128 of two blocks
+// (in that budget, with 64-key stages and cp.async, the overlap was slower: reports/cupy_raw-h200,
+// wgmma-attention/2ed8b77). The arithmetic is the in-turn forward's (softmax_scores, then O scaled
+// by corr before the next P V adds to it), so the results are the same.
+// Items in heaviest-first order (the last query tiles first), dealt round by round to the blocks in a
+// zigzag (block k takes the k-th item of an even round and the k-th from the end of an odd one), so
+// that the blocks' sums of work stay close; the producer and the warpgroups walk the same sequence.
+static_assert(WG_GROUPS == 2 && FWD_KEYS == 128 && WG_PRODUCER,
+              "the overlapped forward: two warpgroups of 64 queries, 128-key stages, a producer warp");
+#define OV_Q_SLOTS 2
+// the Q slots' mbarriers, after the ring's: full (the copies, once per item), empty (256 arrivals)
+__device__ __forceinline__ unsigned q_full_bar(unsigned bars, int q) { return bars + 8 * (1 + 2 * WG_RING + q); }
+__device__ __forceinline__ unsigned q_empty_bar(unsigned bars, int q) {
+    return bars + 8 * (1 + 2 * WG_RING + OV_Q_SLOTS + q);
+}
+
+// The block's n-th item of the walk: false past the grid's last round; skip where a ragged last round
+// has none for this block.
+__device__ __forceinline__ bool overlapped_item(int n, int n_q, int NH, int B, int& qt, int& h, int& b, bool& skip) {
+    const int G = gridDim.x, items = n_q * NH * B;
+    if (n * G >= items) return false;
+    const int i = n * G + ((n & 1) ? G - 1 - (int)blockIdx.x : (int)blockIdx.x);
+    skip = i >= items;
+    qt = n_q - 1 - i / (NH * B);
+    h = i % NH;
+    b = (i / NH) % B;
+    return true;
+}
+
+// grid (at most the SMs), block WG_BLOCK_THREADS (two warpgroups, then the producer warp). Dynamic
+// shared: 1 KB slack, 2 Q slots of two swizzled tiles each, the ring of (K, V) stages of 128 keys,
+// the ring's mbarriers, the Q slots'.
+extern "C" __global__ void __maxnreg__(224) attention_wgmma_forward_overlapped(
+        const __grid_constant__ TmaDescriptor qkv_map, int B, floatX* __restrict__ y, floatX* __restrict__ res,
+        float* __restrict__ lse, int T, int C, int NH, float scale_log2) {
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    constexpr int TILES = FWD_KEYS / KEYS, STAGE_BYTES = 2 * TILES * WG_TILE_BYTES;
+    unsigned char* sq = align_1024(flash_smem);
+    unsigned char* skv = sq + OV_Q_SLOTS * WG_GROUPS * WG_TILE_BYTES;
+    const unsigned bars = smem_u32(skv + WG_RING * STAGE_BYTES);
+    const int HS = C / NH, n_q = (T + WG_ROWS - 1) / WG_ROWS;
+    if (threadIdx.x == 0) {
+        init_ring(bars);
+        for (int q = 0; q < OV_Q_SLOTS; q++) {
+            mbar_init(q_full_bar(bars, q), 1);
+            mbar_init(q_empty_bar(bars, q), WG_THREADS);
+        }
+        MBAR_FENCE_INIT();
+    }
+    __syncthreads();
+    int qt, h, b;
+    bool skip;
+    if (threadIdx.x >= WG_THREADS) {  // the producer warp: lane 0 issues every copy
+        if (threadIdx.x != WG_THREADS) return;
+        for (int n = 0, t = 0, it = 0; overlapped_item(n, n_q, NH, B, qt, h, b, skip); n++) {
+            if (skip) continue;
+            const int q = it % OV_Q_SLOTS, q0 = qt * WG_ROWS;
+            mbar_wait(q_empty_bar(bars, q), ((it / OV_Q_SLOTS) & 1) ^ 1);
+            mbar_expect_tx(q_full_bar(bars, q), WG_GROUPS * WG_TILE_BYTES);
+            for (int w = 0; w < WG_GROUPS; w++)
+                tma_load_3d(smem_u32(sq + (q * WG_GROUPS + w) * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b,
+                            q_full_bar(bars, q));
+            const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
+            for (int j = 0; j < n_tiles; j++) issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t++, C, h * HS, b, j);
+            it++;
+        }
+        return;
+    }
+    const int warp = threadIdx.x / 32, wg = warp / 4, g = (threadIdx.x % 32) / 4;
+    for (int n = 0, t = 0, it = 0; overlapped_item(n, n_q, NH, B, qt, h, b, skip); n++) {
+        if (skip) continue;
+        const int q = it % OV_Q_SLOTS, q0 = qt * WG_ROWS, q0w = q0 + warp * 16, row_a = q0w + g;
+        const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
+        const unsigned sqw = smem_u32(sq + (q * WG_GROUPS + wg) * WG_TILE_BYTES);
+        float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f}, corr[2];
+        float s[FWD_NT][4];
+        u32 pa[FWD_NT / 2][4];
+        zero_acc(o);
+        mbar_wait(q_full_bar(bars, q), (it / OV_Q_SLOTS) & 1);
+        // stage 0's scores and softmax (O is 0: nothing to rescale)
+        unsigned sk = smem_u32(skv + await_slot(bars, t) * STAGE_BYTES);
+        zero_acc(s);
+        wgmma_fence();
+        issue_nt(s, sqw, sk, false);
+        finish_wgmma(s);
+        softmax_scores<FWD_NT>(s, m_run, l_run, corr, row_a, 0, T, FWD_KEYS - 1 > q0w || FWD_KEYS > T, scale_log2);
+        acc_to_a(pa, s);
+        for (int j = 1; j < n_tiles; j++) {
+            const int k0 = j * FWD_KEYS;
+            const unsigned sk_next = smem_u32(skv + await_slot(bars, t + j) * STAGE_BYTES);
+            zero_acc(s);
+            wgmma_fence();
+            issue_nt(s, sqw, sk_next, false);  // stage j's scores,
+            wgmma_commit();
+            issue_pn(o, pa, sk + TILES * WG_TILE_BYTES);  // then stage j - 1's P V
+            wgmma_commit();
+            wgmma_wait<1>();  // the scores (groups complete in order)
+            fence_accumulators(s);
+            softmax_scores<FWD_NT>(s, m_run, l_run, corr, row_a, k0, T, k0 + FWD_KEYS - 1 > q0w || k0 + FWD_KEYS > T,
+                                   scale_log2);
+            wgmma_wait<0>();  // P V: O and the previous P are the registers' own again
+            fence_accumulators(o);
+            release_slot(bars, t + j - 1);
+            rescale_output(o, corr);
+            acc_to_a(pa, s);
+            sk = sk_next;
+        }
+        wgmma_fence();
+        issue_pn(o, pa, sk + TILES * WG_TILE_BYTES);
+        finish_wgmma(o);
+        release_slot(bars, t + n_tiles - 1);
+        mbar_arrive(q_empty_bar(bars, q));  // (its last reader, the last stage's scores, long done)
+        forward_store(y, res, lse, o, m_run, l_run, row_a, T, C, NH, h, b);
+        t += n_tiles;
+        it++;
+    }
+}
+#endif  // FWD_OVERLAPPED
 
 // dK, dV of the block's WG_ROWS keys (flash's attention_flash_backward_dkdv on wgmma). grid
 // (cdiv(T, WG_ROWS), NH, B); block WG_THREADS (warp w: keys k0 + 16w ..). Dynamic shared: 1 KB slack,

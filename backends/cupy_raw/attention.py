@@ -22,6 +22,9 @@ has the kernels, the math and the mma fragment layouts).
              flight), exactly as the pass would, and writes it for the dK/dV kernel, which runs after
              it (one pass over 3 B T C 16-bit values and one launch less).
              Other heads run flash's kernels, float32 the simple ones; the saved tensors are flash's.
+             forward_schedule "overlapped" (not the default until timed) runs the forward as one
+             persistent block an SM with a producer warp, each warpgroup's softmax under its
+             previous stage's P V (attention.cu's FWD_OVERLAPPED): the same results bit for bit.
 
 Saved by flash for 16-bit inputs: L (B,NH,l_stride(T)) float32 (T padded to whole 16 bytes a row;
 the padding is never written nor read) and res = o - y in the input dtype. delta =
@@ -169,6 +172,11 @@ class Flash:
         forward's FlashSaved, for a backward kernel that reads y and res)."""
         return (qkv,) if dout is None else (qkv, dout, lse, delta)
 
+    def _forward_grid(self, defines: dict, qkv, n_head: int, rows: int) -> tuple:
+        """The forward's grid: a block per (query tile, head, batch)."""
+        B, T, _ = qkv.shape
+        return (rt.cdiv(T, rows), n_head, B)
+
     def _delta_pass(self, defines: dict) -> bool:
         """Whether the backward's kernels read delta from the delta pass (flash's do)."""
         return True
@@ -192,7 +200,7 @@ class Flash:
         defines = self._defines(qkv, HS, y, res)
         kernel, rows, threads, shared = self._forward_kernel(defines)
         rt.launch(rt.function("attention", kernel, defines, arch=self._arch(defines)),
-                  (rt.cdiv(T, rows), n_head, B), threads,
+                  self._forward_grid(defines, qkv, n_head, rows), threads,
                   self._operands(kernel, defines, qkv) + (y, res, lse, _common.i32(T), _common.i32(C),
                                                           _common.i32(n_head), _common.f32(LOG2E / math.sqrt(HS))),
                   shared_mem=shared)
@@ -255,6 +263,12 @@ class Wgmma(Flash):
     #: 0.223 with 64 keys, B=16 level; in the B=64 training step 5.63 against 6.28 ms. dQ in 128-key
     #: stages was slower (218 registers, two blocks an SM where 64 keys leave three: 922e687).
     forward_keys = 128
+    #: the forward's schedule: "in_turn" (a block per item, each warpgroup's products and softmax one
+    #: after the other, two blocks an SM) or "overlapped" (attention.cu's FWD_OVERLAPPED: one persistent
+    #: block an SM, two warpgroups and a producer warp, each warpgroup's softmax under its previous
+    #: stage's P V; 128-key stages in forward_ring's slots). Not yet timed: the `schedule` sweep of
+    #: bench/tune/cupy_raw_attention_probe.py measures it beside the in-turn one.
+    forward_schedule = "in_turn"
 
     def _defines(self, qkv, HS: int, *arrays, backward: bool = False) -> dict:
         defines = _flash_defines(qkv, HS, *arrays)
@@ -262,7 +276,14 @@ class Wgmma(Flash):
             ring, ahead = self.backward_ring if backward else self.forward_ring
             defines.update(FLASH_WGMMA=1, WG_GROUPS=self.backward_groups if backward else self.forward_groups,
                            WG_RING=ring, WG_AHEAD=ahead, WG_PRODUCER=int(self.producer))
-            if not backward and self.forward_keys != FLASH_KEYS:
+            if backward:
+                return defines
+            if self.forward_schedule not in ("in_turn", "overlapped"):
+                raise ValueError(f"attention: the cupy_raw wgmma forward's schedule is 'in_turn' or 'overlapped', "
+                                 f"got {self.forward_schedule!r}")
+            if self.forward_schedule == "overlapped":
+                defines.update(FWD_OVERLAPPED=1, WG_GROUPS=2, WG_PRODUCER=1, FWD_KEYS=128)
+            elif self.forward_keys != FLASH_KEYS:
                 defines["FWD_KEYS"] = self.forward_keys
         return defines
 
@@ -275,8 +296,8 @@ class Wgmma(Flash):
         B, T, C3 = qkv.shape
         tile = (FLASH_KEYS, FLASH_KEYS, 1)  # 64 head columns of 64 rows of one batch: one swizzled tile
         qkv_map = _tma.tiled(qkv, (C3, T, B), (C3, T * C3), tile)
-        if dout is None:
-            return (qkv_map,)
+        if dout is None:  # (the overlapped forward walks the items itself: it takes B)
+            return (qkv_map, _common.i32(B)) if "FWD_OVERLAPPED" in defines else (qkv_map,)
         C = C3 // 3
         dy_map = _tma.tiled(dout, (C, T, B), (C, T * C), tile)
         if kernel == "attention_wgmma_backward_dq":  # (it makes delta from y, res and dy, and writes it)
@@ -289,7 +310,16 @@ class Wgmma(Flash):
             return super()._forward_kernel(defines)
         g, ring = defines["WG_GROUPS"], defines["WG_RING"]  # a Q tile a warpgroup; the ring of (K, V)
         tiles = defines.get("FWD_KEYS", FLASH_KEYS) // FLASH_KEYS  # 64-row tiles of K (and of V) a stage
+        if "FWD_OVERLAPPED" in defines:  # two Q slots, and their full and empty mbarriers
+            return ("attention_wgmma_forward_overlapped", 64 * g, _wgmma_threads(defines),
+                    _wgmma_shared(2 * g + 2 * tiles * ring, ring, bars=4))
         return "attention_wgmma_forward", 64 * g, _wgmma_threads(defines), _wgmma_shared(g + 2 * tiles * ring, ring)
+
+    def _forward_grid(self, defines: dict, qkv, n_head: int, rows: int) -> tuple:
+        if "FWD_OVERLAPPED" not in defines:
+            return super()._forward_grid(defines, qkv, n_head, rows)
+        B, T, _ = qkv.shape  # one persistent block an SM (fewer where there are fewer items)
+        return (min(rt.cdiv(T, rows) * n_head * B, _common.num_sms(_common.xp_of(qkv))),)
 
     # No delta pass: the dQ kernel makes delta and runs first. Measured on the H200
     # (reports/cupy_raw-h200/attention-78b8267, bf16, T=1024, B=32): backward 0.529 against 0.534 ms
@@ -316,11 +346,11 @@ def _wgmma_threads(defines: dict) -> int:
     return 128 * defines["WG_GROUPS"] + 32 * defines["WG_PRODUCER"]
 
 
-def _wgmma_shared(tiles: int, ring: int, floats: int = 0) -> int:
+def _wgmma_shared(tiles: int, ring: int, floats: int = 0, bars: int = 0) -> int:
     """Dynamic shared bytes of a wgmma kernel: 1 KB of slack to align the swizzled tiles to 1024 bytes,
     `tiles` 64 x 64 16-bit tiles (8 KB each), `floats` floats, then the mbarriers of a ring of `ring`
-    slots (attention.cu's WG_BARS_BYTES: `once`, full and empty, 8 bytes each)."""
-    return 1024 + tiles * 8192 + 4 * floats + 8 * (1 + 2 * ring)
+    slots (attention.cu's WG_BARS_BYTES: `once`, full and empty, 8 bytes each) and `bars` more."""
+    return 1024 + tiles * 8192 + 4 * floats + 8 * (1 + 2 * ring + bars)
 
 
 wgmma = Wgmma()

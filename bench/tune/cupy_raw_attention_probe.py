@@ -5,7 +5,8 @@ GPU, in one process: the wgmma kernels' block shapes and rings of TMA slots, and
 
 1. Check: each variant of ours (cupy_raw wgmma as shipped; wgmma with two and with one warpgroup a block
    in both directions (--sweeps groups), the forward's 128-key stages (keys), and with other rings of TMA slots (rings), "rings F/f, B/b": WG_RING / WG_AHEAD of
-   the forward, then of the backward, or with a producer warp issuing the copies (WG_PRODUCER); cupy_raw flash with 128-query forward blocks, the default at
+   the forward, then of the backward, or with a producer warp issuing the copies (WG_PRODUCER); the forward
+   overlapped (schedule: persistent blocks, each warpgroup's softmax under its last stage's P V); cupy_raw flash with 128-query forward blocks, the default at
    heads of up to 64 other than 64; triton's attention) on fresh random inputs with NaN-poisoned
    outputs and gradient buffers, forward and backward, against SDPA's math backend in float64 on the
    same rounded inputs: attention_tiles.py's check (GPT-2's shape B=2, T=1024, 12 heads of 64 in bf16,
@@ -68,10 +69,12 @@ class _FlashWithMTiles:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--sweeps", default="groups,rings,keys",
+    ap.add_argument("--sweeps", default="groups,rings,keys,schedule",
                     help="which variants of wgmma beside the shipped one, comma-separated: groups (one and two "
                          "warpgroups a block), rings (rings of TMA slots, a producer warp), keys (the forward's "
-                         "128-key stages with one and two warpgroups and rings of 2 and 3)")
+                         "128-key stages with one and two warpgroups and rings of 2 and 3), schedule (the "
+                         "overlapped forward, forward_schedule 'overlapped', with rings of 3, 4 and 5); none: "
+                         "the shipped variant alone")
     args = ap.parse_args()
     sweeps = set(args.sweeps.split(","))
     os.makedirs(args.out, exist_ok=True)
@@ -87,6 +90,10 @@ def main() -> int:
         v = raw.Wgmma()
         v.forward_keys, v.forward_groups, v.forward_ring = keys, groups, ring
         ours[f"cupy_raw wgmma (forward: {keys} keys a stage, {groups} warpgroup{'s' * (groups > 1)}, ring {ring[0]}/{ring[1]})"] = v
+    for ring in (3, 4, 5) if "schedule" in sweeps else ():
+        v = raw.Wgmma()
+        v.forward_schedule, v.forward_ring = "overlapped", (ring, 1)
+        ours[f"cupy_raw wgmma (forward overlapped: one persistent block an SM, ring {ring})"] = v
     for forward_ring, backward_ring, producer in ((((2, 1), (2, 1), False), ((3, 1), (3, 1), False),
                                                    ((4, 3), (4, 3), False), ((4, 3), (3, 2), True), ((4, 3), (4, 3), True))
                                                   if "rings" in sweeps else ()):

@@ -44,6 +44,7 @@
 #define __restrict__ __restrict
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __maxnreg__(...)
 #define __cluster_dims__(...)  // a module sets EMU_CLUSTER_X instead (below)
 #define __align__(n) alignas(n)
 #define CUPY_RAW_EMULATOR 1
