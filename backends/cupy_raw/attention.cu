@@ -1145,13 +1145,13 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
 }
 
 #if FWD_OVERLAPPED
-// The forward overlapped (FWD_OVERLAPPED; attention.py's forward_schedule "overlapped"), the schedule
-// cuDNN's forward has on Hopper (one persistent block an SM, 384 threads at 168 registers: two
-// multiplying warpgroups at 240 and a producer's at 24; reports/cupy_raw-h200/ncu-attention-499346b)
-// and FlashAttention-3's: one block an SM walks items (a 128-query tile, a head, a batch) with its two
-// warpgroups and a producer warp, which loads each item's Q tiles into one of two Q slots (the next
-// item's while this one multiplies) and every 128-key stage of K and V into the ring, running on
-// across items. Each warpgroup overlaps its own work: step j issues stage j's scores (S = Q K^T) and
+// The forward overlapped (FWD_OVERLAPPED; attention.py's forward_schedule "overlapped"), FlashAttention-3's
+// schedule, and by its launch the shape of cuDNN's forward on Hopper (reports/cupy_raw-h200/
+// ncu-attention-499346b: a persistent grid of one block an SM, 384 threads at 168 registers, what two
+// warpgroups at 240 and a third at 24 average): one block an SM walks items (a 128-query tile, a
+// head, a batch) with its two warpgroups and a producer warp, which loads each item's Q tiles into
+// one of two Q slots (the next item's while this one multiplies) and every 128-key stage of K and V
+// into the ring, running on across items. Each warpgroup overlaps its own work: step j issues stage j's scores (S = Q K^T) and
 // stage j - 1's P V as two wgmma groups, waits for the first alone and computes stage j's softmax
 // while the second still runs; then waits for it, releases stage j - 1's slot, rescales O and takes
 // the new P. Live across the softmax: S (64 floats), the previous P (32) that the running P V reads,
