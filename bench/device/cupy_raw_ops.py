@@ -260,8 +260,11 @@ def capture(env: Env, tally: Tally) -> None:
         def att_inputs():
             return {"qkv": put(rng.standard_normal((B, T, 3 * C)), bf), "dy": put(rng.standard_normal((B, T, C)), bf)}
 
-        for variant in ("simple", "flash", "wgmma"):
-            def att_run(a, out, v=getattr(attention, variant)):
+        overlapped = attention.Wgmma()  # (wgmma's forward overlapped, not yet the shipped schedule)
+        overlapped.forward_schedule, overlapped.forward_ring = "overlapped", (4, 1)
+        for variant, impl in (("simple", attention.simple), ("flash", attention.flash), ("wgmma", attention.wgmma),
+                              ("wgmma overlapped", overlapped)):
+            def att_run(a, out, v=impl):
                 y, saved = v.forward({"qkv": a["qkv"]}, {"n_head": 12}, out=out["y"])
                 v.backward(saved, a["dy"], {"qkv": out["dqkv"]})
 
