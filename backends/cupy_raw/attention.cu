@@ -999,18 +999,18 @@ __device__ __forceinline__ int await_slot(unsigned bars, int t) {
 // Every thread, once done with tile t (its wgmma waited for).
 __device__ __forceinline__ void release_slot(unsigned bars, int t) { mbar_arrive(empty_bar(bars, t % WG_RING)); }
 
-// The issuing thread: the K and V tiles of keys t 64 TILES.. of head column hc (batch b) into tile
-// t's slot of a ring of (K, V) stages at skv: TILES 64-row boxes of K back to back (one tile of
-// 64 TILES rows), then as many of V.
-// (stage: the stage of keys the tile holds, when the ring's count t runs on across a block's items)
+// The issuing thread: the K and V tiles of keys stage 64 TILES.. of head column hc (batch b) into
+// tile t's slot of a ring of (K, V) stages at skv: TILES 64-row boxes of K back to back (one tile of
+// 64 TILES rows), then as many of V. (stage is t where a block's ring serves one item; the overlapped
+// forward's count t runs on across its items.)
 template <int TILES = 1>
-__device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int C,
-                                         int hc, int b, int stage = -1) {
+__device__ __forceinline__ void issue_kv(unsigned bars, unsigned skv, const TmaDescriptor* qkv_map, int t, int stage,
+                                         int C, int hc, int b) {
     const int slot = claim_slot(bars, t, 2 * TILES * WG_TILE_BYTES);
     const unsigned dst = skv + slot * 2 * TILES * WG_TILE_BYTES;
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
-        const int row = ((stage < 0 ? t : stage) * TILES + i) * KEYS;
+        const int row = (stage * TILES + i) * KEYS;
         tma_load_3d(dst + i * WG_TILE_BYTES, qkv_map, C + hc, row, b, full_bar(bars, slot));
         tma_load_3d(dst + (TILES + i) * WG_TILE_BYTES, qkv_map, 2 * C + hc, row, b, full_bar(bars, slot));
     }
@@ -1058,6 +1058,16 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
 // multiplies its own 64-row operand tile; two of them halve the streamed tiles' traffic per row.
 // A warpgroup skips (warpgroup-uniform, barriers still met) a tile that masks all its rows.
 
+// The forward's stages of FWD_KEYS keys for the block's queries from q0 (those before T), and whether the
+// stage from key k0 is an edge one for the warp whose queries start at q0w (a key after one of its
+// rows, or at or past T: the mask is applied there only).
+__device__ __forceinline__ int forward_stages(int q0, int T) {
+    return (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
+}
+__device__ __forceinline__ bool forward_edge(int k0, int q0w, int T) {
+    return k0 + FWD_KEYS - 1 > q0w || k0 + FWD_KEYS > T;
+}
+
 // One forward stage for this warpgroup's 64 queries from q0w (its rows row_a, row_a + 8; q0w the
 // warp's first): S = Q K^T over the stage's FWD_KEYS keys from k0 (one m64nFWD_KEYSk16 product a
 // k-step: the Q tile at sq, K at sk), the online softmax (the mask only on an edge stage: a key
@@ -1070,8 +1080,7 @@ __device__ __forceinline__ void forward_stage(float (&o)[8][4], float (&m_run)[2
     wgmma_fence();
     issue_nt(s, sq, sk, false);
     finish_wgmma(s);
-    const bool edge = k0 + FWD_KEYS - 1 > q0w || k0 + FWD_KEYS > T;
-    online_softmax<FWD_NT>(s, m_run, l_run, o, row_a, k0, T, edge, scale_log2);
+    online_softmax<FWD_NT>(s, m_run, l_run, o, row_a, k0, T, forward_edge(k0, q0w, T), scale_log2);
     u32 pa[FWD_NT / 2][4];
     acc_to_a(pa, s);
     wgmma_fence();
@@ -1119,8 +1128,8 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = qt * WG_ROWS, row_a = q0 + warp * 16 + g, wg_last = q0 + 64 * wg + 63;
-    const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
-    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
+    const int n_tiles = forward_stages(q0, T);
+    auto issue = [&](int t) { issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {
@@ -1151,10 +1160,10 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_f
 // warpgroups at 240 and a third at 24 average): one block an SM walks items (a 128-query tile, a
 // head, a batch) with its two warpgroups and a producer warp, which loads each item's Q tiles into
 // one of two Q slots (the next item's while this one multiplies) and every 128-key stage of K and V
-// into the ring, running on across items. Each warpgroup overlaps its own work: step j issues stage j's scores (S = Q K^T) and
-// stage j - 1's P V as two wgmma groups, waits for the first alone and computes stage j's softmax
-// while the second still runs; then waits for it, releases stage j - 1's slot, rescales O and takes
-// the new P. Live across the softmax: S (64 floats), the previous P (32) that the running P V reads,
+// into the ring, running on across items. Each warpgroup overlaps its own work: step j issues stage
+// j's scores (S = Q K^T) and stage j - 1's P V as two wgmma groups, waits for the first alone and
+// computes stage j's softmax while the second still runs; then waits for it, releases stage j - 1's
+// slot, rescales O and takes the new P. Live across the softmax: S (64 floats), the previous P (32) that the running P V reads,
 // and O (32): the 224 registers one block of 288 threads an SM may have, not the 128 of two blocks
 // (in that budget, with 64-key stages and cp.async, the overlap was slower: reports/cupy_raw-h200,
 // wgmma-attention/2ed8b77). The arithmetic is the in-turn forward's (softmax_scores, then O scaled
@@ -1217,8 +1226,8 @@ extern "C" __global__ void __maxnreg__(224) attention_wgmma_forward_overlapped(
             for (int w = 0; w < WG_GROUPS; w++)
                 tma_load_3d(smem_u32(sq + (q * WG_GROUPS + w) * WG_TILE_BYTES), &qkv_map, h * HS, q0 + 64 * w, b,
                             q_full_bar(bars, q));
-            const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
-            for (int j = 0; j < n_tiles; j++) issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t++, C, h * HS, b, j);
+            const int n_tiles = forward_stages(q0, T);
+            for (int j = 0; j < n_tiles; j++) issue_kv<TILES>(bars, smem_u32(skv), &qkv_map, t++, j, C, h * HS, b);
             it++;
         }
         return;
@@ -1227,7 +1236,7 @@ extern "C" __global__ void __maxnreg__(224) attention_wgmma_forward_overlapped(
     for (int n = 0, t = 0, it = 0; overlapped_item(n, n_q, NH, B, qt, h, b, skip); n++) {
         if (skip) continue;
         const int q = it % OV_Q_SLOTS, q0 = qt * WG_ROWS, q0w = q0 + warp * 16, row_a = q0w + g;
-        const int n_tiles = (min(T, q0 + WG_ROWS) + FWD_KEYS - 1) / FWD_KEYS;
+        const int n_tiles = forward_stages(q0, T);
         const unsigned sqw = smem_u32(sq + (q * WG_GROUPS + wg) * WG_TILE_BYTES);
         float o[8][4], m_run[2] = {-POS_INF_F, -POS_INF_F}, l_run[2] = {0.0f, 0.0f}, corr[2];
         float s[FWD_NT][4];
@@ -1240,7 +1249,7 @@ extern "C" __global__ void __maxnreg__(224) attention_wgmma_forward_overlapped(
         wgmma_fence();
         issue_nt(s, sqw, sk, false);
         finish_wgmma(s);
-        softmax_scores<FWD_NT>(s, m_run, l_run, corr, row_a, 0, T, FWD_KEYS - 1 > q0w || FWD_KEYS > T, scale_log2);
+        softmax_scores<FWD_NT>(s, m_run, l_run, corr, row_a, 0, T, forward_edge(0, q0w, T), scale_log2);
         acc_to_a(pa, s);
         for (int j = 1; j < n_tiles; j++) {
             const int k0 = j * FWD_KEYS;
@@ -1253,8 +1262,7 @@ extern "C" __global__ void __maxnreg__(224) attention_wgmma_forward_overlapped(
             wgmma_commit();
             wgmma_wait<1>();  // the scores (groups complete in order)
             fence_accumulators(s);
-            softmax_scores<FWD_NT>(s, m_run, l_run, corr, row_a, k0, T, k0 + FWD_KEYS - 1 > q0w || k0 + FWD_KEYS > T,
-                                   scale_log2);
+            softmax_scores<FWD_NT>(s, m_run, l_run, corr, row_a, k0, T, forward_edge(k0, q0w, T), scale_log2);
             wgmma_wait<0>();  // P V: O and the previous P are the registers' own again
             fence_accumulators(o);
             release_slot(bars, t + j - 1);
@@ -1421,7 +1429,7 @@ extern "C" __global__ void __launch_bounds__(WG_BLOCK_THREADS) attention_wgmma_b
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = qt * WG_ROWS, wg_last = q0 + 64 * wg + 63, n_tiles = (min(T, q0 + WG_ROWS) + KEYS - 1) / KEYS;
-    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, C, h * HS, b); };
+    auto issue = [&](int t) { issue_kv(bars, smem_u32(skv), &qkv_map, t, t, C, h * HS, b); };
     if (threadIdx.x == 0) init_ring(bars);
     __syncthreads();
     if (ring_start(n_tiles, [&] {
